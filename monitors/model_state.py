@@ -1,0 +1,148 @@
+"""State of model objects (ComfyUI's MODEL, CLIP and VAE, or plain torch modules) by duck typing.
+
+Reads metadata only: parameter sizes, devices and dtypes, patch bookkeeping. Never copies a
+tensor, never moves or loads a model, and keeps no reference to what it looked at.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+UNKNOWN = None
+
+
+def _safe(fn, default=UNKNOWN):
+    try:
+        return fn()
+    except Exception:
+        return default
+
+
+def _str_or_none(value) -> str | None:
+    return None if value is None else str(value)
+
+
+def module_memory(module) -> dict[str, Any]:
+    """Bytes of parameters and buffers, in total and per device, plus the dominant dtype."""
+    by_device: Counter[str] = Counter()
+    by_dtype: Counter[str] = Counter()
+    n_params = 0
+    tensors = []
+    if hasattr(module, "parameters"):
+        tensors.extend(module.parameters())
+    if hasattr(module, "buffers"):
+        tensors.extend(module.buffers())
+    for tensor in tensors:
+        n_bytes = tensor.numel() * tensor.element_size()
+        by_device[str(tensor.device)] += n_bytes
+        by_dtype[str(tensor.dtype).replace("torch.", "")] += n_bytes
+        n_params += tensor.numel()
+    return {
+        "size_bytes": sum(by_device.values()),
+        "bytes_by_device": dict(by_device),
+        "dtype": by_dtype.most_common(1)[0][0] if by_dtype else None,
+        "n_elements": n_params,
+    }
+
+
+def describe_patcher(patcher) -> dict[str, Any]:
+    """Fields of a ComfyUI ModelPatcher-like object (load/offload device, patches, loaded memory)."""
+    patches = getattr(patcher, "patches", None)
+    loaded = _safe(lambda: patcher.model.model_loaded_weight_memory)
+    parent = getattr(patcher, "parent", None)
+    model = getattr(patcher, "model", None)
+    weights_patched = _safe(
+        lambda: model.current_weight_patches_uuid is not None and model.current_weight_patches_uuid == patcher.patches_uuid
+    )
+    return {
+        "patcher_class": type(patcher).__name__,
+        "load_device": _str_or_none(getattr(patcher, "load_device", None)),
+        "offload_device": _str_or_none(getattr(patcher, "offload_device", None)),
+        "n_patches": len(patches) if isinstance(patches, dict) else None,
+        "patches_uuid": _str_or_none(getattr(patcher, "patches_uuid", None)),
+        "parent_object_id": None if parent is None else id(parent),
+        "loaded_weight_bytes": loaded if isinstance(loaded, int) else None,
+        "weights_patched": weights_patched if isinstance(weights_patched, bool) else None,
+    }
+
+
+def _base(kind: str, obj, module) -> dict[str, Any]:
+    memory = _safe(lambda: module_memory(module), {}) if module is not None else {}
+    device = _safe(lambda: getattr(module, "device", None))
+    if device is None and memory.get("bytes_by_device"):
+        device = max(memory["bytes_by_device"].items(), key=lambda kv: kv[1])[0]
+    return {
+        "kind": kind,
+        "object_id": id(obj),
+        "class": type(obj).__name__,
+        "module_class": None if module is None else type(module).__name__,
+        "device": _str_or_none(device),
+        "dtype": memory.get("dtype"),
+        "size_bytes": memory.get("size_bytes"),
+        "bytes_by_device": memory.get("bytes_by_device", {}),
+        "n_elements": memory.get("n_elements"),
+    }
+
+
+def describe_model(model) -> dict[str, Any]:
+    """MODEL: a ModelPatcher over a diffusion model (or any torch module)."""
+    module = getattr(model, "model", model)
+    info = _base("model", model, module)
+    if hasattr(model, "patches"):
+        info.update(describe_patcher(model))
+        dtype = _safe(model.model_dtype) if hasattr(model, "model_dtype") else None
+        if dtype is not None:
+            info["dtype"] = str(dtype).replace("torch.", "")
+        info["model_type"] = _str_or_none(_safe(lambda: module.model_type.name))
+    info["resident_bytes"] = _resident(info)
+    return info
+
+
+def describe_clip(clip) -> dict[str, Any]:
+    """CLIP: text encoder(s) behind `cond_stage_model`, with its own patcher."""
+    module = getattr(clip, "cond_stage_model", None)
+    info = _base("clip", clip, module)
+    patcher = getattr(clip, "patcher", None)
+    if patcher is not None:
+        info.update(describe_patcher(patcher))
+    info["tokenizer_class"] = _safe(lambda: type(clip.tokenizer).__name__)
+    info["resident_bytes"] = _resident(info)
+    return info
+
+
+def describe_vae(vae) -> dict[str, Any]:
+    """VAE: `first_stage_model` plus the encoder's compression settings."""
+    module = getattr(vae, "first_stage_model", None)
+    info = _base("vae", vae, module)
+    patcher = getattr(vae, "patcher", None)
+    if patcher is not None:
+        info.update(describe_patcher(patcher))
+    info["device"] = _str_or_none(getattr(vae, "device", None)) or info["device"]
+    vae_dtype = getattr(vae, "vae_dtype", None)
+    if vae_dtype is not None:
+        info["dtype"] = str(vae_dtype).replace("torch.", "")
+    info["latent_channels"] = getattr(vae, "latent_channels", None)
+    info["latent_dim"] = getattr(vae, "latent_dim", None)
+    ratio = getattr(vae, "downscale_ratio", None)
+    info["downscale_ratio"] = ratio if isinstance(ratio, (int, float)) else _str_or_none(ratio)
+    info["resident_bytes"] = _resident(info)
+    return info
+
+
+def _resident(info: dict[str, Any]) -> int | None:
+    """Bytes held on the load device: the patcher's own count, else what sits there now."""
+    if info.get("loaded_weight_bytes"):
+        return info["loaded_weight_bytes"]
+    load_device = info.get("load_device") or info.get("device")
+    by_device = info.get("bytes_by_device") or {}
+    if load_device is None:
+        return None
+    return sum(v for k, v in by_device.items() if k == load_device or k.startswith(f"{load_device}:"))
+
+
+DESCRIBERS = {"model": describe_model, "clip": describe_clip, "vae": describe_vae}
+
+
+def describe(kind: str, obj) -> dict[str, Any]:
+    return DESCRIBERS[kind](obj)

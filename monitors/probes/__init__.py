@@ -1,0 +1,164 @@
+"""The one layer through which every backend read goes (psutil, /proc, torch.cuda, NVML).
+
+Any failure becomes None plus a logged reason (once per reading), never an exception.
+Tests replace the backends with fakes (see `fake.py`) through `set_probes`.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import sys
+import threading
+import time
+
+from .host import HostBackend
+from .nvml import NvmlBackend
+from .readings import GpuReading, Snapshot
+from .torch_alloc import TorchAllocatorBackend
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Probes", "Snapshot", "GpuReading", "get_probes", "set_probes"]
+
+DETAIL_LIGHT = "light"  # RSS and allocator counters only: cheap enough for every node
+DETAIL_FULL = "full"  # plus system RAM, CPU and NVML
+
+
+class Probes:
+    def __init__(self, host=None, torch_alloc=None, nvml=None):
+        self.host = host if host is not None else HostBackend()
+        self.torch = torch_alloc if torch_alloc is not None else TorchAllocatorBackend()
+        self.nvml = nvml if nvml is not None else NvmlBackend()
+        self._failures: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    # -- failure handling ---------------------------------------------------------------------
+    def call(self, what: str, fn, *args):
+        """Run one backend read; any exception gives None and is remembered under `what`."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            with self._lock:
+                first = what not in self._failures
+                self._failures[what] = reason
+            if first:
+                log.warning("pipeline monitor: reading %s failed, reported as unknown (%s)", what, reason)
+            return None
+
+    def failures(self) -> dict[str, str]:
+        """Reading name -> last failure reason, for reports."""
+        with self._lock:
+            return dict(self._failures)
+
+    # -- host ---------------------------------------------------------------------------------
+    def process_rss_bytes(self) -> int | None:
+        return self.call("host.process_rss_bytes", self.host.process_rss_bytes)
+
+    def system_memory(self) -> dict | None:
+        return self.call("host.system_memory", self.host.system_memory)
+
+    def cpu_pct(self) -> float | None:
+        return self.call("host.cpu_pct", self.host.cpu_pct)
+
+    def reset_peak_rss(self) -> bool:
+        return bool(self.call("host.reset_peak_rss", self.host.reset_peak_rss))
+
+    def peak_rss_bytes(self) -> int | None:
+        return self.call("host.peak_rss_bytes", self.host.peak_rss_bytes)
+
+    # -- torch allocator ----------------------------------------------------------------------
+    def torch_device_count(self) -> int:
+        return self.call("torch.device_count", self.torch.device_count) or 0
+
+    def allocator_backend(self) -> str | None:
+        return self.call("torch.allocator_backend", self.torch.allocator_backend)
+
+    def torch_memory(self, index: int) -> dict | None:
+        return self.call("torch.memory", self.torch.memory, index)
+
+    def reset_torch_peak(self, index: int) -> bool:
+        return bool(self.call("torch.reset_peak", self.torch.reset_peak, index))
+
+    # -- NVML ---------------------------------------------------------------------------------
+    def nvml_device_count(self) -> int:
+        return self.call("nvml.device_count", self.nvml.device_count) or 0
+
+    def gpu_count(self) -> int:
+        return max(self.torch_device_count(), self.nvml_device_count())
+
+    # -- snapshots ----------------------------------------------------------------------------
+    def snapshot(self, detail: str = DETAIL_FULL) -> Snapshot:
+        full = detail == DETAIL_FULL
+        ram = (self.system_memory() or {}) if full else {}
+        gpus = tuple(self._gpu_reading(i, full) for i in range(self.torch_device_count() if not full else self.gpu_count()))
+        return Snapshot(
+            monotonic_s=time.monotonic(),
+            unix_time_s=time.time(),
+            process_rss_bytes=self.process_rss_bytes(),
+            ram_used_bytes=ram.get("used_bytes"),
+            ram_available_bytes=ram.get("available_bytes"),
+            ram_total_bytes=ram.get("total_bytes"),
+            ram_used_pct=ram.get("used_pct"),
+            cpu_pct=self.cpu_pct() if full else None,
+            gpus=gpus,
+        )
+
+    def _gpu_reading(self, index: int, full: bool) -> GpuReading:
+        torch_mem = (self.torch_memory(index) if index < self.torch_device_count() else None) or {}
+        values = dict(torch_mem)
+        if full and index < self.nvml_device_count():
+            nvml_mem = self.call("nvml.memory", self.nvml.memory, index) or {}
+            values.update(
+                name=self.call("nvml.device_name", self.nvml.device_name, index),
+                nvml_used_bytes=nvml_mem.get("used_bytes"),
+                nvml_total_bytes=nvml_mem.get("total_bytes"),
+                utilization_pct=self.call("nvml.utilization_pct", self.nvml.utilization_pct, index),
+                temperature_c=self.call("nvml.temperature_c", self.nvml.temperature_c, index),
+                power_w=self.call("nvml.power_w", self.nvml.power_w, index),
+            )
+        return GpuReading(index=index, **values)
+
+    def system_info(self) -> dict:
+        torch = sys.modules.get("torch")
+        gpus = []
+        for i in range(self.gpu_count()):
+            name = None
+            if i < self.nvml_device_count():
+                name = self.call("nvml.device_name", self.nvml.device_name, i)
+            if name is None and i < self.torch_device_count():
+                name = self.call("torch.device_name", self.torch.device_name, i)
+            nvml_mem = self.call("nvml.memory", self.nvml.memory, i) if i < self.nvml_device_count() else None
+            gpus.append({"device": f"cuda:{i}", "name": name, "total_bytes": (nvml_mem or {}).get("total_bytes")})
+        ram = self.system_memory() or {}
+        return {
+            "platform": platform.platform(),
+            "python_version": platform.python_version(),
+            "torch_version": getattr(torch, "__version__", None) if torch is not None else None,
+            "cpu_count": self.call("host.cpu_count", self.host.cpu_count),
+            "ram_total_bytes": ram.get("total_bytes"),
+            "allocator_backend": self.allocator_backend(),
+            "gpus": gpus,
+        }
+
+
+_default: Probes | None = None
+_default_lock = threading.Lock()
+
+
+def get_probes() -> Probes:
+    """The process-wide probes, created on first use (nothing is probed at import)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Probes()
+        return _default
+
+
+def set_probes(probes: Probes | None) -> Probes | None:
+    """Replace the process-wide probes (tests); returns the previous ones. None restores the default."""
+    global _default
+    with _default_lock:
+        previous, _default = _default, probes
+        return previous

@@ -1,0 +1,164 @@
+"""Fake backends with named scenarios, for tests of every GPU and failure path on any machine.
+
+    probes = fake_probes("2 GPUs")
+    probes.torch.devices[0]["allocated_bytes"] = 3 * GiB   # drive readings from the test
+"""
+
+from __future__ import annotations
+
+GiB = 1024**3
+
+
+class FakeHost:
+    name = "fake-host"
+
+    def __init__(self, rss_bytes: int = 512 * 1024**2, ram_total_bytes: int = 16 * GiB, hwm_allowed: bool = True):
+        self.rss_bytes = rss_bytes
+        self.ram_total_bytes = ram_total_bytes
+        self.ram_used_bytes = 4 * GiB
+        self.hwm_allowed = hwm_allowed
+        self.hwm_bytes = rss_bytes
+        self.fail: set[str] = set()  # method names that raise
+
+    def _check(self, method: str):
+        if method in self.fail or "*" in self.fail:
+            raise OSError(f"fake failure in {method}")
+
+    def set_rss(self, rss_bytes: int):
+        """Move RSS; the high-water mark follows upward as the kernel's does."""
+        self.rss_bytes = rss_bytes
+        self.hwm_bytes = max(self.hwm_bytes, rss_bytes)
+
+    def process_rss_bytes(self):
+        self._check("process_rss_bytes")
+        return self.rss_bytes
+
+    def system_memory(self):
+        self._check("system_memory")
+        return {
+            "total_bytes": self.ram_total_bytes,
+            "available_bytes": self.ram_total_bytes - self.ram_used_bytes,
+            "used_bytes": self.ram_used_bytes,
+            "used_pct": 100.0 * self.ram_used_bytes / self.ram_total_bytes,
+        }
+
+    def cpu_pct(self):
+        self._check("cpu_pct")
+        return 12.5
+
+    def cpu_count(self):
+        return 2
+
+    def reset_peak_rss(self):
+        self._check("reset_peak_rss")
+        if not self.hwm_allowed:
+            raise PermissionError("clear_refs refused")
+        self.hwm_bytes = self.rss_bytes
+        return True
+
+    def peak_rss_bytes(self):
+        self._check("peak_rss_bytes")
+        return self.hwm_bytes
+
+
+class FakeTorchAllocator:
+    name = "fake-torch"
+
+    def __init__(self, n_devices: int = 0, backend: str = "native"):
+        self.backend = backend
+        self.devices = [
+            {"allocated_bytes": 0, "reserved_bytes": 0, "peak_allocated_bytes": 0, "peak_reserved_bytes": 0}
+            for _ in range(n_devices)
+        ]
+        self.fail: set[str] = set()
+
+    def _check(self, method):
+        if method in self.fail or "*" in self.fail:
+            raise RuntimeError(f"fake failure in {method}")
+
+    def allocate(self, index: int, n_bytes: int):
+        dev = self.devices[index]
+        dev["allocated_bytes"] += n_bytes
+        dev["reserved_bytes"] = max(dev["reserved_bytes"], dev["allocated_bytes"])
+        dev["peak_allocated_bytes"] = max(dev["peak_allocated_bytes"], dev["allocated_bytes"])
+        dev["peak_reserved_bytes"] = max(dev["peak_reserved_bytes"], dev["reserved_bytes"])
+
+    def device_count(self):
+        self._check("device_count")
+        return len(self.devices)
+
+    def allocator_backend(self):
+        self._check("allocator_backend")
+        return self.backend if self.devices else None
+
+    def device_name(self, index):
+        return f"Fake GPU {index}"
+
+    def memory(self, index):
+        self._check("memory")
+        values = dict(self.devices[index])
+        if self.backend == "cudaMallocAsync":  # the async allocator keeps no peak counters
+            values["peak_allocated_bytes"] = None
+            values["peak_reserved_bytes"] = None
+        return values
+
+    def reset_peak(self, index):
+        self._check("reset_peak")
+        dev = self.devices[index]
+        dev["peak_allocated_bytes"] = dev["allocated_bytes"]
+        dev["peak_reserved_bytes"] = dev["reserved_bytes"]
+        return True
+
+
+class FakeNvml:
+    name = "fake-nvml"
+
+    def __init__(self, n_devices: int = 0, missing: bool = False, total_bytes: int = 24 * GiB):
+        self.missing = missing
+        self.devices = [
+            {"used_bytes": 1 * GiB, "total_bytes": total_bytes, "utilization_pct": 0.0, "temperature_c": 40.0, "power_w": 60.0}
+            for _ in range(n_devices)
+        ]
+        self.unavailable_reason = "NVMLError_LibraryNotFound" if missing else None
+
+    def device_count(self):
+        return 0 if self.missing else len(self.devices)
+
+    def device_name(self, index):
+        return f"Fake GPU {index}"
+
+    def memory(self, index):
+        dev = self.devices[index]
+        return {"used_bytes": dev["used_bytes"], "total_bytes": dev["total_bytes"]}
+
+    def utilization_pct(self, index):
+        return self.devices[index]["utilization_pct"]
+
+    def temperature_c(self, index):
+        return self.devices[index]["temperature_c"]
+
+    def power_w(self, index):
+        return self.devices[index]["power_w"]
+
+
+SCENARIOS = {
+    "no GPU": dict(gpus=0),
+    "1 GPU": dict(gpus=1),
+    "2 GPUs": dict(gpus=2),
+    "NVML missing": dict(gpus=1, nvml_missing=True),
+    "cudaMallocAsync": dict(gpus=1, allocator="cudaMallocAsync"),
+    "no clear_refs": dict(gpus=0, hwm_allowed=False),
+}
+
+
+def fake_probes(scenario: str = "no GPU"):
+    """Probes over fake backends for one named scenario (see SCENARIOS)."""
+    from . import Probes
+
+    spec = SCENARIOS[scenario]
+    gpus = spec.get("gpus", 0)
+    return Probes(
+        host=FakeHost(hwm_allowed=spec.get("hwm_allowed", True)),
+        torch_alloc=FakeTorchAllocator(gpus, backend=spec.get("allocator", "native")),
+        nvml=FakeNvml(gpus, missing=spec.get("nvml_missing", False)),
+    )

@@ -1,0 +1,67 @@
+"""NVML readings through nvidia-ml-py's `pynvml` module. Handles are cached.
+
+An absent library or driver gives one log line and no readings, never an error.
+Methods may raise; the Probes facade turns any failure into None.
+"""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger(__name__)
+
+
+class NvmlBackend:
+    name = "nvml"
+
+    def __init__(self):
+        self._nvml = None
+        self._handles: dict[int, object] = {}
+        self._unavailable_reason: str | None = None
+
+    def _lib(self):
+        if self._nvml is not None:
+            return self._nvml
+        if self._unavailable_reason is not None:
+            return None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+        except Exception as exc:  # library missing, no driver, no GPU
+            self._unavailable_reason = f"{type(exc).__name__}: {exc}"
+            log.info("NVML unavailable, GPU device readings disabled (%s)", self._unavailable_reason)
+            return None
+        self._nvml = pynvml
+        return pynvml
+
+    @property
+    def unavailable_reason(self) -> str | None:
+        return self._unavailable_reason
+
+    def device_count(self) -> int:
+        lib = self._lib()
+        return 0 if lib is None else int(lib.nvmlDeviceGetCount())
+
+    def _handle(self, index: int):
+        if index not in self._handles:
+            self._handles[index] = self._lib().nvmlDeviceGetHandleByIndex(index)
+        return self._handles[index]
+
+    def device_name(self, index: int) -> str:
+        name = self._lib().nvmlDeviceGetName(self._handle(index))
+        return name.decode() if isinstance(name, bytes) else str(name)
+
+    def memory(self, index: int) -> dict:
+        info = self._lib().nvmlDeviceGetMemoryInfo(self._handle(index))
+        return {"used_bytes": int(info.used), "total_bytes": int(info.total)}
+
+    def utilization_pct(self, index: int) -> float:
+        return float(self._lib().nvmlDeviceGetUtilizationRates(self._handle(index)).gpu)
+
+    def temperature_c(self, index: int) -> float:
+        lib = self._lib()
+        return float(lib.nvmlDeviceGetTemperature(self._handle(index), lib.NVML_TEMPERATURE_GPU))
+
+    def power_w(self, index: int) -> float:
+        return self._lib().nvmlDeviceGetPowerUsage(self._handle(index)) / 1000.0

@@ -1,0 +1,57 @@
+"""Plain reading records produced by the probes. Unknown is None."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    index: int
+    name: str | None = None
+    allocated_bytes: int | None = None
+    reserved_bytes: int | None = None
+    peak_allocated_bytes: int | None = None
+    peak_reserved_bytes: int | None = None
+    nvml_used_bytes: int | None = None
+    nvml_total_bytes: int | None = None
+    utilization_pct: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+
+    @property
+    def device(self) -> str:
+        return f"cuda:{self.index}"
+
+
+# The metrics a snapshot exposes by name; shared by spans, the sampler, reports and the panel.
+HOST_METRICS = ("process_rss_bytes", "ram_used_bytes", "ram_available_bytes", "ram_used_pct", "cpu_pct")
+GPU_METRICS = ("allocated_bytes", "reserved_bytes", "nvml_used_bytes", "utilization_pct", "temperature_c", "power_w")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    monotonic_s: float
+    unix_time_s: float
+    process_rss_bytes: int | None = None
+    ram_used_bytes: int | None = None
+    ram_available_bytes: int | None = None
+    ram_total_bytes: int | None = None
+    ram_used_pct: float | None = None
+    cpu_pct: float | None = None
+    gpus: tuple[GpuReading, ...] = field(default_factory=tuple)
+
+    def metrics(self) -> dict[str, float | int | None]:
+        """Flat metric name -> value, e.g. `process_rss_bytes`, `cuda:0.allocated_bytes`."""
+        values: dict[str, float | int | None] = {name: getattr(self, name) for name in HOST_METRICS}
+        for gpu in self.gpus:
+            for name in GPU_METRICS:
+                values[f"{gpu.device}.{name}"] = getattr(gpu, name)
+        return values
+
+    def to_dict(self) -> dict:
+        data = {name: getattr(self, name) for name in HOST_METRICS}
+        data["ram_total_bytes"] = self.ram_total_bytes
+        data["unix_time_s"] = self.unix_time_s
+        data["gpus"] = [gpu.__dict__.copy() | {"device": gpu.device} for gpu in self.gpus]
+        return data

@@ -1,0 +1,66 @@
+"""Torch CUDA caching-allocator readings. Never initialises CUDA just to read.
+
+Methods may raise; the Probes facade turns any failure into None.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+class TorchAllocatorBackend:
+    """Real backend over torch.cuda, used only once the process itself has initialised CUDA."""
+
+    name = "torch.cuda"
+
+    def _cuda(self):
+        torch = sys.modules.get("torch")  # never import torch (or CUDA) just to read
+        if torch is None:
+            return None
+        cuda = torch.cuda
+        if not cuda.is_available() or not cuda.is_initialized():
+            return None
+        return cuda
+
+    def device_count(self) -> int:
+        cuda = self._cuda()
+        return 0 if cuda is None else int(cuda.device_count())
+
+    def allocator_backend(self) -> str | None:
+        cuda = self._cuda()
+        if cuda is None:
+            return None
+        return str(cuda.get_allocator_backend())
+
+    def device_name(self, index: int) -> str | None:
+        cuda = self._cuda()
+        return None if cuda is None else str(cuda.get_device_name(index))
+
+    def memory(self, index: int) -> dict:
+        """Current and peak allocated/reserved bytes. Under cudaMallocAsync the peaks may be missing."""
+        cuda = self._cuda()
+        if cuda is None:
+            raise RuntimeError("CUDA not initialised")
+        stats = cuda.memory_stats(index)
+        return {
+            "allocated_bytes": _stat(stats, "allocated_bytes.all.current", cuda.memory_allocated, index),
+            "reserved_bytes": _stat(stats, "reserved_bytes.all.current", cuda.memory_reserved, index),
+            "peak_allocated_bytes": _stat(stats, "allocated_bytes.all.peak", cuda.max_memory_allocated, index),
+            "peak_reserved_bytes": _stat(stats, "reserved_bytes.all.peak", cuda.max_memory_reserved, index),
+        }
+
+    def reset_peak(self, index: int) -> bool:
+        cuda = self._cuda()
+        if cuda is None:
+            return False
+        cuda.reset_peak_memory_stats(index)
+        return True
+
+
+def _stat(stats: dict, key: str, fallback, index: int) -> int | None:
+    if key in stats:
+        return int(stats[key])
+    try:
+        return int(fallback(index))
+    except Exception:
+        return None

@@ -1,0 +1,237 @@
+"""Per-prompt run records: a span around the prompt, one around each node, monitor steps.
+
+Framework-neutral: the ComfyUI adapter (nodes/profile_hook.py) calls begin_run, node_started,
+node_finished and end_run; monitor nodes call add_step. Nothing here raises into the caller's
+work: a failure is recorded on the run and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
+from .report import GpuPeak, NodeProfile, RunReport, StepReport
+from .span import Span
+from .store import RunStore
+
+log = logging.getLogger(__name__)
+
+MAX_NODES_PER_RUN = 5000
+MAX_STEPS_PER_RUN = 500
+MAX_MONITOR_ERRORS = 50
+
+
+@dataclass
+class _RunRecord:
+    prompt_id: str
+    started_unix_s: float
+    started_monotonic_s: float
+    node_info: dict[str, tuple[str | None, str | None]]  # node_id -> (class_type, title)
+    span: Span | None
+    open_nodes: dict[str, Span] = field(default_factory=dict)
+    nodes: list[NodeProfile] = field(default_factory=list)
+    steps: list[StepReport] = field(default_factory=list)
+    monitor_errors: list[str] = field(default_factory=list)
+    profile_enabled: bool = True
+
+
+def node_info_from_prompt(prompt: Mapping | None) -> dict[str, tuple[str | None, str | None]]:
+    """node id -> (class_type, title) from an API-format prompt; keeps nothing else of it."""
+    info = {}
+    if not isinstance(prompt, Mapping):
+        return info
+    for node_id, node in prompt.items():
+        if isinstance(node, Mapping):
+            meta = node.get("_meta")
+            title = meta.get("title") if isinstance(meta, Mapping) else None
+            info[str(node_id)] = (node.get("class_type"), title if isinstance(title, str) else None)
+    return info
+
+
+class RunRecorder:
+    def __init__(self, store: RunStore, probes: Probes | None = None, profile_enabled: bool = True):
+        self.store = store
+        self._probes = probes
+        self.profile_enabled = profile_enabled
+        self._run: _RunRecord | None = None
+        self._lock = threading.RLock()
+        self.system_info: dict | None = None
+
+    @property
+    def probes(self) -> Probes:
+        return self._probes if self._probes is not None else get_probes()
+
+    @property
+    def active_prompt_id(self) -> str | None:
+        with self._lock:
+            return None if self._run is None else self._run.prompt_id
+
+    def _note(self, run: _RunRecord | None, message: str) -> None:
+        log.warning("pipeline monitor: %s", message)
+        if run is not None and len(run.monitor_errors) < MAX_MONITOR_ERRORS:
+            run.monitor_errors.append(message)
+
+    # -- runs ---------------------------------------------------------------------------------
+    def begin_run(self, prompt_id: str, prompt: Mapping | None = None) -> None:
+        with self._lock:
+            if self._run is not None:
+                self.end_run("interrupted", reason="a new prompt started before this one finished")
+            span = None
+            try:
+                span = Span(f"prompt {prompt_id}", probes=self._probes, detail=DETAIL_FULL).start()
+            except Exception as exc:
+                span = None
+                message = f"prompt span failed to start: {type(exc).__name__}: {exc}"
+                log.warning("pipeline monitor: %s", message)
+            self._run = _RunRecord(
+                prompt_id=str(prompt_id),
+                started_unix_s=time.time(),
+                started_monotonic_s=time.monotonic(),
+                node_info=node_info_from_prompt(prompt),
+                span=span,
+                profile_enabled=self.profile_enabled,
+            )
+            if span is None:
+                self._run.monitor_errors.append("prompt span failed to start")
+
+    def end_run(self, status: str, error: Mapping | None = None, reason: str | None = None) -> RunReport | None:
+        with self._lock:
+            run, self._run = self._run, None
+        if run is None:
+            return None
+        if reason:
+            run.monitor_errors.append(reason)
+        open_status = "interrupted" if status == "interrupted" else "error"
+        for node_id in list(run.open_nodes):
+            self._close_node(run, node_id, open_status)
+        span_dict = None
+        if run.span is not None:
+            try:
+                span_dict = run.span.stop().to_dict()
+            except Exception as exc:
+                self._note(run, f"prompt span failed to stop: {type(exc).__name__}: {exc}")
+        if self.system_info is None:
+            try:
+                self.system_info = self.probes.system_info()
+            except Exception as exc:
+                self._note(run, f"system info unavailable: {type(exc).__name__}: {exc}")
+        failures = self.probes.failures()
+        for what, why in failures.items():
+            self._note_once(run, f"reading {what} unavailable: {why}")
+        finished = time.time()
+        report = RunReport(
+            prompt_id=run.prompt_id,
+            status=status,
+            started_unix_s=run.started_unix_s,
+            finished_unix_s=finished,
+            duration_s=time.monotonic() - run.started_monotonic_s,
+            nodes=tuple(run.nodes),
+            steps=tuple(run.steps),
+            span=span_dict,
+            system=self.system_info or {},
+            error=dict(error) if error else None,
+            monitor_errors=tuple(run.monitor_errors),
+            profile_enabled=run.profile_enabled,
+        )
+        try:
+            self.store.add(report)
+        except Exception as exc:
+            log.warning("pipeline monitor: storing report %s failed: %s", run.prompt_id, exc)
+        return report
+
+    @staticmethod
+    def _note_once(run: _RunRecord, message: str) -> None:
+        if message not in run.monitor_errors and len(run.monitor_errors) < MAX_MONITOR_ERRORS:
+            run.monitor_errors.append(message)
+
+    # -- nodes --------------------------------------------------------------------------------
+    def node_started(self, node_id: str) -> None:
+        with self._lock:
+            run = self._run
+            if run is None or not run.profile_enabled:
+                return
+            try:
+                run.open_nodes[str(node_id)] = Span(f"node {node_id}", probes=self._probes, detail=DETAIL_LIGHT).start()
+            except Exception as exc:
+                self._note(run, f"node {node_id}: span failed to start: {type(exc).__name__}: {exc}")
+
+    def node_finished(self, node_id: str) -> None:
+        """A finish without a start is a cached node."""
+        with self._lock:
+            run = self._run
+            if run is None or not run.profile_enabled:
+                return
+            node_id = str(node_id)
+            if node_id in run.open_nodes:
+                self._close_node(run, node_id, "executed")
+            else:
+                self._append_node(run, self._profile(run, node_id, "cached", None))
+
+    def _close_node(self, run: _RunRecord, node_id: str, status: str) -> None:
+        span = run.open_nodes.pop(node_id)
+        try:
+            result = span.stop()
+        except Exception as exc:
+            self._note(run, f"node {node_id}: span failed to stop: {type(exc).__name__}: {exc}")
+            result = None
+        self._append_node(run, self._profile(run, node_id, status, result))
+
+    def _profile(self, run: _RunRecord, node_id: str, status: str, result) -> NodeProfile:
+        class_type, title = run.node_info.get(node_id, (None, None))
+        if result is None:
+            return NodeProfile(node_id=node_id, class_type=class_type, title=title, status=status, cached=status == "cached")
+        rss_change = result.changes.get("process_rss_bytes")
+        devices = sorted({m.split(".")[0] for m in result.peaks if m.startswith("cuda:")})
+        return NodeProfile(
+            node_id=node_id,
+            class_type=class_type,
+            title=title,
+            status=status,
+            cached=False,
+            start_offset_s=result.start_unix_s - run.started_unix_s,
+            duration_s=result.duration_s,
+            peak_rss_bytes=result.peak_rss_bytes,
+            peak_rss_method=result.peak_rss_method,
+            rss_change_bytes=None if rss_change is None else rss_change.delta,
+            gpu_peaks=tuple(
+                GpuPeak(d, result.peak(f"{d}.allocated_bytes"), result.peak(f"{d}.reserved_bytes")) for d in devices
+            ),
+        )
+
+    def _append_node(self, run: _RunRecord, profile: NodeProfile) -> None:
+        if len(run.nodes) < MAX_NODES_PER_RUN:
+            run.nodes.append(profile)
+        elif len(run.nodes) == MAX_NODES_PER_RUN:
+            self._note_once(run, f"more than {MAX_NODES_PER_RUN} nodes: later nodes not profiled")
+
+    # -- monitor steps ------------------------------------------------------------------------
+    def add_step(self, step: StepReport) -> bool:
+        """Attach a monitor step to the active run; False when no run is active."""
+        with self._lock:
+            run = self._run
+            if run is None:
+                return False
+            if len(run.steps) >= MAX_STEPS_PER_RUN:
+                self._note_once(run, f"more than {MAX_STEPS_PER_RUN} monitor steps: later steps dropped")
+                return False
+            run.steps.append(step)
+            return True
+
+    def node_profile(self, node_id: str) -> NodeProfile | None:
+        """The profile of a node that already finished in the active run."""
+        with self._lock:
+            run = self._run
+            if run is None:
+                return None
+            for profile in reversed(run.nodes):
+                if profile.node_id == str(node_id):
+                    return profile
+        return None
+
+    def record_monitor_error(self, message: str) -> None:
+        with self._lock:
+            self._note(self._run, message)

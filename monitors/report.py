@@ -1,0 +1,196 @@
+"""Run reports: frozen dataclasses -> plain dicts -> JSON (written atomically) and a log summary.
+
+One vocabulary for Python, JSON and the panel: units in names (`_bytes`, `_s`, `_pct`), counts as
+`n_...`, unknown as None. Bump SCHEMA_VERSION on any incompatible change and update
+`schemas/run_report.schema.json`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+RUN_STATUSES = ("running", "success", "error", "interrupted")
+NODE_STATUSES = ("executed", "cached", "error", "interrupted")
+FINDING_LEVELS = ("info", "warning", "error")
+STEP_KINDS = ("models", "lora", "conditioning", "vae_encode", "latent", "tensor_dump", "tensor_compare")
+
+
+def to_jsonable(value: Any) -> Any:
+    """Dataclasses, mappings and sequences -> plain JSON types; non-finite floats -> None."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if hasattr(value, "to_dict"):
+            return to_jsonable(value.to_dict())
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def _fields_dict(obj) -> dict:
+    return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str  # info | warning | error
+    message: str
+    code: str | None = None
+
+    def to_dict(self) -> dict:
+        return _fields_dict(self)
+
+
+@dataclass(frozen=True)
+class GpuPeak:
+    device: str
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+
+    def to_dict(self) -> dict:
+        return _fields_dict(self)
+
+
+@dataclass(frozen=True)
+class NodeProfile:
+    node_id: str
+    class_type: str | None
+    status: str  # executed | cached | error | interrupted
+    cached: bool
+    start_offset_s: float | None = None  # since the run started
+    duration_s: float | None = None
+    peak_rss_bytes: int | None = None
+    peak_rss_method: str | None = None
+    rss_change_bytes: int | None = None
+    gpu_peaks: tuple[GpuPeak, ...] = ()
+    title: str | None = None
+
+    def to_dict(self) -> dict:
+        return _fields_dict(self)
+
+
+@dataclass(frozen=True)
+class StepReport:
+    kind: str
+    node_id: str | None
+    summary: Mapping[str, Any] = field(default_factory=dict)  # key figures, shown first
+    details: Mapping[str, Any] = field(default_factory=dict)
+    findings: tuple[Finding, ...] = ()
+    monitor_errors: tuple[str, ...] = ()  # what monitoring itself failed to do
+    created_unix_s: float | None = None
+
+    def to_dict(self) -> dict:
+        return _fields_dict(self)
+
+
+@dataclass(frozen=True)
+class RunReport:
+    prompt_id: str
+    status: str
+    started_unix_s: float
+    finished_unix_s: float | None
+    duration_s: float | None
+    nodes: tuple[NodeProfile, ...] = ()
+    steps: tuple[StepReport, ...] = ()
+    span: Mapping[str, Any] | None = None  # SpanResult.to_dict() of the whole prompt
+    system: Mapping[str, Any] = field(default_factory=dict)
+    error: Mapping[str, Any] | None = None
+    monitor_errors: tuple[str, ...] = ()
+    profile_enabled: bool = True
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def peak_rss_bytes(self) -> int | None:
+        return None if not self.span else self.span.get("peak_rss_bytes")
+
+    def to_dict(self) -> dict:
+        return _fields_dict(self)
+
+    def summary_dict(self) -> dict:
+        """The row shown in run lists."""
+        return {
+            "schema_version": self.schema_version,
+            "prompt_id": self.prompt_id,
+            "status": self.status,
+            "started_unix_s": self.started_unix_s,
+            "duration_s": self.duration_s,
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "peak_gpu_allocated_bytes": max_gpu_peak(self.nodes),
+            "n_nodes": len(self.nodes),
+            "n_cached": sum(1 for n in self.nodes if n.cached),
+            "step_kinds": sorted({s.kind for s in self.steps}),
+        }
+
+
+def max_gpu_peak(nodes) -> int | None:
+    values = [p.peak_allocated_bytes for n in nodes for p in n.gpu_peaks if p.peak_allocated_bytes is not None]
+    return max(values) if values else None
+
+
+def write_json_atomic(path: str, data: Mapping[str, Any]) -> None:
+    """Write JSON so readers see either the old file or the whole new one, never a partial file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp_path = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(to_jsonable(data), f, indent=1, allow_nan=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    except BaseException:
+        try:
+            os.unlink(tmp_path)
+        except OSError:
+            pass
+        raise
+
+
+def format_bytes(n: int | float | None) -> str:
+    if n is None:
+        return "unknown"
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{sign}{n:.0f} {unit}" if unit == "B" else f"{sign}{n:.1f} {unit}"
+        n /= 1024
+    return f"{sign}{n:.1f} TiB"
+
+
+def format_run_summary(report: RunReport) -> str:
+    """A concise one-paragraph summary for the log."""
+    duration = "unknown time" if report.duration_s is None else f"{report.duration_s:.2f} s"
+    method = (report.span or {}).get("peak_rss_method")
+    parts = [
+        f"Pipeline Monitor: prompt {report.prompt_id} {report.status} in {duration}",
+        f"peak RSS {format_bytes(report.peak_rss_bytes)}" + (f" ({method})" if method else ""),
+    ]
+    executed = [n for n in report.nodes if not n.cached]
+    if report.nodes:
+        parts.append(f"{len(report.nodes)} nodes ({len(report.nodes) - len(executed)} cached)")
+    timed = [n for n in executed if n.duration_s is not None]
+    if timed:
+        slowest = max(timed, key=lambda n: n.duration_s)
+        parts.append(f"slowest #{slowest.node_id} {slowest.class_type} {slowest.duration_s:.2f} s")
+    if report.steps:
+        parts.append("steps: " + ", ".join(s.kind for s in report.steps))
+    if report.error:
+        parts.append(f"error in node {report.error.get('node_id')}: {report.error.get('exception_type')}")
+    if report.monitor_errors:
+        parts.append(f"{len(report.monitor_errors)} monitoring problem(s)")
+    return "; ".join(parts)

@@ -1,0 +1,216 @@
+"""Spans: baseline and end snapshots, peaks with the time each was seen, changes, duration.
+
+Peak RSS is exact on Linux: the span resets the kernel's RSS high-water mark (VmHWM) at start
+and reads it at stop, so a short spike between two samples is not missed. Where the reset is
+refused, the peak comes from the span's own readings and any sampler ticks (`peak_rss_method`
+says which). Torch allocator peaks work the same way with `reset_peak_memory_stats`.
+
+Both counters are process-wide, so spans nest through one registry: before a span resets a
+counter it hands the value so far to every span still open, and at stop it hands its reading
+to them too. A node span inside a prompt span, or an attempt inside a node, loses no peak.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .probes import DETAIL_FULL, Probes, Snapshot, get_probes
+
+METHOD_KERNEL_HWM = "kernel_hwm"
+METHOD_ALLOCATOR_PEAK = "allocator_peak"
+METHOD_SAMPLED = "sampled"
+
+_open_spans: list[Span] = []
+_registry_lock = threading.RLock()
+
+
+@dataclass(frozen=True)
+class Peak:
+    value: float | None
+    at_s: float | None  # seconds since span start when the value was seen (for kernel_hwm: when it was read)
+    method: str
+
+    def to_dict(self) -> dict:
+        return {"value": self.value, "at_s": self.at_s, "method": self.method}
+
+
+@dataclass(frozen=True)
+class Change:
+    before: float | None
+    after: float | None
+    delta: float | None
+    delta_pct: float | None
+
+    @classmethod
+    def between(cls, before, after) -> Change:
+        if before is None or after is None:
+            return cls(before, after, None, None)
+        delta = after - before
+        pct = (100.0 * delta / before) if before else None
+        return cls(before, after, delta, pct)
+
+    def to_dict(self) -> dict:
+        return {"before": self.before, "after": self.after, "delta": self.delta, "delta_pct": self.delta_pct}
+
+
+@dataclass(frozen=True)
+class SpanResult:
+    name: str
+    start_unix_s: float
+    duration_s: float
+    baseline: Snapshot
+    end: Snapshot
+    peaks: Mapping[str, Peak] = field(default_factory=dict)
+    changes: Mapping[str, Change] = field(default_factory=dict)
+    peak_rss_method: str | None = None
+
+    @property
+    def peak_rss_bytes(self) -> int | None:
+        peak = self.peaks.get("process_rss_bytes")
+        return None if peak is None or peak.value is None else int(peak.value)
+
+    def peak(self, metric: str) -> float | None:
+        peak = self.peaks.get(metric)
+        return None if peak is None else peak.value
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "start_unix_s": self.start_unix_s,
+            "duration_s": self.duration_s,
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "peak_rss_method": self.peak_rss_method,
+            "baseline": self.baseline.to_dict(),
+            "end": self.end.to_dict(),
+            "peaks": {k: v.to_dict() for k, v in self.peaks.items()},
+            "changes": {k: v.to_dict() for k, v in self.changes.items()},
+        }
+
+
+class Span:
+    """Measure one stretch of work. Use as a context manager or with start()/stop()."""
+
+    def __init__(self, name: str = "span", probes: Probes | None = None, detail: str = DETAIL_FULL):
+        self.name = name
+        self.detail = detail
+        self._probes = probes
+        self._peaks: dict[str, Peak] = {}
+        self._start_monotonic: float | None = None
+        self._start_unix: float | None = None
+        self._baseline: Snapshot | None = None
+        self._exact_rss = False
+        self._gpu_count = 0
+        self.result: SpanResult | None = None
+
+    @property
+    def probes(self) -> Probes:
+        return self._probes if self._probes is not None else get_probes()
+
+    @property
+    def is_open(self) -> bool:
+        return self._start_monotonic is not None and self.result is None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> Span:
+        if self._start_monotonic is not None:
+            raise RuntimeError(f"span {self.name!r} already started")
+        probes = self.probes
+        with _registry_lock:
+            self._start_monotonic = time.monotonic()
+            self._start_unix = time.time()
+            self._gpu_count = probes.torch_device_count()
+            self._hand_counters_to_open_spans(probes)
+            self._exact_rss = probes.reset_peak_rss()
+            for index in range(self._gpu_count):
+                probes.reset_torch_peak(index)
+            _open_spans.append(self)
+        self._baseline = probes.snapshot(self.detail)
+        self.observe(self._baseline)
+        return self
+
+    def stop(self) -> SpanResult:
+        if self.result is not None:
+            return self.result
+        if self._start_monotonic is None:
+            raise RuntimeError(f"span {self.name!r} was never started")
+        probes = self.probes
+        end = probes.snapshot(self.detail)
+        self.observe(end)
+        with _registry_lock:
+            self._hand_counters_to_open_spans(probes)
+            if self in _open_spans:
+                _open_spans.remove(self)
+        baseline_metrics = self._baseline.metrics()
+        end_metrics = end.metrics()
+        changes = {
+            name: Change.between(baseline_metrics.get(name), end_metrics.get(name))
+            for name in dict.fromkeys([*baseline_metrics, *end_metrics])
+        }
+        self.result = SpanResult(
+            name=self.name,
+            start_unix_s=self._start_unix,
+            duration_s=end.monotonic_s - self._start_monotonic,
+            baseline=self._baseline,
+            end=end,
+            peaks=dict(self._peaks),
+            changes=changes,
+            peak_rss_method=METHOD_KERNEL_HWM if self._exact_rss else METHOD_SAMPLED,
+        )
+        return self.result
+
+    def __enter__(self) -> Span:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    # -- peaks --------------------------------------------------------------------------------
+    def observe(self, snapshot: Snapshot) -> None:
+        """Take a snapshot's values as peak candidates (the sampler calls this while the span is open)."""
+        with _registry_lock:
+            for metric, value in snapshot.metrics().items():
+                self._offer(metric, value, snapshot.monotonic_s, METHOD_SAMPLED)
+
+    def _offer(self, metric: str, value, at_monotonic: float, method: str) -> None:
+        if value is None or self._start_monotonic is None:
+            return
+        best = self._peaks.get(metric)
+        if best is None or best.value is None or value > best.value:
+            at_s = max(0.0, at_monotonic - self._start_monotonic)
+            self._peaks[metric] = Peak(value, at_s, method)
+
+    def _hand_counters_to_open_spans(self, probes: Probes) -> None:
+        """Read the process-wide peak counters and offer them to every open span.
+
+        Called before self joins the registry at start (so only enclosing spans receive) and
+        before it leaves at stop (so self and its enclosing spans receive)."""
+        now = time.monotonic()
+        receivers = [span for span in _open_spans if span._exact_rss]
+        if receivers:
+            hwm = probes.peak_rss_bytes()
+            for span in receivers:
+                span._offer("process_rss_bytes", hwm, now, METHOD_KERNEL_HWM)
+        if not _open_spans:
+            return
+        for index in range(self._gpu_count):
+            memory = probes.torch_memory(index) or {}
+            for counter in ("allocated_bytes", "reserved_bytes"):
+                value = memory.get(f"peak_{counter}")
+                for span in _open_spans:
+                    span._offer(f"cuda:{index}.{counter}", value, now, METHOD_ALLOCATOR_PEAK)
+
+
+def observe_open_spans(snapshot: Snapshot) -> None:
+    """Offer a sampler tick to every open span."""
+    with _registry_lock:
+        spans = list(_open_spans)
+    for span in spans:
+        span.observe(snapshot)
+
+
+def open_span_count() -> int:
+    with _registry_lock:
+        return len(_open_spans)

@@ -1,0 +1,120 @@
+"""The last N run reports in memory, and their JSON files on disk with the oldest pruned first.
+
+Report ids come from requests, so they are validated before any path is built from them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+from collections import OrderedDict
+
+from .report import RunReport, format_run_summary, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+DEFAULT_MAX_RUNS = 50
+DEFAULT_MAX_FILES = 500
+
+
+def is_valid_run_id(run_id: object) -> bool:
+    return isinstance(run_id, str) and RUN_ID_PATTERN.fullmatch(run_id) is not None
+
+
+class RunStore:
+    def __init__(self, reports_dir: str | None = None, max_runs: int = DEFAULT_MAX_RUNS, max_files: int = DEFAULT_MAX_FILES):
+        self.reports_dir = reports_dir
+        self.max_runs = max(1, int(max_runs))
+        self.max_files = max(1, int(max_files))
+        self._runs: OrderedDict[str, dict] = OrderedDict()  # prompt_id -> report dict, oldest first
+        self._summaries: dict[str, dict] = {}
+        self._lock = threading.Lock()
+        self.write_errors: list[str] = []
+
+    def add(self, report: RunReport) -> str | None:
+        """Keep the report; returns the JSON file path, or None when it could not be written."""
+        data = report.to_dict()
+        with self._lock:
+            self._runs.pop(report.prompt_id, None)
+            self._runs[report.prompt_id] = data
+            self._summaries[report.prompt_id] = report.summary_dict()
+            while len(self._runs) > self.max_runs:
+                old_id, _ = self._runs.popitem(last=False)
+                self._summaries.pop(old_id, None)
+        log.info("%s", format_run_summary(report))
+        return self._write(report.prompt_id, data)
+
+    def _path(self, run_id: str) -> str | None:
+        if self.reports_dir is None or not is_valid_run_id(run_id):
+            return None
+        return os.path.join(self.reports_dir, f"{run_id}.json")
+
+    def _write(self, run_id: str, data: dict) -> str | None:
+        path = self._path(run_id)
+        if path is None:
+            return None
+        try:
+            write_json_atomic(path, data)
+            self._prune_disk()
+            return path
+        except Exception as exc:
+            reason = f"could not write report {run_id}: {type(exc).__name__}: {exc}"
+            self.write_errors = (self.write_errors + [reason])[-20:]
+            log.warning("pipeline monitor: %s", reason)
+            return None
+
+    def _prune_disk(self) -> None:
+        entries = []
+        with os.scandir(self.reports_dir) as it:
+            for entry in it:
+                if entry.is_file() and entry.name.endswith(".json") and not entry.name.startswith("."):
+                    entries.append((entry.stat().st_mtime, entry.path))
+        if len(entries) <= self.max_files:
+            return
+        entries.sort()
+        for _, path in entries[: len(entries) - self.max_files]:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def configure(self, max_runs: int | None = None, max_files: int | None = None) -> None:
+        with self._lock:
+            if max_runs is not None:
+                self.max_runs = max(1, int(max_runs))
+                while len(self._runs) > self.max_runs:
+                    old_id, _ = self._runs.popitem(last=False)
+                    self._summaries.pop(old_id, None)
+            if max_files is not None:
+                self.max_files = max(1, int(max_files))
+
+    def summaries(self, limit: int | None = None) -> list[dict]:
+        """Newest first."""
+        with self._lock:
+            rows = [self._summaries[k] for k in reversed(self._runs)]
+        return rows if limit is None else rows[:limit]
+
+    def get(self, run_id: str) -> dict | None:
+        if not is_valid_run_id(run_id):
+            return None
+        with self._lock:
+            data = self._runs.get(run_id)
+        if data is not None:
+            return data
+        path = self._path(run_id)
+        if path is None or not os.path.isfile(path):
+            return None
+        try:
+            with open(path, encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError) as exc:
+            log.warning("pipeline monitor: report %s unreadable: %s", run_id, exc)
+            return None
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._runs)

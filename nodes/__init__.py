@@ -1,0 +1,1 @@
+"""ComfyUI adapters: the only part of the pack that imports ComfyUI."""

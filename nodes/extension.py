@@ -1,0 +1,12 @@
+"""The pack's V3 extension: the list of monitor nodes."""
+
+from __future__ import annotations
+
+from comfy_api.latest import ComfyExtension, io
+
+from .models_node import PipelineMonitorModels
+
+
+class PipelineMonitorExtension(ComfyExtension):
+    async def get_node_list(self) -> list[type[io.ComfyNode]]:
+        return [PipelineMonitorModels]

@@ -1,0 +1,153 @@
+"""Per-node profile of every prompt, through ComfyUI's ProgressHandler seam.
+
+ComfyUI builds a new progress registry for each prompt (`execution.reset_progress_state`), so
+we wrap that name in `execution` with a `*args, **kwargs` wrapper that opens a run and
+registers our handler; the handler's start/finish calls time and peak each node (a finish
+without a start is a cached node). `PromptExecutor.execute_async` is wrapped the same way to
+close the run with its final status. Feature-detected: if ComfyUI changed, one warning is
+logged and the profile is off; nothing here ever raises into ComfyUI.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from .runtime import get_runtime
+
+log = logging.getLogger(__name__)
+
+HANDLER_NAME = "pipeline_monitor"
+_WRAPPED = "__pipeline_monitor_wrapped__"
+_handler_class = None
+
+
+def _make_handler_class(progress):
+    class PipelineMonitorProgressHandler(progress.ProgressHandler):
+        def __init__(self, recorder):
+            super().__init__(HANDLER_NAME)
+            self.recorder = recorder
+
+        def start_handler(self, node_id, *args, **kwargs):
+            try:
+                self.recorder.node_started(node_id)
+            except Exception:
+                log.exception("pipeline monitor: node start not recorded")
+
+        def finish_handler(self, node_id, *args, **kwargs):
+            try:
+                self.recorder.node_finished(node_id)
+            except Exception:
+                log.exception("pipeline monitor: node finish not recorded")
+
+    return PipelineMonitorProgressHandler
+
+
+def _prompt_args(args, kwargs):
+    prompt_id = kwargs.get("prompt_id", args[0] if args else None)
+    dynprompt = kwargs.get("dynprompt", args[1] if len(args) > 1 else None)
+    return prompt_id, getattr(dynprompt, "original_prompt", None)
+
+
+def on_prompt_start(progress, *args, **kwargs) -> None:
+    prompt_id, prompt = _prompt_args(args, kwargs)
+    if prompt_id is None:
+        return
+    recorder = get_runtime().recorder
+    recorder.begin_run(str(prompt_id), prompt)
+    progress.add_progress_handler(_handler_class(recorder))
+
+
+def final_status(executor) -> tuple[str, dict | None]:
+    """The prompt's outcome from the executor's status messages: (status, error details)."""
+    messages = getattr(executor, "status_messages", None) or []
+    for event, data in messages:
+        if event == "execution_interrupted":
+            return "interrupted", {"node_id": data.get("node_id"), "exception_type": "interrupted"}
+    for event, data in messages:
+        if event == "execution_error":
+            return "error", {
+                "node_id": data.get("node_id"),
+                "node_type": data.get("node_type"),
+                "exception_type": data.get("exception_type"),
+                "exception_message": str(data.get("exception_message", ""))[:2000],
+            }
+    if any(event == "execution_success" for event, _ in messages):
+        return "success", None
+    return "error", {"node_id": None, "exception_type": "unknown", "exception_message": "no final status from ComfyUI"}
+
+
+def on_prompt_end(executor) -> None:
+    runtime = get_runtime()
+    if runtime.recorder.active_prompt_id is None:
+        return
+    status, error = final_status(executor)
+    report = runtime.recorder.end_run(status, error)
+    if report is not None:
+        announce_run(report.summary_dict())
+
+
+def announce_run(summary: dict) -> None:
+    """Tell every open panel that a run finished (broadcast; a small summary, not the report)."""
+    try:
+        from server import PromptServer
+
+        PromptServer.instance.send_sync("pipeline_monitor.run", summary)
+    except Exception as exc:
+        log.debug("pipeline monitor: run announcement not sent: %s", exc)
+
+
+def install() -> bool:
+    """Wrap the two seams once; returns whether the profile hook is active."""
+    global _handler_class
+    try:
+        import execution
+        from comfy_execution import progress
+    except Exception as exc:
+        log.warning("pipeline monitor: per-node profile off, ComfyUI execution modules not importable (%s)", exc)
+        return False
+    missing = [
+        name
+        for name, ok in (
+            ("execution.reset_progress_state", callable(getattr(execution, "reset_progress_state", None))),
+            ("execution.PromptExecutor.execute_async", callable(getattr(getattr(execution, "PromptExecutor", None), "execute_async", None))),
+            ("progress.ProgressHandler", isinstance(getattr(progress, "ProgressHandler", None), type)),
+            ("progress.add_progress_handler", callable(getattr(progress, "add_progress_handler", None))),
+        )
+        if not ok
+    ]
+    if missing:
+        log.warning("pipeline monitor: per-node profile off, this ComfyUI lacks %s", ", ".join(missing))
+        return False
+    if getattr(execution.reset_progress_state, _WRAPPED, False):
+        return True
+    _handler_class = _make_handler_class(progress)
+
+    original_reset = execution.reset_progress_state
+
+    @functools.wraps(original_reset)
+    def reset_progress_state(*args, **kwargs):
+        result = original_reset(*args, **kwargs)
+        try:
+            on_prompt_start(progress, *args, **kwargs)
+        except Exception:
+            log.exception("pipeline monitor: could not start the run record")
+        return result
+
+    original_execute_async = execution.PromptExecutor.execute_async
+
+    @functools.wraps(original_execute_async)
+    async def execute_async(self, *args, **kwargs):
+        try:
+            return await original_execute_async(self, *args, **kwargs)
+        finally:
+            try:
+                on_prompt_end(self)
+            except Exception:
+                log.exception("pipeline monitor: could not finish the run record")
+
+    setattr(reset_progress_state, _WRAPPED, True)
+    setattr(execute_async, _WRAPPED, True)
+    execution.reset_progress_state = reset_progress_state
+    execution.PromptExecutor.execute_async = execute_async
+    return True

@@ -1,0 +1,68 @@
+"""The pack's process-wide state (report store, run recorder, sampler), created on first use.
+
+Nothing here runs at import: ComfyUI imports the pack at start-up, and the pack must cost
+nothing until a prompt runs or the panel asks for data.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from ..monitors.recorder import RunRecorder
+from ..monitors.sampler import Sampler
+from ..monitors.store import RunStore
+
+log = logging.getLogger(__name__)
+
+PACK_OUTPUT_FOLDER = "pipeline_monitor"
+ENV_PROFILE = "PIPELINE_MONITOR_PROFILE"  # "0" switches the per-node profile off
+ENV_MAX_RUNS = "PIPELINE_MONITOR_MAX_RUNS"
+
+
+def pack_output_dir() -> str:
+    import folder_paths  # ComfyUI's; imported late so nothing happens at pack import
+
+    return os.path.join(folder_paths.get_output_directory(), PACK_OUTPUT_FOLDER)
+
+
+def reports_dir() -> str:
+    return os.path.join(pack_output_dir(), "reports")
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return max(1, int(os.environ.get(name, default)))
+    except ValueError:
+        log.warning("pipeline monitor: %s must be an integer, using %d", name, default)
+        return default
+
+
+class Runtime:
+    def __init__(self, store: RunStore, recorder: RunRecorder, sampler: Sampler):
+        self.store = store
+        self.recorder = recorder
+        self.sampler = sampler
+
+
+_runtime: Runtime | None = None
+_lock = threading.Lock()
+
+
+def get_runtime() -> Runtime:
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            store = RunStore(reports_dir(), max_runs=_env_int(ENV_MAX_RUNS, 50))
+            recorder = RunRecorder(store, profile_enabled=os.environ.get(ENV_PROFILE, "1") != "0")
+            _runtime = Runtime(store, recorder, Sampler())
+        return _runtime
+
+
+def set_runtime(runtime: Runtime | None) -> Runtime | None:
+    """Replace the runtime (tests); returns the previous one."""
+    global _runtime
+    with _lock:
+        previous, _runtime = _runtime, runtime
+        return previous
