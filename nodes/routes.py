@@ -65,8 +65,8 @@ def register_with_server() -> bool:
         from server import PromptServer
 
         routes = PromptServer.instance.routes
-    except Exception as exc:
-        log.warning("pipeline monitor: routes not registered, no PromptServer (%s)", exc)
+    except Exception as exc:  # imported outside a running ComfyUI (tools, tests): stay silent
+        log.debug("pipeline monitor: routes not registered, no PromptServer (%s)", exc)
         return False
     register(routes)
     return True

@@ -1,0 +1,117 @@
+import logging
+import sys
+
+import pytest
+
+from monitors.probes import Probes
+from monitors.probes.fake import GiB, fake_probes
+from monitors.probes.host import HostBackend
+from monitors.probes.nvml import NvmlBackend
+from monitors.probes.torch_alloc import TorchAllocatorBackend
+
+
+def test_no_gpu_snapshot_has_host_values_and_no_gpus():
+    snap = fake_probes("no GPU").snapshot()
+    assert snap.process_rss_bytes == 512 * 1024**2
+    assert snap.ram_total_bytes == 16 * GiB and snap.ram_used_pct == 25.0
+    assert snap.cpu_pct == 12.5
+    assert snap.gpus == ()
+    assert not any(k.startswith("cuda:") for k in snap.metrics())
+
+
+def test_two_gpus_reported_with_allocator_and_nvml_values():
+    probes = fake_probes("2 GPUs")
+    probes.torch.allocate(1, 3 * GiB)
+    probes.nvml.devices[1]["utilization_pct"] = 87.0
+    snap = probes.snapshot()
+    assert [g.device for g in snap.gpus] == ["cuda:0", "cuda:1"]
+    assert snap.gpus[1].allocated_bytes == 3 * GiB and snap.gpus[1].peak_allocated_bytes == 3 * GiB
+    assert snap.gpus[1].utilization_pct == 87.0 and snap.gpus[1].name == "Fake GPU 1"
+    assert snap.metrics()["cuda:1.allocated_bytes"] == 3 * GiB
+
+
+def test_light_snapshot_skips_system_ram_cpu_and_nvml():
+    snap = fake_probes("1 GPU").snapshot("light")
+    assert snap.process_rss_bytes is not None and snap.ram_used_bytes is None and snap.cpu_pct is None
+    assert snap.gpus[0].allocated_bytes == 0 and snap.gpus[0].utilization_pct is None
+
+
+def test_nvml_missing_keeps_allocator_readings():
+    snap = fake_probes("NVML missing").snapshot()
+    assert len(snap.gpus) == 1
+    assert snap.gpus[0].allocated_bytes == 0
+    assert snap.gpus[0].nvml_used_bytes is None and snap.gpus[0].temperature_c is None
+
+
+def test_cuda_malloc_async_has_no_peak_counters():
+    probes = fake_probes("cudaMallocAsync")
+    assert probes.allocator_backend() == "cudaMallocAsync"
+    assert probes.snapshot().gpus[0].peak_allocated_bytes is None
+
+
+def test_every_probe_raising_gives_none_and_one_logged_reason(caplog):
+    probes = fake_probes("2 GPUs")
+    probes.host.fail.add("*")
+    probes.torch.fail.add("memory")
+    caplog.set_level(logging.WARNING)
+    for _ in range(3):
+        snap = probes.snapshot()
+    assert snap.process_rss_bytes is None and snap.ram_used_bytes is None and snap.cpu_pct is None
+    assert snap.gpus[0].allocated_bytes is None
+    assert probes.reset_peak_rss() is False and probes.peak_rss_bytes() is None
+    failures = probes.failures()
+    assert "host.process_rss_bytes" in failures and "OSError" in failures["host.process_rss_bytes"]
+    rss_warnings = [r for r in caplog.records if "host.process_rss_bytes" in r.getMessage()]
+    assert len(rss_warnings) == 1
+
+
+def test_unreadable_proc_gives_none(tmp_path):
+    host = HostBackend(proc_status=str(tmp_path / "missing"), proc_clear_refs=str(tmp_path / "nodir" / "clear_refs"))
+    probes = Probes(host=host, torch_alloc=TorchAllocatorBackend(), nvml=fake_probes().nvml)
+    assert probes.peak_rss_bytes() is None
+    assert probes.reset_peak_rss() is False
+    assert probes.process_rss_bytes() > 0  # psutil still works
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM is Linux-only")
+def test_real_host_backend_reads_rss_and_hwm():
+    host = HostBackend()
+    rss = host.process_rss_bytes()
+    assert rss > 10 * 1024**2
+    assert host.peak_rss_bytes() >= rss * 0.9
+    memory = host.system_memory()
+    assert memory["total_bytes"] >= memory["available_bytes"] > 0
+
+
+def test_torch_backend_never_initialises_cuda():
+    torch = pytest.importorskip("torch")
+    backend = TorchAllocatorBackend()
+    was_initialised = torch.cuda.is_initialized()
+    assert backend.device_count() == (torch.cuda.device_count() if was_initialised else 0)
+    Probes(torch_alloc=backend, nvml=fake_probes().nvml).snapshot()
+    assert torch.cuda.is_initialized() == was_initialised
+
+
+def test_nvml_absent_is_one_log_line_not_an_error(monkeypatch, caplog):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_pynvml(name, *args, **kwargs):
+        if name == "pynvml":
+            raise ImportError("No module named 'pynvml'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pynvml)
+    caplog.set_level(logging.INFO)
+    backend = NvmlBackend()
+    assert backend.device_count() == 0 and backend.device_count() == 0
+    assert "ImportError" in backend.unavailable_reason
+    assert len([r for r in caplog.records if "NVML unavailable" in r.getMessage()]) == 1
+
+
+def test_system_info_lists_gpus_and_allocator():
+    info = fake_probes("2 GPUs").system_info()
+    assert [g["device"] for g in info["gpus"]] == ["cuda:0", "cuda:1"]
+    assert info["allocator_backend"] == "native" and info["cpu_count"] == 2
+    assert fake_probes("no GPU").system_info()["gpus"] == []
