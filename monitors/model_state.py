@@ -53,7 +53,10 @@ def describe_patcher(patcher) -> dict[str, Any]:
     parent = getattr(patcher, "parent", None)
     model = getattr(patcher, "model", None)
     weights_patched = _safe(
-        lambda: model.current_weight_patches_uuid is not None and model.current_weight_patches_uuid == patcher.patches_uuid
+        lambda: (
+            model.current_weight_patches_uuid is not None
+            and model.current_weight_patches_uuid == patcher.patches_uuid
+        )
     )
     return {
         "patcher_class": type(patcher).__name__,

@@ -98,7 +98,9 @@ class RunRecorder:
             if span is None:
                 self._run.monitor_errors.append("prompt span failed to start")
 
-    def end_run(self, status: str, error: Mapping | None = None, reason: str | None = None) -> RunReport | None:
+    def end_run(
+        self, status: str, error: Mapping | None = None, reason: str | None = None
+    ) -> RunReport | None:
         with self._lock:
             run, self._run = self._run, None
         if run is None:
@@ -155,7 +157,9 @@ class RunRecorder:
             if run is None or not run.profile_enabled:
                 return
             try:
-                run.open_nodes[str(node_id)] = Span(f"node {node_id}", probes=self._probes, detail=DETAIL_LIGHT).start()
+                run.open_nodes[str(node_id)] = Span(
+                    f"node {node_id}", probes=self._probes, detail=DETAIL_LIGHT
+                ).start()
             except Exception as exc:
                 self._note(run, f"node {node_id}: span failed to start: {type(exc).__name__}: {exc}")
 
@@ -183,7 +187,9 @@ class RunRecorder:
     def _profile(self, run: _RunRecord, node_id: str, status: str, result) -> NodeProfile:
         class_type, title = run.node_info.get(node_id, (None, None))
         if result is None:
-            return NodeProfile(node_id=node_id, class_type=class_type, title=title, status=status, cached=status == "cached")
+            return NodeProfile(
+                node_id=node_id, class_type=class_type, title=title, status=status, cached=status == "cached"
+            )
         rss_change = result.changes.get("process_rss_bytes")
         devices = sorted({m.split(".")[0] for m in result.peaks if m.startswith("cuda:")})
         return NodeProfile(
@@ -198,7 +204,8 @@ class RunRecorder:
             peak_rss_method=result.peak_rss_method,
             rss_change_bytes=None if rss_change is None else rss_change.delta,
             gpu_peaks=tuple(
-                GpuPeak(d, result.peak(f"{d}.allocated_bytes"), result.peak(f"{d}.reserved_bytes")) for d in devices
+                GpuPeak(d, result.peak(f"{d}.allocated_bytes"), result.peak(f"{d}.reserved_bytes"))
+                for d in devices
             ),
         )
 

@@ -137,7 +137,9 @@ class RunReport:
 
 
 def max_gpu_peak(nodes) -> int | None:
-    values = [p.peak_allocated_bytes for n in nodes for p in n.gpu_peaks if p.peak_allocated_bytes is not None]
+    values = [
+        p.peak_allocated_bytes for n in nodes for p in n.gpu_peaks if p.peak_allocated_bytes is not None
+    ]
     return max(values) if values else None
 
 

@@ -24,7 +24,12 @@ Sink = Callable[[Snapshot], None]
 
 
 class Sampler:
-    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, max_points: int = DEFAULT_MAX_POINTS, probes: Probes | None = None):
+    def __init__(
+        self,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        max_points: int = DEFAULT_MAX_POINTS,
+        probes: Probes | None = None,
+    ):
         if interval_s <= 0:
             raise ValueError(f"interval_s must be positive, got {interval_s}")
         if max_points < 1:
@@ -124,7 +129,9 @@ class Sampler:
             except Exception:
                 if id(sink) not in self._failed_sinks:
                     self._failed_sinks.add(id(sink))
-                    log.exception("pipeline monitor: sampler sink %r failed (further failures not logged)", sink)
+                    log.exception(
+                        "pipeline monitor: sampler sink %r failed (further failures not logged)", sink
+                    )
         return snapshot
 
     def points(self, since_unix_s: float | None = None) -> list[Snapshot]:

@@ -26,7 +26,12 @@ def is_valid_run_id(run_id: object) -> bool:
 
 
 class RunStore:
-    def __init__(self, reports_dir: str | None = None, max_runs: int = DEFAULT_MAX_RUNS, max_files: int = DEFAULT_MAX_FILES):
+    def __init__(
+        self,
+        reports_dir: str | None = None,
+        max_runs: int = DEFAULT_MAX_RUNS,
+        max_files: int = DEFAULT_MAX_FILES,
+    ):
         self.reports_dir = reports_dir
         self.max_runs = max(1, int(max_runs))
         self.max_files = max(1, int(max_files))

@@ -29,7 +29,13 @@ def analyse_models(node_id: str | None, inputs: dict, prompt) -> StepReport:
         except Exception as exc:
             errors.append(f"{kind}: {type(exc).__name__}: {exc}")
     if not objects:
-        findings.append(Finding("info", "Nothing connected: connect a MODEL, CLIP or VAE to see its state.", "nothing_connected"))
+        findings.append(
+            Finding(
+                "info",
+                "Nothing connected: connect a MODEL, CLIP or VAE to see its state.",
+                "nothing_connected",
+            )
+        )
     loaders = loader_profiles(node_id, prompt, INPUT_KINDS)
     baseline = get_probes().snapshot().to_dict()
     total = sum(o.get("size_bytes") or 0 for o in objects.values())
@@ -62,7 +68,9 @@ def ui_text(step: StepReport) -> str:
     parts = []
     for kind in INPUT_KINDS:
         if f"{kind}_class" in step.summary:
-            parts.append(f"{kind}: {step.summary[f'{kind}_class']} {format_bytes(step.summary[f'{kind}_size_bytes'])}")
+            parts.append(
+                f"{kind}: {step.summary[f'{kind}_class']} {format_bytes(step.summary[f'{kind}_size_bytes'])}"
+            )
     if step.summary.get("loaders_duration_s") is not None:
         parts.append(f"loaders {step.summary['loaders_duration_s']:.2f} s")
     return " | ".join(parts) or "nothing connected"
@@ -82,7 +90,11 @@ class PipelineMonitorModels(io.ComfyNode):
                 io.Clip.Input("clip", optional=True),
                 io.Vae.Input("vae", optional=True),
             ],
-            outputs=[io.Model.Output(display_name="model"), io.Clip.Output(display_name="clip"), io.Vae.Output(display_name="vae")],
+            outputs=[
+                io.Model.Output(display_name="model"),
+                io.Clip.Output(display_name="clip"),
+                io.Vae.Output(display_name="vae"),
+            ],
             hidden=[io.Hidden.unique_id, io.Hidden.prompt],
             # An output node so the report is made even when nothing downstream uses the outputs.
             is_output_node=True,
@@ -100,5 +112,7 @@ class PipelineMonitorModels(io.ComfyNode):
             ui = {"text": [ui_text(step)]}
         except Exception as exc:  # monitoring never fails the prompt
             log.exception("pipeline monitor: models analysis failed")
-            record_step(StepReport(kind="models", node_id=node_id, monitor_errors=(f"{type(exc).__name__}: {exc}",)))
+            record_step(
+                StepReport(kind="models", node_id=node_id, monitor_errors=(f"{type(exc).__name__}: {exc}",))
+            )
         return io.NodeOutput(model, clip, vae, ui=ui)

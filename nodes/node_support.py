@@ -18,11 +18,15 @@ def record_step(step: StepReport) -> bool:
         log.exception("pipeline monitor: step not recorded")
         return False
     if not attached:
-        log.debug("pipeline monitor: %s step of node %s made outside a profiled prompt", step.kind, step.node_id)
+        log.debug(
+            "pipeline monitor: %s step of node %s made outside a profiled prompt", step.kind, step.node_id
+        )
     return attached
 
 
-def upstream_node_ids(node_id: str | None, prompt: Mapping | None, input_names: Iterable[str]) -> dict[str, str]:
+def upstream_node_ids(
+    node_id: str | None, prompt: Mapping | None, input_names: Iterable[str]
+) -> dict[str, str]:
     """input name -> id of the node feeding it, from the API-format prompt."""
     if node_id is None or not isinstance(prompt, Mapping):
         return {}
@@ -38,7 +42,9 @@ def upstream_node_ids(node_id: str | None, prompt: Mapping | None, input_names: 
     return found
 
 
-def loader_profiles(node_id: str | None, prompt: Mapping | None, input_names: Iterable[str]) -> dict[str, dict]:
+def loader_profiles(
+    node_id: str | None, prompt: Mapping | None, input_names: Iterable[str]
+) -> dict[str, dict]:
     """input name -> the per-node profile (time, peaks, cached) of the node that produced it."""
     recorder = get_runtime().recorder
     profiles = {}
@@ -49,6 +55,10 @@ def loader_profiles(node_id: str | None, prompt: Mapping | None, input_names: It
         if isinstance(source, Mapping):
             class_type = source.get("class_type")
         row = {"node_id": source_id, "class_type": class_type}
-        row.update(profile.to_dict() if profile is not None else {"duration_s": None, "peak_rss_bytes": None, "cached": None})
+        row.update(
+            profile.to_dict()
+            if profile is not None
+            else {"duration_s": None, "peak_rss_bytes": None, "cached": None}
+        )
         profiles[name] = row
     return profiles

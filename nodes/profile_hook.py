@@ -74,7 +74,11 @@ def final_status(executor) -> tuple[str, dict | None]:
             }
     if any(event == "execution_success" for event, _ in messages):
         return "success", None
-    return "error", {"node_id": None, "exception_type": "unknown", "exception_message": "no final status from ComfyUI"}
+    return "error", {
+        "node_id": None,
+        "exception_type": "unknown",
+        "exception_message": "no final status from ComfyUI",
+    }
 
 
 def on_prompt_end(executor) -> None:
@@ -104,13 +108,18 @@ def install() -> bool:
         import execution
         from comfy_execution import progress
     except Exception as exc:
-        log.warning("pipeline monitor: per-node profile off, ComfyUI execution modules not importable (%s)", exc)
+        log.warning(
+            "pipeline monitor: per-node profile off, ComfyUI execution modules not importable (%s)", exc
+        )
         return False
     missing = [
         name
         for name, ok in (
             ("execution.reset_progress_state", callable(getattr(execution, "reset_progress_state", None))),
-            ("execution.PromptExecutor.execute_async", callable(getattr(getattr(execution, "PromptExecutor", None), "execute_async", None))),
+            (
+                "execution.PromptExecutor.execute_async",
+                callable(getattr(getattr(execution, "PromptExecutor", None), "execute_async", None)),
+            ),
             ("progress.ProgressHandler", isinstance(getattr(progress, "ProgressHandler", None), type)),
             ("progress.add_progress_handler", callable(getattr(progress, "add_progress_handler", None))),
         )

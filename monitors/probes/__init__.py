@@ -92,7 +92,10 @@ class Probes:
     def snapshot(self, detail: str = DETAIL_FULL) -> Snapshot:
         full = detail == DETAIL_FULL
         ram = (self.system_memory() or {}) if full else {}
-        gpus = tuple(self._gpu_reading(i, full) for i in range(self.torch_device_count() if not full else self.gpu_count()))
+        gpus = tuple(
+            self._gpu_reading(i, full)
+            for i in range(self.torch_device_count() if not full else self.gpu_count())
+        )
         return Snapshot(
             monotonic_s=time.monotonic(),
             unix_time_s=time.time(),
@@ -130,7 +133,9 @@ class Probes:
             if name is None and i < self.torch_device_count():
                 name = self.call("torch.device_name", self.torch.device_name, i)
             nvml_mem = self.call("nvml.memory", self.nvml.memory, i) if i < self.nvml_device_count() else None
-            gpus.append({"device": f"cuda:{i}", "name": name, "total_bytes": (nvml_mem or {}).get("total_bytes")})
+            gpus.append(
+                {"device": f"cuda:{i}", "name": name, "total_bytes": (nvml_mem or {}).get("total_bytes")}
+            )
         ram = self.system_memory() or {}
         return {
             "platform": platform.platform(),

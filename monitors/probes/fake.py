@@ -1,7 +1,7 @@
 """Fake backends with named scenarios, for tests of every GPU and failure path on any machine.
 
-    probes = fake_probes("2 GPUs")
-    probes.torch.devices[0]["allocated_bytes"] = 3 * GiB   # drive readings from the test
+probes = fake_probes("2 GPUs")
+probes.torch.devices[0]["allocated_bytes"] = 3 * GiB   # drive readings from the test
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ GiB = 1024**3
 class FakeHost:
     name = "fake-host"
 
-    def __init__(self, rss_bytes: int = 512 * 1024**2, ram_total_bytes: int = 16 * GiB, hwm_allowed: bool = True):
+    def __init__(
+        self, rss_bytes: int = 512 * 1024**2, ram_total_bytes: int = 16 * GiB, hwm_allowed: bool = True
+    ):
         self.rss_bytes = rss_bytes
         self.ram_total_bytes = ram_total_bytes
         self.ram_used_bytes = 4 * GiB
@@ -116,7 +118,13 @@ class FakeNvml:
     def __init__(self, n_devices: int = 0, missing: bool = False, total_bytes: int = 24 * GiB):
         self.missing = missing
         self.devices = [
-            {"used_bytes": 1 * GiB, "total_bytes": total_bytes, "utilization_pct": 0.0, "temperature_c": 40.0, "power_w": 60.0}
+            {
+                "used_bytes": 1 * GiB,
+                "total_bytes": total_bytes,
+                "utilization_pct": 0.0,
+                "temperature_c": 40.0,
+                "power_w": 60.0,
+            }
             for _ in range(n_devices)
         ]
         self.unavailable_reason = "NVMLError_LibraryNotFound" if missing else None

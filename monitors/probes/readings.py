@@ -26,7 +26,14 @@ class GpuReading:
 
 # The metrics a snapshot exposes by name; shared by spans, the sampler, reports and the panel.
 HOST_METRICS = ("process_rss_bytes", "ram_used_bytes", "ram_available_bytes", "ram_used_pct", "cpu_pct")
-GPU_METRICS = ("allocated_bytes", "reserved_bytes", "nvml_used_bytes", "utilization_pct", "temperature_c", "power_w")
+GPU_METRICS = (
+    "allocated_bytes",
+    "reserved_bytes",
+    "nvml_used_bytes",
+    "utilization_pct",
+    "temperature_c",
+    "power_w",
+)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,9 @@ class TorchAllocatorBackend:
         return {
             "allocated_bytes": _stat(stats, "allocated_bytes.all.current", cuda.memory_allocated, index),
             "reserved_bytes": _stat(stats, "reserved_bytes.all.current", cuda.memory_reserved, index),
-            "peak_allocated_bytes": _stat(stats, "allocated_bytes.all.peak", cuda.max_memory_allocated, index),
+            "peak_allocated_bytes": _stat(
+                stats, "allocated_bytes.all.peak", cuda.max_memory_allocated, index
+            ),
             "peak_reserved_bytes": _stat(stats, "reserved_bytes.all.peak", cuda.max_memory_reserved, index),
         }
 

@@ -6,13 +6,29 @@ import sys
 import textwrap
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COMFY_MODULES = ("comfy", "comfy_api", "comfy_execution", "comfy_extras", "server", "nodes", "execution", "folder_paths")
+COMFY_MODULES = (
+    "comfy",
+    "comfy_api",
+    "comfy_execution",
+    "comfy_extras",
+    "server",
+    "nodes",
+    "execution",
+    "folder_paths",
+)
 
 
 def run_clean(code: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "COMFYUI_PATH")}
     env["PYTHONPATH"] = REPO
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_monitors_imports_no_comfyui_module():

@@ -56,7 +56,19 @@ def test_describe_plain_objects_and_broken_ones():
 
     with pytest.raises(RuntimeError):
         describe("clip", Broken())
-    vae_like = type("VAE", (), {"first_stage_model": torch.nn.Conv2d(3, 4, 1), "device": torch.device("cpu"),
-                                "vae_dtype": torch.float32, "latent_channels": 4, "latent_dim": 2, "downscale_ratio": 8})()
+    vae_like = type(
+        "VAE",
+        (),
+        {
+            "first_stage_model": torch.nn.Conv2d(3, 4, 1),
+            "device": torch.device("cpu"),
+            "vae_dtype": torch.float32,
+            "latent_channels": 4,
+            "latent_dim": 2,
+            "downscale_ratio": 8,
+        },
+    )()
     info = describe("vae", vae_like)
-    assert info["latent_channels"] == 4 and info["downscale_ratio"] == 8 and info["size_bytes"] == (12 + 4) * 4
+    assert (
+        info["latent_channels"] == 4 and info["downscale_ratio"] == 8 and info["size_bytes"] == (12 + 4) * 4
+    )

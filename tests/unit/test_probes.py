@@ -66,7 +66,9 @@ def test_every_probe_raising_gives_none_and_one_logged_reason(caplog):
 
 
 def test_unreadable_proc_gives_none(tmp_path):
-    host = HostBackend(proc_status=str(tmp_path / "missing"), proc_clear_refs=str(tmp_path / "nodir" / "clear_refs"))
+    host = HostBackend(
+        proc_status=str(tmp_path / "missing"), proc_clear_refs=str(tmp_path / "nodir" / "clear_refs")
+    )
     probes = Probes(host=host, torch_alloc=TorchAllocatorBackend(), nvml=fake_probes().nvml)
     assert probes.peak_rss_bytes() is None
     assert probes.reset_peak_rss() is False

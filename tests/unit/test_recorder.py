@@ -109,4 +109,6 @@ def test_step_without_a_run_is_refused_and_steps_are_bounded(setup):
 
 def test_node_info_ignores_malformed_prompts():
     assert node_info_from_prompt(None) == {}
-    assert node_info_from_prompt({"1": "junk", "2": {"class_type": "X", "_meta": {"title": 5}}}) == {"2": ("X", None)}
+    assert node_info_from_prompt({"1": "junk", "2": {"class_type": "X", "_meta": {"title": 5}}}) == {
+        "2": ("X", None)
+    }

@@ -35,10 +35,25 @@ def make_report(prompt_id="p1", status="success") -> RunReport:
         finished_unix_s=2.5,
         duration_s=1.5,
         nodes=(
-            NodeProfile("1", "UNETLoader", "executed", False, 0.0, 1.2, 900, "kernel_hwm", 100, (GpuPeak("cuda:0", 1024, 2048),)),
+            NodeProfile(
+                "1",
+                "UNETLoader",
+                "executed",
+                False,
+                0.0,
+                1.2,
+                900,
+                "kernel_hwm",
+                100,
+                (GpuPeak("cuda:0", 1024, 2048),),
+            ),
             NodeProfile("2", "SaveImage", "cached", True),
         ),
-        steps=(StepReport("models", "3", {"n_objects": 1, "bad": float("nan")}, {}, (Finding("warning", "<b>x</b>"),)),),
+        steps=(
+            StepReport(
+                "models", "3", {"n_objects": 1, "bad": float("nan")}, {}, (Finding("warning", "<b>x</b>"),)
+            ),
+        ),
         span=span.result.to_dict(),
         system=probes.system_info(),
     )
@@ -70,7 +85,9 @@ def test_summary_and_log_text():
     row = report.summary_dict()
     assert row["n_nodes"] == 2 and row["n_cached"] == 1 and row["peak_gpu_allocated_bytes"] == 1024
     text = format_run_summary(report)
-    assert "p1 success in 1.50 s" in text and "slowest #1 UNETLoader 1.20 s" in text and "steps: models" in text
+    assert (
+        "p1 success in 1.50 s" in text and "slowest #1 UNETLoader 1.20 s" in text and "steps: models" in text
+    )
 
 
 def test_to_jsonable_handles_odd_values():
@@ -106,7 +123,9 @@ def test_store_keeps_last_n_in_memory_and_prunes_disk(tmp_path):
     assert store.get("p0") is None
 
 
-@pytest.mark.parametrize("bad_id", ["../x", "..", "a/b", "%2e%2e", "x.json", "", "a" * 200, "a\x00b", None, 5])
+@pytest.mark.parametrize(
+    "bad_id", ["../x", "..", "a/b", "%2e%2e", "x.json", "", "a" * 200, "a\x00b", None, 5]
+)
 def test_store_rejects_ids_that_are_not_ids(tmp_path, bad_id):
     store = RunStore(str(tmp_path))
     assert not is_valid_run_id(bad_id)
