@@ -7,9 +7,11 @@ work: a failure is recorded on the run and logged.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -23,6 +25,7 @@ log = logging.getLogger(__name__)
 MAX_NODES_PER_RUN = 5000
 MAX_STEPS_PER_RUN = 500
 MAX_MONITOR_ERRORS = 50
+MAX_REMEMBERED_STEPS = 200  # steps kept to show again when their monitor node is cached
 
 
 @dataclass
@@ -59,6 +62,7 @@ class RunRecorder:
         self.profile_enabled = profile_enabled
         self._run: _RunRecord | None = None
         self._lock = threading.RLock()
+        self._last_steps: OrderedDict[tuple, StepReport] = OrderedDict()
         self.system_info: dict | None = None
 
     @property
@@ -174,6 +178,7 @@ class RunRecorder:
                 self._close_node(run, node_id, "executed")
             else:
                 self._append_node(run, self._profile(run, node_id, "cached", None))
+                self._repeat_cached_step(run, node_id)
 
     def _close_node(self, run: _RunRecord, node_id: str, status: str) -> None:
         span = run.open_nodes.pop(node_id)
@@ -226,7 +231,25 @@ class RunRecorder:
                 self._note_once(run, f"more than {MAX_STEPS_PER_RUN} monitor steps: later steps dropped")
                 return False
             run.steps.append(step)
+            if step.node_id is not None:
+                key = self._step_key(run, str(step.node_id), step.kind)
+                self._last_steps.pop(key, None)
+                self._last_steps[key] = step
+                while len(self._last_steps) > MAX_REMEMBERED_STEPS:
+                    self._last_steps.popitem(last=False)
             return True
+
+    @staticmethod
+    def _step_key(run: _RunRecord, node_id: str, kind: str | None) -> tuple:
+        # ComfyUI caches a node's outputs by node id and inputs, so a cached node with the same id
+        # and class produced its step in an earlier run.
+        return (node_id, run.node_info.get(node_id, (None, None))[0], kind)
+
+    def _repeat_cached_step(self, run: _RunRecord, node_id: str) -> None:
+        for (step_node_id, class_type, _kind), step in list(self._last_steps.items()):
+            if step_node_id == node_id and class_type == run.node_info.get(node_id, (None, None))[0]:
+                if len(run.steps) < MAX_STEPS_PER_RUN:
+                    run.steps.append(dataclasses.replace(step, cached=True))
 
     def node_profile(self, node_id: str) -> NodeProfile | None:
         """The profile of a node that already finished in the active run."""

@@ -92,6 +92,7 @@ class StepReport:
     findings: tuple[Finding, ...] = ()
     monitor_errors: tuple[str, ...] = ()  # what monitoring itself failed to do
     created_unix_s: float | None = None
+    cached: bool = False  # the node was cached: this is the step from the run that executed it
 
     def to_dict(self) -> dict:
         return _fields_dict(self)

@@ -53,9 +53,11 @@ def on_prompt_start(progress, *args, **kwargs) -> None:
     prompt_id, prompt = _prompt_args(args, kwargs)
     if prompt_id is None:
         return
-    recorder = get_runtime().recorder
-    recorder.begin_run(str(prompt_id), prompt)
-    progress.add_progress_handler(_handler_class(recorder))
+    runtime = get_runtime()
+    runtime.recorder.begin_run(str(prompt_id), prompt)
+    progress.add_progress_handler(_handler_class(runtime.recorder))
+    # Sampled peaks (NVML, and RSS where the kernel refuses exact peaks) need the sampler.
+    runtime.sampler.ensure_started()
 
 
 def final_status(executor) -> tuple[str, dict | None]:

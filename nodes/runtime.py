@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 PACK_OUTPUT_FOLDER = "pipeline_monitor"
 ENV_PROFILE = "PIPELINE_MONITOR_PROFILE"  # "0" switches the per-node profile off
 ENV_MAX_RUNS = "PIPELINE_MONITOR_MAX_RUNS"
+ENV_SAMPLE_INTERVAL_MS = "PIPELINE_MONITOR_SAMPLE_INTERVAL_MS"  # default 500 (2 Hz)
 
 
 def pack_output_dir() -> str:
@@ -56,7 +57,8 @@ def get_runtime() -> Runtime:
         if _runtime is None:
             store = RunStore(reports_dir(), max_runs=_env_int(ENV_MAX_RUNS, 50))
             recorder = RunRecorder(store, profile_enabled=os.environ.get(ENV_PROFILE, "1") != "0")
-            _runtime = Runtime(store, recorder, Sampler())
+            sampler = Sampler(interval_s=_env_int(ENV_SAMPLE_INTERVAL_MS, 500) / 1000.0)
+            _runtime = Runtime(store, recorder, sampler)
         return _runtime
 
 

@@ -112,3 +112,20 @@ def test_node_info_ignores_malformed_prompts():
     assert node_info_from_prompt({"1": "junk", "2": {"class_type": "X", "_meta": {"title": 5}}}) == {
         "2": ("X", None)
     }
+
+
+def test_cached_monitor_node_shows_its_earlier_step(setup):
+    _, _, recorder = setup
+    recorder.begin_run("first", PROMPT)
+    recorder.node_started("2")
+    recorder.add_step(StepReport("models", "2", {"n_objects": 1}))
+    recorder.node_finished("2")
+    recorder.end_run("success")
+    recorder.begin_run("second", PROMPT)
+    recorder.node_finished("2")  # cached this time
+    report = recorder.end_run("success")
+    assert [(s.kind, s.cached, s.summary["n_objects"]) for s in report.steps] == [("models", True, 1)]
+    other = {"2": {"class_type": "SomethingElse", "inputs": {}}}
+    recorder.begin_run("third", other)
+    recorder.node_finished("2")
+    assert recorder.end_run("success").steps == ()
