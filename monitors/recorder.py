@@ -103,14 +103,20 @@ class RunRecorder:
                 self._run.monitor_errors.append("prompt span failed to start")
 
     def end_run(
-        self, status: str, error: Mapping | None = None, reason: str | None = None
+        self, status: str, error: Mapping | None = None, reason: str | None = None, cached_node_ids=()
     ) -> RunReport | None:
+        """Close the run; `cached_node_ids` adds cached rows for nodes the handler never saw."""
         with self._lock:
             run, self._run = self._run, None
         if run is None:
             return None
         if reason:
             run.monitor_errors.append(reason)
+        if run.profile_enabled:
+            seen = {profile.node_id for profile in run.nodes} | set(run.open_nodes)
+            for node_id in cached_node_ids:
+                if str(node_id) not in seen:
+                    self._append_node(run, self._profile(run, str(node_id), "cached", None))
         open_status = "interrupted" if status == "interrupted" else "error"
         for node_id in list(run.open_nodes):
             self._close_node(run, node_id, open_status)

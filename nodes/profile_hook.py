@@ -83,12 +83,20 @@ def final_status(executor) -> tuple[str, dict | None]:
     }
 
 
+def cached_node_ids(executor) -> list[str]:
+    """Nodes ComfyUI found in its cache at prompt start (upstream ones never reach the handler)."""
+    for event, data in getattr(executor, "status_messages", None) or []:
+        if event == "execution_cached":
+            return [str(node_id) for node_id in data.get("nodes", [])]
+    return []
+
+
 def on_prompt_end(executor) -> None:
     runtime = get_runtime()
     if runtime.recorder.active_prompt_id is None:
         return
     status, error = final_status(executor)
-    report = runtime.recorder.end_run(status, error)
+    report = runtime.recorder.end_run(status, error, cached_node_ids=cached_node_ids(executor))
     if report is not None:
         announce_run(report.summary_dict())
 

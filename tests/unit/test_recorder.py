@@ -36,7 +36,7 @@ def test_a_prompt_gives_a_report_with_every_node_timed_and_peaked(setup, tmp_pat
     assert recorder.add_step(StepReport("models", "2", {"n_objects": 1}))
     recorder.node_finished("2")
     recorder.node_finished("3")  # finish without start: cached
-    report = recorder.end_run("success")
+    report = recorder.end_run("success", cached_node_ids=["3", "4"])
     assert recorder.active_prompt_id is None
     rows = {n.node_id: n for n in report.nodes}
     assert rows["1"].class_type == "UNETLoader" and rows["1"].title == "Load <b>model</b>"
@@ -44,6 +44,7 @@ def test_a_prompt_gives_a_report_with_every_node_timed_and_peaked(setup, tmp_pat
     assert rows["1"].peak_rss_method == "kernel_hwm"
     assert rows["1"].gpu_peaks[0].peak_allocated_bytes == 3 * GiB
     assert rows["3"].cached and rows["3"].status == "cached" and rows["3"].duration_s is None
+    assert rows["4"].cached and len(report.nodes) == 4  # cached upstream: only ComfyUI's list names it
     assert report.steps[0].kind == "models"
     assert report.peak_rss_bytes == 2 * GiB
     on_disk = json.loads((tmp_path / "abc.json").read_text())

@@ -23,12 +23,15 @@ def sampler_threads():
 
 
 def test_thread_starts_lazily_and_stop_joins_it():
+    before = set(sampler_threads())
     sampler = Sampler(interval_s=0.01, probes=fake_probes())
-    assert not sampler.running and not sampler_threads()
+    assert not sampler.running and set(sampler_threads()) == before
     sampler.ensure_started()
+    thread = sampler._thread
     assert wait_for(lambda: sampler.tick_count >= 3)
     sampler.stop()
-    assert not sampler.running and not sampler_threads()
+    assert not sampler.running and not thread.is_alive()
+    assert set(sampler_threads()) == before
 
 
 def test_ring_buffer_is_bounded():
