@@ -1,0 +1,154 @@
+"""A real headless ComfyUI server with the pack, the test pack and tiny WAN 2.1 model files."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytestmark = pytest.mark.comfyui
+
+WAN = "pm_tiny_wan21.safetensors"
+WAN_VAE = "pm_tiny_wan21_vae.safetensors"
+# 4 sees the monitor's outputs, 5 the loaders' outputs directly: equal ids = same objects.
+PIPELINE = {
+    "1": {"class_type": "UNETLoader", "inputs": {"unet_name": WAN, "weight_dtype": "default"}},
+    "2": {"class_type": "VAELoader", "inputs": {"vae_name": WAN_VAE}},
+    "3": {"class_type": "PipelineMonitorModels", "inputs": {"model": ["1", 0], "vae": ["2", 0]}},
+    "4": {"class_type": "PMTestObjectId", "inputs": {"model": ["3", 0], "vae": ["3", 2]}},
+    "5": {"class_type": "PMTestObjectId", "inputs": {"model": ["1", 0], "vae": ["2", 0]}},
+}
+FAILING = {
+    "11": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": 0}},
+    "12": {"class_type": "PMTestRaise", "inputs": {"image": ["11", 0], "message": "pm boom"}},
+}
+
+
+@pytest.fixture(scope="session")
+def pipeline_runs(server):
+    """The pipeline queued twice in a row (the second run is served from ComfyUI's cache)."""
+    runs = []
+    for _ in range(2):
+        prompt_id, history = server.run(PIPELINE)
+        runs.append((prompt_id, history, server.get_json(f"/pipeline_monitor/runs/{prompt_id}")))
+    return runs
+
+
+def rows_by_id(report):
+    return {row["node_id"]: row for row in report["nodes"]}
+
+
+def test_packs_import_cleanly(server):
+    log = server.log()
+    startup = log.split("Starting server", 1)[0]
+    for folder in ("pipeline-monitor", "pm_testing_pack"):
+        lines = [
+            line
+            for line in startup.splitlines()
+            if re.search(rf"seconds.*: .*custom_nodes[/\\]{folder}$", line)
+        ]
+        assert len(lines) == 1, f"no import line for {folder}:\n{startup[-3000:]}"
+        assert "IMPORT FAILED" not in lines[0]
+    # The pack says nothing while ComfyUI starts (no warning, no traceback).
+    assert not re.search(
+        r"pipeline[ _]monitor", startup.replace("custom_nodes/pipeline-monitor", ""), re.I
+    ), startup
+    info = server.get_json("/object_info/PipelineMonitorModels")["PipelineMonitorModels"]
+    assert info["output_node"] is True
+    assert info["output"] == ["MODEL", "CLIP", "VAE"]
+
+
+def test_pipeline_succeeds_and_passes_the_same_objects(pipeline_runs):
+    _, history, report = pipeline_runs[0]
+    assert history["status"]["status_str"] == "success", history["status"]
+    outputs = history["outputs"]
+    assert outputs["4"] == outputs["5"], outputs
+    assert set(outputs["4"]) == {"model", "vae"}
+    objects = [s for s in report["steps"] if s["kind"] == "models"][0]["details"]["objects"]
+    assert [str(objects["model"]["object_id"])] == outputs["4"]["model"]
+    assert [str(objects["vae"]["object_id"])] == outputs["4"]["vae"]
+
+
+def test_every_executed_node_has_time_and_peak_rss(pipeline_runs):
+    prompt_id, _, report = pipeline_runs[0]
+    assert report["prompt_id"] == prompt_id
+    assert report["status"] == "success" and report["error"] is None
+    rows = rows_by_id(report)
+    assert set(rows) == set(PIPELINE)
+    for node_id, row in rows.items():
+        assert row["status"] == "executed" and row["cached"] is False, row
+        assert row["class_type"] == PIPELINE[node_id]["class_type"]
+        assert row["duration_s"] is not None and row["duration_s"] > 0, row
+        assert row["peak_rss_bytes"] is not None and row["peak_rss_bytes"] > 0, row
+        assert row["peak_rss_method"], row
+
+
+def test_models_step_lists_both_objects_with_loader_times(pipeline_runs):
+    _, _, report = pipeline_runs[0]
+    steps = [s for s in report["steps"] if s["kind"] == "models"]
+    assert len(steps) == 1 and steps[0]["node_id"] == "3"
+    step = steps[0]
+    objects = step["details"]["objects"]
+    assert set(objects) == {"model", "vae"}
+    assert objects["model"]["module_class"] == "WAN21" and objects["model"]["class"] == "ModelPatcher"
+    assert objects["vae"]["module_class"] == "WanVAE" and objects["vae"]["latent_channels"] == 16
+    for info in objects.values():
+        assert info["size_bytes"] > 1_000_000 and info["device"] == "cpu"
+    rows = rows_by_id(report)
+    loaders = step["details"]["loaders"]
+    assert loaders["model"]["node_id"] == "1" and loaders["model"]["class_type"] == "UNETLoader"
+    assert loaders["vae"]["node_id"] == "2" and loaders["vae"]["class_type"] == "VAELoader"
+    for kind, node_id in (("model", "1"), ("vae", "2")):
+        assert loaders[kind]["duration_s"] == rows[node_id]["duration_s"] > 0
+        assert loaders[kind]["cached"] is False
+    assert step["summary"]["loaders_duration_s"] == pytest.approx(
+        rows["1"]["duration_s"] + rows["2"]["duration_s"]
+    )
+    assert step["summary"]["n_objects"] == 2
+
+
+def test_requeued_prompt_is_cached_and_nothing_downstream_reruns(pipeline_runs):
+    (first_id, first_history, _), (second_id, history, report) = pipeline_runs
+    assert second_id != first_id
+    assert history["status"]["status_str"] == "success"
+    assert history["outputs"] == first_history["outputs"]  # the cached ui, same objects
+    assert report["status"] == "success"
+    rows = rows_by_id(report)
+    assert {"3", "4", "5"} <= set(rows), rows
+    for row in rows.values():
+        assert row["status"] == "cached" and row["cached"] is True, row
+        assert row["duration_s"] is None, row
+
+
+def test_runs_list_and_api_mirror(server, pipeline_runs):
+    ids = [run[0] for run in pipeline_runs]
+    listing = server.get_json("/pipeline_monitor/runs")
+    mirror = server.get_json("/api/pipeline_monitor/runs")
+    assert [r["prompt_id"] for r in mirror["runs"]] == [r["prompt_id"] for r in listing["runs"]]
+    listed = {r["prompt_id"]: r for r in listing["runs"]}
+    assert set(ids) <= set(listed)
+    assert listed[ids[0]]["status"] == "success" and listed[ids[0]]["n_nodes"] == len(PIPELINE)
+    assert mirror["profile_enabled"] is True
+    assert server.get_json(f"/api/pipeline_monitor/runs/{ids[0]}") == pipeline_runs[0][2]
+
+
+@pytest.mark.parametrize("run_id", ["no-such-run-0123", "..%2F..%2Fetc%2Fpasswd", "x" * 200])
+def test_unknown_run_is_a_404_json(server, run_id):
+    for prefix in ("", "/api"):
+        response = server.get(f"{prefix}/pipeline_monitor/runs/{run_id}")
+        assert response.status_code == 404
+        assert response.headers["Content-Type"].startswith("application/json")
+        assert "error" in response.json()
+
+
+def test_runtime_failure_gives_an_error_report(server, pipeline_runs):
+    prompt_id, history = server.run(FAILING)
+    assert history["status"]["status_str"] == "error"
+    report = server.get_json(f"/pipeline_monitor/runs/{prompt_id}")
+    assert report["status"] == "error"
+    error = report["error"]
+    assert error["node_id"] == "12" and error["node_type"] == "PMTestRaise"
+    assert "RuntimeError" in error["exception_type"] and "pm boom" in error["exception_message"]
+    rows = rows_by_id(report)
+    assert rows["11"]["status"] == "executed"
+    assert rows["12"]["status"] == "error" and rows["12"]["duration_s"] is not None

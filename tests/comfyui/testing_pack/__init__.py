@@ -1,0 +1,39 @@
+"""Test-only ComfyUI node pack, loaded next to Pipeline Monitor by the integration tests' server.
+
+PMTestObjectId  output node: returns the Python id() of each MODEL/CLIP/VAE it receives in its
+                ui, so a test can check that two nodes received the very same objects.
+PMTestRaise     output node that raises at run time (a runtime error, not a validation error).
+"""
+
+
+class PMTestObjectId:
+    CATEGORY = "pipeline_monitor/testing"
+    RETURN_TYPES = ()
+    FUNCTION = "run"
+    OUTPUT_NODE = True
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {}, "optional": {"model": ("MODEL",), "clip": ("CLIP",), "vae": ("VAE",)}}
+
+    def run(self, model=None, clip=None, vae=None):
+        received = {"model": model, "clip": clip, "vae": vae}
+        # ui values must be lists: ComfyUI concatenates them across list executions.
+        return {"ui": {kind: [str(id(obj))] for kind, obj in received.items() if obj is not None}}
+
+
+class PMTestRaise:
+    CATEGORY = "pipeline_monitor/testing"
+    RETURN_TYPES = ()
+    FUNCTION = "run"
+    OUTPUT_NODE = True
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"image": ("IMAGE",), "message": ("STRING", {"default": "pm test failure"})}}
+
+    def run(self, image, message):
+        raise RuntimeError(message)
+
+
+NODE_CLASS_MAPPINGS = {"PMTestObjectId": PMTestObjectId, "PMTestRaise": PMTestRaise}
