@@ -152,3 +152,41 @@ def test_runtime_failure_gives_an_error_report(server, pipeline_runs):
     rows = rows_by_id(report)
     assert rows["11"]["status"] == "executed"
     assert rows["12"]["status"] == "error" and rows["12"]["duration_s"] is not None
+
+
+def test_demo_workflow_runs_and_matches_its_ui_copy(server):
+    """workflows/api/models_profile_demo.json (queued by scripts/demo.sh) runs, and the UI-format
+    copy in workflows/ describes the same graph: node types, links and widget values."""
+    import json
+    from pathlib import Path
+
+    workflows = Path(__file__).resolve().parents[2] / "workflows"
+    api = json.loads((workflows / "api" / "models_profile_demo.json").read_text())
+    ui = json.loads((workflows / "models_profile_demo.json").read_text())
+    object_info = server.get_json("/object_info")
+    links = {link[0]: link for link in ui["links"]}
+    assert {str(n["id"]) for n in ui["nodes"]} == set(api)
+    for node in ui["nodes"]:
+        api_node = api[str(node["id"])]
+        assert node["type"] == api_node["class_type"] and node["type"] in object_info
+        spec = object_info[node["type"]]["input"]
+        declared = {**spec.get("required", {}), **spec.get("optional", {})}
+        linked = {
+            i["name"]: [str(links[i["link"]][1]), links[i["link"]][2]] for i in node["inputs"] if i["link"]
+        }
+        widgets = [
+            name
+            for name in declared
+            if name not in linked and name not in {i["name"] for i in node["inputs"]}
+        ]
+        assert {**linked, **dict(zip(widgets, node["widgets_values"], strict=True))} == api_node["inputs"], (
+            node["type"]
+        )
+    prompt_id, history = server.run(api)
+    assert history["status"]["status_str"] == "success", history["status"]
+    report = server.get_json(f"/pipeline_monitor/runs/{prompt_id}")
+    assert report["status"] == "success"
+    assert [s["kind"] for s in report["steps"]] == ["models"]
+    rows = {row["class_type"]: row for row in report["nodes"]}
+    for class_type in ("VAEEncode", "VAEDecode", "SaveImage"):
+        assert rows[class_type]["status"] == "executed" and rows[class_type]["duration_s"] > 0

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Pipeline Monitor demo: a ComfyUI server with this pack, tiny model files and one profiled run.
+#
+#   COMFYUI_PATH=/path/to/ComfyUI scripts/demo.sh [--exit-after-run]
+#
+# 1. Creates or updates .venv in the repo: CPU-friendly torch==2.14.1 / torchvision==0.29.1 first
+#    (ComfyUI's requirements would otherwise pull a CUDA build), then ComfyUI's requirements.txt
+#    without its torch/torchvision/torchaudio lines, then the pack's own and test dependencies
+#    (pyproject.toml). Skipped when nothing changed since the last successful install.
+# 2. Makes the ComfyUI base folder .demo/: custom_nodes/pipeline-monitor -> this repo, tiny WAN 2.1
+#    model + VAE files (scripts/make_tiny_models.py) and the example workflow in the user's
+#    workflow list.
+# 3. Starts ComfyUI on 127.0.0.1:$PORT (default 8188, CPU, log in .demo/comfyui.log), queues
+#    workflows/api/models_profile_demo.json, prints the report's URL and a summary, then keeps the
+#    server running until Ctrl-C. DEMO_EXIT_AFTER_RUN=1 (or --exit-after-run) stops it after the
+#    first report; the exit status is then 0 only if the run succeeded.
+#
+# Environment: COMFYUI_PATH (required), PORT (8188), PYTHON (python3, used to create the venv).
+# Re-runnable: every step keeps what is already there.
+set -euo pipefail
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PORT=${PORT:-8188}
+PYTHON=${PYTHON:-python3}
+EXIT_AFTER_RUN=${DEMO_EXIT_AFTER_RUN:-0}
+VENV="$REPO_ROOT/.venv"
+DEMO="$REPO_ROOT/.demo"
+TORCH_PINS=("torch==2.14.1" "torchvision==0.29.1")
+URL="http://127.0.0.1:$PORT"
+
+for arg in "$@"; do
+    case "$arg" in
+        --exit-after-run) EXIT_AFTER_RUN=1 ;;
+        -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
+    esac
+done
+
+say() { echo "[demo] $*"; }
+die() { echo "[demo] error: $*" >&2; exit 1; }
+
+[ -n "${COMFYUI_PATH:-}" ] || die "set COMFYUI_PATH to a ComfyUI 0.8 checkout"
+[ -f "$COMFYUI_PATH/main.py" ] || die "no main.py in COMFYUI_PATH=$COMFYUI_PATH"
+COMFYUI_PATH=$(cd "$COMFYUI_PATH" && pwd)
+export COMFYUI_PATH
+
+# -- 1. virtual environment ------------------------------------------------------------------------
+[ -x "$VENV/bin/python" ] || { say "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
+PY="$VENV/bin/python"
+PIP=("$PY" -m pip install --quiet --disable-pip-version-check)
+
+# ComfyUI's requirements minus the torch family, and the pack's dependencies from pyproject.toml.
+COMFY_REQS="$VENV/pm-comfyui-requirements.txt"
+PACK_REQS="$VENV/pm-pack-requirements.txt"
+grep -v -E '^[[:space:]]*(torch|torchvision|torchaudio)[[:space:]]*([<>=!~;[].*)?$' "$COMFYUI_PATH/requirements.txt" > "$COMFY_REQS"
+"$PY" -c 'import tomllib' 2>/dev/null || "${PIP[@]}" tomli
+"$PY" - "$REPO_ROOT/pyproject.toml" > "$PACK_REQS" <<'PYEOF'
+import sys
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+print("\n".join(project["dependencies"] + project["optional-dependencies"]["test"]))
+PYEOF
+STAMP="$VENV/pm-demo-installed"
+WANT=$(cat <(printf '%s\n' "${TORCH_PINS[@]}") "$COMFY_REQS" "$PACK_REQS" | "$PY" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
+    CONSTRAINTS="$VENV/pm-torch-constraints.txt"
+    printf '%s\n' "${TORCH_PINS[@]}" > "$CONSTRAINTS"
+    say "installing ${TORCH_PINS[*]} (first run: a few minutes)"
+    "${PIP[@]}" "${TORCH_PINS[@]}"
+    say "installing ComfyUI's requirements (torch kept as is)"
+    "${PIP[@]}" -r "$COMFY_REQS" -c "$CONSTRAINTS"
+    say "installing the pack's dependencies"
+    "${PIP[@]}" -r "$PACK_REQS" -c "$CONSTRAINTS"
+    echo "$WANT" > "$STAMP"
+else
+    say "venv up to date ($VENV)"
+fi
+
+# -- 2. ComfyUI base folder ------------------------------------------------------------------------
+mkdir -p "$DEMO/custom_nodes" "$DEMO/models" "$DEMO/input" "$DEMO/output" "$DEMO/user/default/workflows"
+ln -sfn "$REPO_ROOT" "$DEMO/custom_nodes/pipeline-monitor"
+"$PY" "$REPO_ROOT/scripts/make_tiny_models.py" "$DEMO" | sed 's/^/[demo] /'
+cp "$REPO_ROOT/workflows/models_profile_demo.json" "$DEMO/user/default/workflows/"
+
+# -- 3. server, one profiled run ---------------------------------------------------------------------
+answers() { "$PY" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + "/system_stats", timeout=2)' "$URL" 2>/dev/null; }
+answers && die "something already answers at $URL: stop it or choose another PORT"
+
+LOG="$DEMO/comfyui.log"
+say "starting ComfyUI at $URL (log: $LOG)"
+(cd "$COMFYUI_PATH" && exec "$PY" main.py --cpu --listen 127.0.0.1 --port "$PORT" --base-directory "$DEMO" \
+    --database-url sqlite:///:memory: --disable-api-nodes) > "$LOG" 2>&1 &
+SERVER_PID=$!
+stop_server() {
+    if kill -0 "$SERVER_PID" 2>/dev/null; then
+        say "stopping ComfyUI (pid $SERVER_PID)"
+        kill -TERM "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+    fi
+}
+trap stop_server EXIT
+trap 'exit 130' INT TERM
+
+for _ in $(seq 1 240); do
+    answers && break
+    kill -0 "$SERVER_PID" 2>/dev/null || { tail -n 40 "$LOG" >&2; die "ComfyUI exited while starting"; }
+    sleep 0.5
+done
+answers || { tail -n 40 "$LOG" >&2; die "ComfyUI did not answer within 120 s"; }
+say "ComfyUI is up; queuing workflows/api/models_profile_demo.json"
+
+set +e
+"$PY" "$REPO_ROOT/scripts/queue_workflow.py" "$URL" "$REPO_ROOT/workflows/api/models_profile_demo.json"
+RUN_STATUS=$?
+set -e
+
+if [ "$EXIT_AFTER_RUN" = "1" ]; then
+    exit "$RUN_STATUS"
+fi
+say "ComfyUI keeps running at $URL (open the UI; the workflow is in the Workflows list). Ctrl-C stops it."
+wait "$SERVER_PID"

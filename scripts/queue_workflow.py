@@ -1,0 +1,106 @@
+"""Queue an API-format workflow on a ComfyUI server, wait for it, and print its Pipeline Monitor report.
+
+    python scripts/queue_workflow.py http://127.0.0.1:8188 workflows/api/models_profile_demo.json
+
+Prints the report's URL and a short summary. Exit status: 0 when the run succeeded, 1 when it
+failed or no report came back. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+
+def http_json(url: str, payload: dict | None = None, timeout: float = 10):
+    data = None if payload is None else json.dumps(payload).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read().decode())
+
+
+def queue(base_url: str, prompt: dict) -> str:
+    try:
+        answer = http_json(f"{base_url}/prompt", {"prompt": prompt, "client_id": uuid.uuid4().hex})
+    except urllib.error.HTTPError as exc:
+        sys.exit(f"ComfyUI refused the workflow ({exc.code}): {exc.read().decode(errors='replace')[:2000]}")
+    return answer["prompt_id"]
+
+
+def wait_for_report(base_url: str, prompt_id: str, timeout: float) -> dict:
+    """The report once /history has the prompt (the pack stores it before ComfyUI adds history)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if prompt_id in http_json(f"{base_url}/history/{prompt_id}"):
+            return http_json(f"{base_url}/pipeline_monitor/runs/{prompt_id}")
+        time.sleep(0.2)
+    sys.exit(f"prompt {prompt_id} did not finish within {timeout:.0f} s")
+
+
+def mib(n) -> str:
+    return "?" if n is None else f"{n / 2**20:.1f} MiB"
+
+
+def seconds(s) -> str:
+    return "-" if s is None else f"{s:.3f} s"
+
+
+def summary_lines(report: dict) -> list[str]:
+    span = report.get("span") or {}
+    lines = [
+        f"status {report['status']} in {seconds(report.get('duration_s'))}, "
+        f"peak RSS {mib(span.get('peak_rss_bytes'))} ({span.get('peak_rss_method') or 'unknown method'})",
+        f"{'node':>5}  {'class':<24} {'status':<9} {'time':>9}  {'peak RSS':>11}",
+    ]
+    for row in report.get("nodes", []):
+        lines.append(
+            f"{row['node_id']:>5}  {str(row.get('class_type')):<24} {row['status']:<9} "
+            f"{seconds(row.get('duration_s')):>9}  {mib(row.get('peak_rss_bytes')):>11}"
+        )
+    for step in report.get("steps", []):
+        if step.get("kind") != "models":
+            lines.append(f"{step.get('kind')} step (node {step.get('node_id')})")
+            continue
+        objects = (step.get("details") or {}).get("objects") or {}
+        described = ", ".join(
+            f"{kind} {info.get('module_class') or info.get('class')} {mib(info.get('size_bytes'))} on {info.get('device')}"
+            for kind, info in objects.items()
+        )
+        loaders = (step.get("summary") or {}).get("loaders_duration_s")
+        lines.append(
+            f"models step (node {step.get('node_id')}): {described or 'nothing connected'}; loaders {seconds(loaders)}"
+        )
+    if report.get("error"):
+        error = report["error"]
+        lines.append(
+            f"error in node {error.get('node_id')} ({error.get('node_type')}): {error.get('exception_message')}"
+        )
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("url", help="ComfyUI base URL, e.g. http://127.0.0.1:8188")
+    parser.add_argument("workflow", help="API-format workflow JSON")
+    parser.add_argument("--timeout", type=float, default=120, help="seconds to wait for the run")
+    args = parser.parse_args(argv)
+    base_url = args.url.rstrip("/")
+    with open(args.workflow, encoding="utf-8") as f:
+        prompt = json.load(f)
+    started = time.monotonic()
+    prompt_id = queue(base_url, prompt)
+    report = wait_for_report(base_url, prompt_id, args.timeout)
+    print(f"Pipeline Monitor report: {base_url}/pipeline_monitor/runs/{prompt_id}")
+    print(f"  (round trip {time.monotonic() - started:.2f} s; all runs: {base_url}/pipeline_monitor/runs)")
+    for line in summary_lines(report):
+        print("  " + line)
+    return 0 if report.get("status") == "success" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
