@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,7 @@ def test_import_writes_nothing(comfy, capfd, caplog):
     import sys
 
     capfd.readouterr()
+    caplog.set_level(logging.INFO)
     caplog.clear()
     name = "pm_import_probe"
     spec = importlib.util.spec_from_file_location(
