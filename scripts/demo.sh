@@ -3,10 +3,11 @@
 #
 #   COMFYUI_PATH=/path/to/ComfyUI scripts/demo.sh [--exit-after-run]
 #
-# 1. Creates or updates .venv in the repo: CPU-friendly torch==2.14.1 / torchvision==0.29.1 first
-#    (ComfyUI's requirements would otherwise pull a CUDA build), then ComfyUI's requirements.txt
-#    without its torch/torchvision/torchaudio lines, then the pack's own and test dependencies
-#    (pyproject.toml). Skipped when nothing changed since the last successful install.
+# 1. Creates or updates .venv in the repo: the pinned torch==2.14.1 / torchvision==0.29.1 first
+#    (used on the CPU: the server runs with --cpu), then ComfyUI's requirements.txt without its
+#    torch/torchvision/torchaudio lines and constrained to those pins (so nothing swaps torch),
+#    then the pack's own and test dependencies (pyproject.toml). Skipped when nothing changed
+#    since the last successful install.
 # 2. Makes the ComfyUI base folder .demo/: custom_nodes/pipeline-monitor -> this repo, tiny WAN 2.1
 #    model + VAE files (scripts/make_tiny_models.py) and the example workflow in the user's
 #    workflow list.
@@ -31,7 +32,7 @@ URL="http://127.0.0.1:$PORT"
 for arg in "$@"; do
     case "$arg" in
         --exit-after-run) EXIT_AFTER_RUN=1 ;;
-        -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
     esac
 done
