@@ -32,7 +32,7 @@ URL="http://127.0.0.1:$PORT"
 for arg in "$@"; do
     case "$arg" in
         --exit-after-run) EXIT_AFTER_RUN=1 ;;
-        -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
     esac
 done
