@@ -55,10 +55,12 @@ def loader_profiles(
         if isinstance(source, Mapping):
             class_type = source.get("class_type")
         row = {"node_id": source_id, "class_type": class_type}
-        row.update(
-            profile.to_dict()
-            if profile is not None
-            else {"duration_s": None, "peak_rss_bytes": None, "cached": None}
-        )
+        if profile is not None:
+            row.update(profile.to_dict())
+        else:
+            # An upstream node has produced its output before this node runs; if the profile did
+            # not see it run, ComfyUI served it from its cache.
+            cached = True if recorder.profile_enabled and recorder.active_prompt_id is not None else None
+            row.update({"duration_s": None, "peak_rss_bytes": None, "cached": cached})
         profiles[name] = row
     return profiles

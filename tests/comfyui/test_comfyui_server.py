@@ -190,3 +190,19 @@ def test_demo_workflow_runs_and_matches_its_ui_copy(server):
     rows = {row["class_type"]: row for row in report["nodes"]}
     for class_type in ("VAEEncode", "VAEDecode", "SaveImage"):
         assert rows[class_type]["status"] == "executed" and rows[class_type]["duration_s"] > 0
+
+
+def test_cached_loader_is_reported_as_cached_in_the_models_step(server, pipeline_runs):
+    # The loaders ran in pipeline_runs; a new monitor over them runs while the loaders are cached.
+    prompt = {
+        "1": PIPELINE["1"],
+        "2": PIPELINE["2"],
+        "31": {"class_type": "PipelineMonitorModels", "inputs": {"vae": ["2", 0]}},
+    }
+    prompt_id, history = server.run(prompt)
+    assert history["status"]["status_str"] == "success"
+    report = server.get_json(f"/pipeline_monitor/runs/{prompt_id}")
+    step = [s for s in report["steps"] if s["kind"] == "models" and s["node_id"] == "31"][0]
+    assert step["cached"] is False
+    assert step["details"]["loaders"]["vae"]["cached"] is True
+    assert rows_by_id(report)["2"]["cached"] is True
