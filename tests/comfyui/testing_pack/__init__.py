@@ -37,3 +37,7 @@ class PMTestRaise:
 
 
 NODE_CLASS_MAPPINGS = {"PMTestObjectId": PMTestObjectId, "PMTestRaise": PMTestRaise}
+
+from .conditioning_nodes import PMTestConditioning  # noqa: E402
+
+NODE_CLASS_MAPPINGS["PMTestConditioning"] = PMTestConditioning
