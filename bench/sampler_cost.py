@@ -55,14 +55,17 @@ def run_windows(window_s: float, repeats: int, probes) -> list[dict]:
     conditions = [None, *RATES_HZ]
     rounds = []
     for r in range(repeats):
-        order = conditions[r % len(conditions):] + conditions[: r % len(conditions)]
+        order = conditions[r % len(conditions) :] + conditions[: r % len(conditions)]
         results = {}
         for rate in order:
             results[rate] = measure_window(window_s, rate, probes)
             label = "baseline" if rate is None else f"{rate:g} Hz"
             res = results[rate]
-            print(f"  round {r + 1}/{repeats} {label:>8}: cpu {res['cpu_s'] * 1000:8.1f} ms "
-                  f"in {res['wall_s']:.2f} s, {res['ticks']} ticks", file=sys.stderr)
+            print(
+                f"  round {r + 1}/{repeats} {label:>8}: cpu {res['cpu_s'] * 1000:8.1f} ms "
+                f"in {res['wall_s']:.2f} s, {res['ticks']} ticks",
+                file=sys.stderr,
+            )
         rounds.append(results)
     return rounds
 
@@ -97,7 +100,11 @@ def time_call(fn, number: int, repeats: int = 5) -> dict:
             fn()
         wall.append((time.perf_counter() - w0) / number * 1e6)
         cpu.append((time.process_time() - c0) / number * 1e6)
-    return {"wall_us_min": min(wall), "wall_us_median": statistics.median(wall), "cpu_us_median": statistics.median(cpu)}
+    return {
+        "wall_us_min": min(wall),
+        "wall_us_median": statistics.median(wall),
+        "cpu_us_median": statistics.median(cpu),
+    }
 
 
 def micro_benchmarks(probes, number: int) -> dict:
@@ -121,26 +128,38 @@ def micro_benchmarks(probes, number: int) -> dict:
 def print_report(result: dict) -> None:
     w = result["windows"]
     print()
-    print(f"Sampler CPU cost ({result['config']['window_s']:g} s windows x {result['config']['repeats']} rounds, "
-          f"cpu_count={os.cpu_count()}, torch={'yes' if result['config']['torch'] else 'no'})")
+    print(
+        f"Sampler CPU cost ({result['config']['window_s']:g} s windows x {result['config']['repeats']} rounds, "
+        f"cpu_count={os.cpu_count()}, torch={'yes' if result['config']['torch'] else 'no'})"
+    )
     print(f"  baseline (no sampler): {100 * w['baseline_cpu_fraction_median']:.3f} % of one core")
-    print(f"  {'rate':>6} | {'net % of one core (median)':>26} | {'min..max':>17} | {'CPU us/tick':>11} | ticks/window")
+    print(
+        f"  {'rate':>6} | {'net % of one core (median)':>26} | {'min..max':>17} | {'CPU us/tick':>11} | ticks/window"
+    )
     for rate in RATES_HZ:
         s = w[f"{rate:g}hz"]
-        print(f"  {rate:>4g}Hz | {100 * s['net_cpu_fraction_median']:>26.3f} | "
-              f"{100 * s['net_cpu_fraction_min']:>7.3f}..{100 * s['net_cpu_fraction_max']:<8.3f} | "
-              f"{s['cpu_us_per_tick_median']:>11.0f} | {s['ticks_per_window_median']:g}")
+        print(
+            f"  {rate:>4g}Hz | {100 * s['net_cpu_fraction_median']:>26.3f} | "
+            f"{100 * s['net_cpu_fraction_min']:>7.3f}..{100 * s['net_cpu_fraction_max']:<8.3f} | "
+            f"{s['cpu_us_per_tick_median']:>11.0f} | {s['ticks_per_window_median']:g}"
+        )
     print()
     print(f"Per-call cost ({result['config']['number']} calls x 5 loops)")
     print(f"  {'operation':<24} | {'wall us (min)':>13} | {'wall us (median)':>16} | {'CPU us (median)':>15}")
     for name, m in result["calls"].items():
-        print(f"  {name:<24} | {m['wall_us_min']:>13.1f} | {m['wall_us_median']:>16.1f} | {m['cpu_us_median']:>15.1f}")
+        print(
+            f"  {name:<24} | {m['wall_us_min']:>13.1f} | {m['wall_us_median']:>16.1f} | {m['cpu_us_median']:>15.1f}"
+        )
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--window", type=float, default=10.0, help="seconds per measurement window (default 10)")
-    parser.add_argument("--repeats", type=int, default=2, help="rounds of baseline/2 Hz/20 Hz windows (default 2)")
+    parser.add_argument(
+        "--window", type=float, default=10.0, help="seconds per measurement window (default 10)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="rounds of baseline/2 Hz/20 Hz windows (default 2)"
+    )
     parser.add_argument("--number", type=int, default=500, help="calls per loop in the per-call timings")
     parser.add_argument("--no-torch", action="store_true", help="do not import torch first")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
@@ -162,8 +181,14 @@ def main(argv=None) -> int:
     print(f"Measuring {args.repeats} rounds of {3 * args.window:g} s...", file=sys.stderr)
     rounds = run_windows(args.window, args.repeats, probes)
     result = {
-        "config": {"window_s": args.window, "repeats": args.repeats, "number": args.number, "torch": torch_loaded,
-                   "cpu_count": os.cpu_count(), "python": sys.version.split()[0]},
+        "config": {
+            "window_s": args.window,
+            "repeats": args.repeats,
+            "number": args.number,
+            "torch": torch_loaded,
+            "cpu_count": os.cpu_count(),
+            "python": sys.version.split()[0],
+        },
         "windows": summarize_windows(rounds),
         "raw_rounds": [{("baseline" if k is None else f"{k:g}hz"): v for k, v in r.items()} for r in rounds],
         "calls": micro_benchmarks(probes, args.number),
