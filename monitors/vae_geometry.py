@@ -1,0 +1,311 @@
+"""Shapes and memory needs of a VAE encode, from the VAE's own attributes (duck typing), and
+checks of its input.
+
+ComfyUI's VAE takes IMAGE [B, H, W, C] in 0..1, crops H and W to a multiple of its spatial
+compression, drops extra channels (or pads missing ones when it has a pad value), and for video
+VAEs (latent_dim 3) turns the batch into time: [1, C, T, H, W]. The helpers here repeat that
+arithmetic so the chain can ask the VAE's own memory estimate (`memory_used_encode`) for the
+shape each strategy hands to the model, and make a dummy latent of the right shape, without
+encoding anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from .report import Finding
+from .tensor_stats import describe_tensor
+
+log = logging.getLogger(__name__)
+
+
+def spatial_ratio(vae) -> int | None:
+    """Pixels per latent pixel along H and W."""
+    method = getattr(vae, "spacial_compression_encode", None)  # sic, ComfyUI's spelling
+    if callable(method):
+        try:
+            return int(method())
+        except Exception:
+            pass
+    ratio = getattr(vae, "downscale_ratio", None)
+    if isinstance(ratio, (tuple, list)) and ratio:
+        ratio = ratio[-1]
+    return int(ratio) if isinstance(ratio, (int, float)) and ratio > 0 else None
+
+
+def _temporal(vae, attribute: str):
+    ratio = getattr(vae, attribute, None)
+    if isinstance(ratio, (tuple, list)) and ratio and callable(ratio[0]):
+        return ratio[0]
+    return None
+
+
+def latent_frames(vae, frames: int) -> int | None:
+    """Latent frames for `frames` input frames (video VAEs), e.g. WAN 2.1: 9 -> 3."""
+    down = _temporal(vae, "downscale_ratio")
+    return None if down is None else int(down(frames))
+
+
+def used_frames(vae, frames: int) -> int | None:
+    """Input frames that the latent frames cover (WAN: 1 + 4k); later frames are dropped."""
+    down, up = _temporal(vae, "downscale_ratio"), _temporal(vae, "upscale_ratio")
+    return None if down is None or up is None else int(up(down(frames)))
+
+
+def is_video_vae(vae) -> bool:
+    return getattr(vae, "latent_dim", 2) == 3 and not getattr(vae, "not_video", False)
+
+
+def encode_input_shape(vae, pixels_shape) -> tuple[int, ...] | None:
+    """The shape `vae.encode` hands to the model (and to its memory estimate)."""
+    if len(pixels_shape) != 4:
+        return None
+    batch, height, width, channels = (int(v) for v in pixels_shape)
+    ratio = spatial_ratio(vae) or 1
+    if getattr(vae, "crop_input", True):
+        height, width = height // ratio * ratio, width // ratio * ratio
+    expected = getattr(vae, "output_channels", None)
+    if isinstance(expected, int):
+        can_pad = getattr(vae, "pad_channel_value", None) is not None
+        if channels > expected or (channels < expected and can_pad):
+            channels = expected
+    if getattr(vae, "latent_dim", 2) == 3:
+        if is_video_vae(vae):
+            return (1, channels, batch, height, width)
+        return (batch, channels, 1, height, width)
+    return (batch, channels, height, width)
+
+
+def tile_input_shape(vae, pixels_shape, tiles) -> tuple[int, ...] | None:
+    """The largest piece `encode_tiled` hands to the model with these tile settings."""
+    full = encode_input_shape(vae, pixels_shape)
+    if full is None:
+        return None
+    size = tiles.tile_size
+    if len(full) == 4:
+        _, channels, height, width = full
+        # Three passes with tiles (x, y), (2x, y/2) and (x/2, 2y): the largest clipped area counts.
+        passes = ((size, size), (size * 2, size // 2), (size // 2, size * 2))
+        tile_w, tile_h = max(passes, key=lambda p: min(width, p[0]) * min(height, p[1]))
+        return (1, channels, min(height, tile_h), min(width, tile_w))
+    if len(full) == 5:
+        batch, channels, frames, height, width = full
+        down, up = _temporal(vae, "downscale_ratio"), _temporal(vae, "upscale_ratio")
+        tile_t = int(up(max(2, down(tiles.temporal_size)))) if down and up else tiles.temporal_size
+        return (batch, channels, min(frames, tile_t), min(height, size), min(width, size))
+    return None
+
+
+def latent_shape(vae, pixels_shape) -> tuple[int, ...] | None:
+    """The latent `vae.encode` would return, or None for VAEs whose shape rule is unknown (audio)."""
+    full = encode_input_shape(vae, pixels_shape)
+    ratio = spatial_ratio(vae)
+    channels = getattr(vae, "latent_channels", None)
+    if full is None or ratio is None or not isinstance(channels, int):
+        return None
+    if getattr(vae, "extra_1d_channel", None) is not None:
+        return None
+    if len(full) == 4:
+        return (full[0], channels, full[2] // ratio, full[3] // ratio)
+    batch, _, frames, height, width = full
+    if is_video_vae(vae):
+        frames = latent_frames(vae, frames)
+        if frames is None:
+            return None
+    return (batch, channels, frames, height // ratio, width // ratio)
+
+
+def dummy_latent(vae, pixels):
+    """Zeros of the latent's shape: the emergency output when every real strategy ran out."""
+    import torch
+
+    shape = latent_shape(vae, tuple(pixels.shape))
+    if shape is None:
+        raise RuntimeError("the latent shape of this VAE is unknown, so no dummy latent can be made")
+    device = getattr(vae, "output_device", None) or pixels.device
+    return torch.zeros(shape, dtype=torch.float32, device=device)
+
+
+@dataclass(frozen=True)
+class TileSettings:
+    """Pixel units, ComfyUI's VAEEncodeTiled defaults."""
+
+    tile_size: int = 512
+    overlap: int = 64
+    temporal_size: int = 64
+    temporal_overlap: int = 8
+
+    def encode_kwargs(self) -> dict:
+        return {
+            "tile_x": self.tile_size,
+            "tile_y": self.tile_size,
+            "overlap": self.overlap,
+            "tile_t": self.temporal_size,
+            "overlap_t": self.temporal_overlap,
+        }
+
+
+@dataclass(frozen=True)
+class Prediction:
+    strategy: str
+    device: str | None
+    estimate_bytes: int | None  # the VAE's own estimate for the activations (memory_used_encode)
+    weights_to_load_bytes: int | None  # VAE weights not yet on that device
+    needed_bytes: int | None
+    free_bytes: int | None
+    fits: bool | None  # None: unknown (no estimate or no free-memory reading)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def device_name(vae) -> str | None:
+    device = getattr(vae, "device", None)
+    return None if device is None else str(device)
+
+
+def _weights_to_load(vae, device: str | None) -> int | None:
+    """VAE weight bytes that encoding on `device` must still bring there."""
+    vae_device = device_name(vae)
+    if device is None or vae_device is None:
+        return None
+    try:
+        size = vae.model_size() if hasattr(vae, "model_size") else None
+        if device.startswith("cpu"):
+            # Weights of a CPU VAE already sit in RAM; a GPU VAE's come over in full.
+            return 0 if vae_device.startswith("cpu") else size
+        patcher = getattr(vae, "patcher", None)
+        loaded = patcher.loaded_size() if patcher is not None and hasattr(patcher, "loaded_size") else 0
+        return None if size is None else max(0, int(size) - int(loaded or 0))
+    except Exception:
+        return None
+
+
+def predict(vae, pixels_shape, strategy: str, tiles: TileSettings, free_memory) -> Prediction:
+    """Memory the strategy needs (VAE estimate + weights to load) against the free memory."""
+    device = "cpu" if strategy == "cpu" else device_name(vae)
+    shape = tile_input_shape(vae, pixels_shape, tiles) if strategy == "tiled" else None
+    shape = shape or encode_input_shape(vae, pixels_shape)
+    estimate = None
+    try:
+        if shape is not None and hasattr(vae, "memory_used_encode"):
+            estimate = int(vae.memory_used_encode(shape, getattr(vae, "vae_dtype", None)))
+    except Exception as exc:
+        log.debug("pipeline monitor: memory_used_encode(%s) failed: %s", shape, exc)
+    weights = _weights_to_load(vae, device)
+    needed = None if estimate is None else estimate + (weights or 0)
+    free = free_memory(device) if device is not None else None
+    fits = None if needed is None or free is None else needed <= free
+    return Prediction(strategy, device, estimate, weights, needed, free, fits)
+
+
+@dataclass(frozen=True)
+class InputCheck:
+    fatal: str | None  # why no strategy can run
+    findings: tuple[Finding, ...]
+    pixels: dict | None  # describe_tensor of the input
+
+
+def check_input(vae, pixels) -> InputCheck:
+    findings: list[Finding] = []
+
+    def fatal(message: str, code: str, info=None) -> InputCheck:
+        findings.append(Finding("error", message, code))
+        return InputCheck(message, tuple(findings), info)
+
+    if vae is None:
+        return fatal(
+            "No VAE received (the vae input is None; a checkpoint without a VAE gives None): "
+            "connect a VAE loader.",
+            "no_vae",
+        )
+    if not callable(getattr(vae, "encode", None)):
+        return fatal(f"The vae input is a {type(vae).__name__}, which has no encode method.", "not_a_vae")
+    if hasattr(vae, "first_stage_model") and vae.first_stage_model is None:
+        return fatal("The VAE is invalid (it has no model): load a file that contains a VAE.", "invalid_vae")
+    shape = getattr(pixels, "shape", None)
+    if pixels is None or shape is None or not hasattr(pixels, "numel"):
+        return fatal(f"No image received (pixels is {type(pixels).__name__}).", "no_pixels")
+    shape = tuple(int(v) for v in shape)
+    if len(shape) != 4:
+        return fatal(
+            f"Expected an IMAGE [batch, height, width, channels], got shape {list(shape)}.", "bad_image_shape"
+        )
+    info = describe_tensor(pixels)
+    batch, height, width, channels = shape
+    if batch == 0:
+        return fatal("Empty image batch (0 images): nothing to encode.", "empty_batch", info)
+    ratio = spatial_ratio(vae) or 1
+    if height < ratio or width < ratio:
+        return fatal(
+            f"Image of {width}x{height} px is smaller than the VAE's {ratio} px per latent pixel: "
+            "the latent would be empty. Upscale it first.",
+            "image_too_small",
+            info,
+        )
+    expected = getattr(vae, "output_channels", None)
+    if isinstance(expected, int) and channels != expected:
+        if channels > expected:
+            findings.append(
+                Finding(
+                    "warning",
+                    f"Image has {channels} channels: only the first {expected} are encoded.",
+                    "channels_dropped",
+                )
+            )
+        elif getattr(vae, "pad_channel_value", None) is None:
+            return fatal(
+                f"Image has {channels} channel(s) but the VAE expects {expected}: convert it to RGB first.",
+                "wrong_channels",
+                info,
+            )
+        else:
+            findings.append(
+                Finding(
+                    "warning",
+                    f"Image has {channels} channel(s): the VAE pads it to {expected}.",
+                    "channels_padded",
+                )
+            )
+    if info.get("n_nan") or info.get("n_inf"):
+        findings.append(
+            Finding(
+                "error",
+                f"The image holds {info['n_nan']} NaN and {info['n_inf']} Inf values: the latent will hold them "
+                "too. Check the node that made the image.",
+                "nan_pixels",
+            )
+        )
+    lo, hi = info.get("min"), info.get("max")
+    if lo is not None and hi is not None and (lo < -1e-3 or hi > 1.0 + 1e-3):
+        findings.append(
+            Finding(
+                "warning",
+                f"Pixel values span {lo:.3g}..{hi:.3g}; IMAGE is expected in 0..1.",
+                "pixels_out_of_range",
+            )
+        )
+    if getattr(vae, "crop_input", True) and (height % ratio or width % ratio):
+        findings.append(
+            Finding(
+                "info",
+                f"{width}x{height} is cropped to {width // ratio * ratio}x{height // ratio * ratio} "
+                f"(a multiple of {ratio}).",
+                "cropped",
+            )
+        )
+    if is_video_vae(vae):
+        kept = used_frames(vae, batch)
+        if kept is not None and kept < batch:
+            up = _temporal(vae, "upscale_ratio")
+            step = int(up(2) - up(1))
+            findings.append(
+                Finding(
+                    "warning",
+                    f"Only the first {kept} of {batch} frames are encoded: this video VAE takes "
+                    f"1 + {step}k frames.",
+                    "frames_dropped",
+                )
+            )
+    return InputCheck(None, tuple(findings), info)
