@@ -1,0 +1,239 @@
+"""LoRA loaders found in the prompt graph, key coverage of their files, and what to tell the user.
+
+The graph is ComfyUI's API-format prompt ({id: {class_type, inputs}}); a link is [source_id, slot].
+Walking up from the monitor's `model` (or `clip`) input through every node that has an input of
+the same name finds the loaders in stack order, nearest first. Coverage is set arithmetic over file
+keys: which ones the loader consumed (ComfyUI's load_lora rules, notes section 3) and which it
+ignored. Plain data in, plain data out.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .report import Finding
+
+LORA_LOADER_CLASSES = ("LoraLoader", "LoraLoaderModelOnly")
+MAX_WALK = 256  # nodes visited per input walk
+MAX_LISTED_UNMATCHED = 200
+UNMATCHED_FOREIGN_FRACTION = 0.1  # above this share of unmatched keys, suspect another base model
+# Suffixes load_lora consumes for every key it maps, besides what the adapters report (lora.py:40-89).
+CONSUMED_SUFFIXES = ("alpha", "dora_scale", "diff", "diff_b", "set_weight", "w_norm")
+TEXT_ENCODER_GROUPS = (
+    "lora_te",
+    "lora_te1",
+    "lora_te2",
+    "lora_te3",
+    "lora_prior_te",
+    "text_encoders",
+    "text_encoder",
+    "text_encoder_2",
+)
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def is_lora_loader(node: Mapping) -> bool:
+    inputs = node.get("inputs")
+    return node.get("class_type") in LORA_LOADER_CLASSES or (
+        isinstance(inputs, Mapping) and isinstance(inputs.get("lora_name"), str)
+    )
+
+
+def loader_info(node_id: str, node: Mapping) -> dict[str, Any]:
+    inputs = node.get("inputs") if isinstance(node.get("inputs"), Mapping) else {}
+    meta = node.get("_meta") if isinstance(node.get("_meta"), Mapping) else {}
+    has_clip = "clip" in inputs
+    strength_clip = _number(inputs.get("strength_clip")) if has_clip else 0.0
+    strength_model = _number(inputs.get("strength_model"))
+    return {
+        "node_id": node_id,
+        "class_type": node.get("class_type"),
+        "title": meta.get("title") if isinstance(meta.get("title"), str) else None,
+        "lora_name": inputs.get("lora_name") if isinstance(inputs.get("lora_name"), str) else None,
+        "strength_model": strength_model,
+        "strength_clip": strength_clip,
+        "has_clip_input": has_clip,
+        # LoraLoader returns its inputs untouched when both strengths are 0 (nodes.py:670)
+        "skipped": strength_model == 0.0 and strength_clip == 0.0,
+    }
+
+
+def upstream_loaders(prompt: Mapping | None, node_id: str | None, input_name: str) -> list[dict]:
+    """LoRA loaders feeding `input_name` of node `node_id`, nearest first."""
+    if not isinstance(prompt, Mapping) or node_id is None:
+        return []
+    node = prompt.get(str(node_id))
+    link = node.get("inputs", {}).get(input_name) if isinstance(node, Mapping) else None
+    found, seen = [], set()
+    while isinstance(link, (list, tuple)) and len(link) == 2 and len(seen) < MAX_WALK:
+        source_id = str(link[0])
+        source = prompt.get(source_id)
+        if source_id in seen or not isinstance(source, Mapping):
+            break
+        seen.add(source_id)
+        if is_lora_loader(source):
+            found.append(loader_info(source_id, source))
+        inputs = source.get("inputs")
+        link = inputs.get(input_name) if isinstance(inputs, Mapping) else None
+    return found
+
+
+def merge_loaders(model_loaders: list[dict], clip_loaders: list[dict]) -> list[dict]:
+    """One row per loader node, marked with the paths it sits on (model first, in stack order)."""
+    merged: dict[str, dict] = {}
+    for path, loaders in (("model", model_loaders), ("clip", clip_loaders)):
+        for loader in loaders:
+            row = merged.setdefault(
+                loader["node_id"], {**loader, "on_model_path": False, "on_clip_path": False}
+            )
+            row[f"on_{path}_path"] = True
+    return list(merged.values())
+
+
+def attribute_hops(hops: list[dict], loaders: list[dict], strength_field: str) -> list[dict]:
+    """Pair hops that changed patches with the (non-skipped) loaders, both nearest first.
+
+    Loaders clone and call add_patches, which always re-rolls the patches UUID; other cloning
+    nodes keep it. A pair is `consistent` when the hop's strengths equal the loader's.
+    """
+    patching = [h for h in hops if h["patches_uuid_changed"] or h["n_entries_added"]]
+    active = [loader for loader in loaders if not loader["skipped"]]
+    if len(patching) != len(active):
+        return []
+    pairs = []
+    for hop, loader in zip(patching, active, strict=True):
+        expected = loader.get(strength_field)
+        strengths = hop["totals"]["strengths"]
+        pairs.append(
+            {
+                "hop_index": hop["index"],
+                "loader_node_id": loader["node_id"],
+                "consistent": expected is None or not strengths or strengths == [expected],
+            }
+        )
+    return pairs
+
+
+# -- key coverage ---------------------------------------------------------------------------------
+
+
+def consumed_keys(
+    lora_keys: Iterable[str], mapped_names: Iterable[str], adapter_keys: Iterable[str]
+) -> set[str]:
+    """Keys load_lora consumes: the adapters' own plus alpha/dora/diff/set/norm keys of mapped names."""
+    present = set(lora_keys)
+    consumed = set(adapter_keys) & present
+    for name in mapped_names:
+        for suffix in CONSUMED_SUFFIXES:
+            key = f"{name}.{suffix}"
+            if key in present:
+                consumed.add(key)
+        if f"{name}.w_norm" in present and f"{name}.b_norm" in present:
+            consumed.add(f"{name}.b_norm")  # b_norm is only read together with w_norm
+    return consumed
+
+
+def key_group(key: str) -> str:
+    """lora_unet, lora_te1, diffusion_model, text_encoders... : the family a file key belongs to."""
+    head = key.split(".", 1)[0]
+    if head.startswith("lycoris_"):
+        return "lycoris"
+    if head.startswith("lora_"):
+        parts = head.split("_")
+        return "_".join(parts[:3]) if parts[1] == "prior" else "_".join(parts[:2])
+    return head
+
+
+def key_coverage(file_keys: Iterable[str], consumed: set[str]) -> dict[str, Any]:
+    keys = sorted(set(file_keys))
+    unmatched = [k for k in keys if k not in consumed]
+    n = len(keys)
+    return {
+        "n_file_keys": n,
+        "n_matched_keys": n - len(unmatched),
+        "n_unmatched_keys": len(unmatched),
+        "matched_pct": 100.0 * (n - len(unmatched)) / n if n else None,
+        "unmatched_keys": unmatched[:MAX_LISTED_UNMATCHED],
+        "unmatched_truncated": len(unmatched) > MAX_LISTED_UNMATCHED,
+        "unmatched_by_group": dict(Counter(key_group(k) for k in unmatched)),
+        "n_unmatched_text_encoder_keys": sum(1 for k in unmatched if key_group(k) in TEXT_ENCODER_GROUPS),
+    }
+
+
+# -- findings -------------------------------------------------------------------------------------
+
+
+def loader_findings(loader: Mapping, file_status: Mapping | None, coverage: Mapping | None) -> list[Finding]:
+    """Errors and suggestions about one loader: its file, its strengths, its key coverage."""
+    name = loader.get("lora_name") or f"of node {loader.get('node_id')}"
+    where = f"LoRA {name} (node {loader.get('node_id')})"
+    findings = []
+    if loader.get("skipped"):
+        findings.append(
+            Finding(
+                "warning",
+                f"strength 0: {where} skipped, the loader passed its inputs unchanged",
+                "lora_strength_zero",
+            )
+        )
+    elif loader.get("strength_model") == 0.0:
+        findings.append(
+            Finding("info", f"{where}: model strength 0, the model is unchanged", "lora_strength_zero")
+        )
+    if file_status is not None and file_status.get("error"):
+        corrupt = file_status.get("header_ok") is False
+        findings.append(
+            Finding(
+                "error",
+                f"{where}: {file_status['error']}"
+                if corrupt
+                else f"{where}: file not found in the loras folders",
+                "lora_file_corrupt" if corrupt else "lora_file_missing",
+            )
+        )
+    if not coverage or not coverage.get("n_file_keys"):
+        return findings
+    n, unmatched = coverage["n_file_keys"], coverage["n_unmatched_keys"]
+    n_text = coverage["n_unmatched_text_encoder_keys"]
+    if coverage["n_matched_keys"] == 0:
+        findings.append(
+            Finding(
+                "error",
+                f"{where}: none of its {n} keys matched: this LoRA was made for another base model",
+                "lora_no_key_matched",
+            )
+        )
+    elif unmatched:
+        other = unmatched - (n_text if not coverage.get("clip_checked") else 0)
+        if n_text and not coverage.get("clip_checked"):
+            reason = (
+                "LoraLoaderModelOnly ignores them"
+                if not loader.get("has_clip_input")
+                else "connect the loader's CLIP to the monitor to check them"
+            )
+            findings.append(
+                Finding(
+                    "info",
+                    f"{where}: {n_text} text-encoder keys not applied: {reason}",
+                    "lora_text_encoder_keys",
+                )
+            )
+        if other:
+            hint = (
+                ": this LoRA was made for another base model"
+                if other / n >= UNMATCHED_FOREIGN_FRACTION
+                else ""
+            )
+            findings.append(
+                Finding(
+                    "warning",
+                    f"{where}: {other} of {n} keys unmatched{hint} (see unmatched_keys)",
+                    "lora_keys_unmatched",
+                )
+            )
+    return findings

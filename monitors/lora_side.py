@@ -1,0 +1,206 @@
+"""One side (MODEL or CLIP) of a LoRA step: baseline vs after, hop by hop along the parent chain.
+
+With an explicit `before` there is one comparison; otherwise each clone in the `.parent` chain is a
+hop (stacked loaders give one hop each) and the chain's oldest patcher is the baseline. Metadata
+and identities only: the state dicts are compared by shape, dtype, device and storage, never by
+copying a tensor. The result is plain data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .lora import (
+    BASE_NORM_ELEMENT_BUDGET,
+    MAX_LISTED_KEYS,
+    added_entries,
+    aggregate,
+    base_weight_lookup,
+    by_block,
+    parent_chain,
+    patch_rows,
+    patches_of,
+)
+from .model_state import describe_clip, describe_model
+
+MAX_LISTED_NAMES = 200  # state-dict key names listed per change kind
+PLACEMENT_FIELDS = (
+    "device",
+    "load_device",
+    "offload_device",
+    "dtype",
+    "size_bytes",
+    "resident_bytes",
+    "loaded_weight_bytes",
+    "weights_patched",
+)
+
+
+def patcher_of(kind: str, obj):
+    """The ModelPatcher behind a MODEL (itself) or a CLIP (`.patcher`)."""
+    return obj if kind == "model" else getattr(obj, "patcher", None)
+
+
+def _describe(kind: str, obj, is_patcher: bool) -> dict[str, Any]:
+    if kind == "clip" and not is_patcher:
+        return describe_clip(obj)
+    info = describe_model(obj)
+    info["kind"] = "clip_patcher" if kind == "clip" else "model"
+    return info
+
+
+def analyse_side(kind: str, after, before=None, base_norms: bool = True) -> dict[str, Any]:
+    """Everything the step reports for one side; `before` None means: walk the parent chain."""
+    after_patcher = patcher_of(kind, after)
+    if after_patcher is None or not hasattr(after_patcher, "patches"):
+        return {"kind": kind, "analysed": False, "reason": f"{type(after).__name__} has no patches"}
+    if before is not None:
+        before_patcher = patcher_of(kind, before)
+        pairs = [(after_patcher, before_patcher)]
+        baseline = _describe(kind, before, is_patcher=False)
+        mode = "explicit"
+    else:
+        chain = parent_chain(after_patcher)
+        pairs = list(zip(chain[:-1], chain[1:], strict=True))
+        before_patcher = chain[-1]
+        baseline = _describe(kind, before_patcher, is_patcher=True)
+        mode = "parent_chain"
+    lookup = base_weight_lookup(after_patcher) if base_norms else None
+    budget = [BASE_NORM_ELEMENT_BUDGET]
+    listed = [MAX_LISTED_KEYS]
+    hops, all_rows, patched_keys = [], [], set()
+    for index, (child, parent) in enumerate(pairs):
+        added = added_entries(patches_of(child), patches_of(parent))
+        removed = added_entries(patches_of(parent), patches_of(child))
+        rows = patch_rows(added, lookup, budget)
+        patched_keys.update(str(k) for k in added)
+        all_rows.extend(rows)
+        shown = rows[: listed[0]]
+        listed[0] -= len(shown)
+        hops.append(
+            {
+                "index": index,
+                "after_object_id": id(child),
+                "before_object_id": id(parent),
+                "after_patches_uuid": _str(getattr(child, "patches_uuid", None)),
+                "patches_uuid_changed": getattr(child, "patches_uuid", None)
+                != getattr(parent, "patches_uuid", None),
+                "n_patch_keys_added": len(added),
+                "n_entries_added": sum(len(v) for v in added.values()),
+                "n_entries_removed": sum(len(v) for v in removed.values()),
+                "totals": aggregate(rows),
+                "by_block": by_block(rows),
+                "keys": shown,
+                "keys_truncated": len(shown) < len(rows),
+            }
+        )
+    after_info = _describe(kind, after, is_patcher=False)
+    return {
+        "kind": kind,
+        "analysed": True,
+        "mode": mode,
+        "baseline": baseline,
+        "after": after_info,
+        "identity": identity_changes(kind, after, before, after_patcher, before_patcher, len(pairs)),
+        "hops": hops,
+        "overall": {"totals": aggregate(all_rows), "by_block": by_block(all_rows)},
+        "weight_modifications": weight_modifications(before_patcher, after_patcher, patched_keys),
+        "placement_changes": placement_changes(baseline, after_info),
+    }
+
+
+def _str(value) -> str | None:
+    return None if value is None else str(value)
+
+
+def _n_patches(patcher) -> int | None:
+    patches = getattr(patcher, "patches", None)
+    return len(patches) if isinstance(patches, dict) else None
+
+
+def identity_changes(kind, after, before, after_patcher, before_patcher, n_hops) -> dict[str, Any]:
+    chain = parent_chain(after_patcher)
+    after_keys, before_keys = set(patches_of(after_patcher)), set(patches_of(before_patcher))
+    added = added_entries(patches_of(after_patcher), patches_of(before_patcher))
+    info = {
+        "same_object": after_patcher is before_patcher,
+        "cloned": after_patcher is not before_patcher and any(p is before_patcher for p in chain),
+        "module_shared": getattr(after_patcher, "model", None) is getattr(before_patcher, "model", None),
+        "class_before": type(before_patcher).__name__,
+        "class_after": type(after_patcher).__name__,
+        "class_changed": type(before_patcher) is not type(after_patcher),
+        "n_patches_before": _n_patches(before_patcher),
+        "n_patches_after": _n_patches(after_patcher),
+        "n_patch_keys_added": len(after_keys - before_keys),
+        "n_patch_keys_removed": len(before_keys - after_keys),
+        "n_entries_added": sum(len(v) for v in added.values()),
+        "patches_uuid_before": _str(getattr(before_patcher, "patches_uuid", None)),
+        "patches_uuid_after": _str(getattr(after_patcher, "patches_uuid", None)),
+        "n_hops": n_hops,
+    }
+    info["uuid_changed"] = info["patches_uuid_before"] != info["patches_uuid_after"]
+    if kind == "clip":
+        info["clip_object_id_after"] = id(after)
+        info["clip_object_id_before"] = None if before is None else id(before)
+    return info
+
+
+def _tensor_meta(tensor) -> tuple:
+    try:
+        pointer = tensor.data_ptr() if tensor.device.type != "meta" else None
+    except Exception:
+        pointer = None
+    return (tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""), str(tensor.device), pointer)
+
+
+def _names(keys) -> dict[str, Any]:
+    keys = sorted(keys)
+    return {"count": len(keys), "keys": keys[:MAX_LISTED_NAMES], "truncated": len(keys) > MAX_LISTED_NAMES}
+
+
+def weight_modifications(before_patcher, after_patcher, patched_keys) -> dict[str, Any]:
+    """State-dict keys added/removed/modified and shape/dtype/device changes, from metadata only.
+
+    `patched_keys` are the weights whose patches changed: they take a new value when the model is
+    loaded. Two patchers over one module share every tensor, so only those can differ.
+    """
+    before_module = getattr(before_patcher, "model", None)
+    after_module = getattr(after_patcher, "model", None)
+    result = {"module_shared": before_module is after_module}
+    if before_module is after_module or not hasattr(before_module, "state_dict"):
+        result.update(
+            added=_names(()),
+            removed=_names(()),
+            modified=_names(patched_keys),
+            shape_changed=_names(()),
+            dtype_changed=_names(()),
+            device_changed=_names(()),
+            storage_changed=_names(()),
+        )
+        return result
+    before_meta = {k: _tensor_meta(v) for k, v in before_module.state_dict().items()}
+    after_meta = {k: _tensor_meta(v) for k, v in after_module.state_dict().items()}
+    common = before_meta.keys() & after_meta.keys()
+    changed = {
+        field: {k for k in common if before_meta[k][i] != after_meta[k][i]}
+        for i, field in enumerate(("shape", "dtype", "device", "storage"))
+    }
+    result.update(
+        added=_names(after_meta.keys() - before_meta.keys()),
+        removed=_names(before_meta.keys() - after_meta.keys()),
+        modified=_names(set(patched_keys) | set().union(*changed.values())),
+        shape_changed=_names(changed["shape"]),
+        dtype_changed=_names(changed["dtype"]),
+        device_changed=_names(changed["device"]),
+        storage_changed=_names(changed["storage"]),
+    )
+    return result
+
+
+def placement_changes(before: dict, after: dict) -> dict[str, dict]:
+    """field -> {before, after} for device, load/offload device, dtype and memory fields that differ."""
+    return {
+        field: {"before": before.get(field), "after": after.get(field)}
+        for field in PLACEMENT_FIELDS
+        if before.get(field) != after.get(field)
+    }
