@@ -1,0 +1,195 @@
+"""monitors/latent.py on plain tensors: kind, family, statistics, masks, bad input."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from monitors import latent as latent_mod
+from monitors.latent import analyse_latent, latent_ui_text
+
+
+def codes(findings):
+    return [f.code for f in findings]
+
+
+@pytest.mark.parametrize(
+    ("shape", "kind", "family"),
+    [
+        ((1, 4, 64, 64), "image", "SD1 / SD2 / SDXL"),
+        ((2, 16, 128, 128), "image", "SD3 / Flux.1"),
+        ((1, 128, 64, 64), "image", "Flux.2"),
+        ((1, 16, 21, 60, 104), "video", "WAN 2.1 / HunyuanVideo / Kandinsky 5"),
+        ((1, 48, 31, 44, 80), "video", "WAN 2.2 5B"),
+        ((1, 32, 31, 44, 80), "video", "HunyuanVideo 1.5"),
+        ((1, 12, 28, 60, 106), "video", "Mochi"),
+        ((1, 128, 13, 16, 24), "video", "LTXV"),
+        ((1, 7, 8, 8), "image", None),
+        ((1, 64, 100), "other", None),
+    ],
+)
+def test_kind_and_family_from_channels_and_rank(shape, kind, family):
+    summary, details, findings = analyse_latent({"samples": torch.randn(*shape) * 0.5})
+    assert summary["kind"] == kind
+    assert summary["family"] == family
+    assert summary["shape"] == list(shape)
+    assert summary["channels"] == shape[1]
+    assert summary["size_bytes"] == math.prod(shape) * 4
+    assert summary["dtype"] == "float32" and summary["device"] == "cpu"
+    assert summary["n_nan"] == 0 and summary["n_inf"] == 0
+    assert "non_finite" not in codes(findings)
+    if family is None and kind != "other":
+        assert "unknown_family" in codes(findings)
+
+
+def test_video_decoded_size_and_alternatives():
+    _, details, _ = analyse_latent({"samples": torch.zeros(1, 16, 3, 8, 8)})
+    samples = details["samples"]
+    assert samples["frames"] == 3
+    assert samples["decoded_size"] == {"height": 64, "width": 64, "frames": 9}  # WAN: 9 frames -> 3
+    assert samples["family_alternatives"] == ["Cosmos"]
+
+
+def test_empty_latent_image_is_all_zero_with_a_hint():
+    summary, _, findings = analyse_latent({"samples": torch.zeros(1, 4, 8, 8)})
+    assert summary["mean"] == 0 and summary["std"] == 0
+    [finding] = [f for f in findings if f.code == "all_zero"]
+    assert "EmptyLatentImage" in finding.message
+
+
+def test_nan_and_inf_are_counted_and_an_error():
+    samples = torch.zeros(1, 4, 4, 4)
+    samples[0, 0, 0, :3] = float("nan")
+    samples[0, 1, 0, 0] = float("inf")
+    samples[0, 1, 0, 1] = 2.0
+    summary, details, findings = analyse_latent({"samples": samples})
+    assert summary["n_nan"] == 3 and summary["n_inf"] == 1
+    assert details["samples"]["max"] == 2.0  # statistics cover finite values only
+    [finding] = [f for f in findings if f.code == "non_finite"]
+    assert finding.level == "error" and "3 NaN and 1 Inf" in finding.message
+
+
+def test_noise_mask_batch_index_and_extras():
+    latent = {
+        "samples": torch.randn(2, 4, 8, 8),
+        "noise_mask": torch.ones(2, 1, 64, 64) * 0.5,
+        "batch_index": [3, 4],
+        "type": "image",
+        "custom": torch.zeros(3),
+        "note": "x",
+    }
+    summary, details, _ = analyse_latent(latent)
+    assert summary["has_noise_mask"] is True
+    assert details["noise_mask"]["shape"] == [2, 1, 64, 64] and details["noise_mask"]["mean"] == 0.5
+    assert details["batch_index"] == [3, 4] and details["n_batch_index"] == 2
+    assert details["latent_type"] == "image"
+    assert details["extras"] == {"custom": {"shape": [3], "dtype": "float32"}, "note": "str"}
+    assert "noise mask" in latent_ui_text(summary)
+
+
+def test_without_noise_mask():
+    summary, details, _ = analyse_latent({"samples": torch.randn(1, 4, 8, 8)})
+    assert summary["has_noise_mask"] is False and "noise_mask" not in details
+
+
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [
+        (None, "not_a_latent"),
+        (torch.zeros(1, 4, 8, 8), "not_a_latent"),
+        ("samples", "not_a_latent"),
+        ({}, "no_samples"),
+        ({"samples": [1, 2]}, "no_samples"),
+        ({"samples": torch.zeros(0, 4, 8, 8)}, "empty"),
+        ({"samples": torch.tensor(1.0)}, "unusual_rank"),
+        ({"samples": torch.zeros(5)}, "unusual_rank"),
+    ],
+)
+def test_bad_input_is_a_finding_not_a_crash(value, code):
+    summary, details, findings = analyse_latent(value)
+    assert code in codes(findings)
+    assert isinstance(latent_ui_text(summary), str)
+
+
+def test_huge_shape_is_metadata_only_without_allocation():
+    huge = torch.zeros(1).expand(4, 16, 1000, 1000, 1000)  # 64 G elements, one real float
+    summary, details, findings = analyse_latent({"samples": huge})
+    assert summary["n_elements"] == 64 * 10**9
+    assert summary["size_bytes"] == 256 * 10**9
+    assert details["samples"]["stats_skipped"] is True and summary["mean"] is None
+    assert "stats_skipped" in codes(findings)
+    meta = torch.empty(1, 16, 21, 90, 160, device="meta")
+    summary, _, _ = analyse_latent({"samples": meta})
+    assert summary["device"] == "meta" and summary["kind"] == "video" and summary["mean"] is None
+
+
+def test_nested_tensor_parts_are_each_described():
+    class Nested:  # the shape of comfy.nested_tensor.NestedTensor
+        is_nested = True
+
+        def __init__(self, tensors):
+            self.tensors = tensors
+
+    summary, details, _ = analyse_latent(
+        {"samples": Nested([torch.zeros(1, 128, 3, 4, 4), torch.ones(1, 8, 10)])}
+    )
+    assert details["nested"] is True and summary["n_parts"] == 2
+    assert [part["kind"] for part in details["samples"]] == ["video", "other"]
+    assert summary["size_bytes"] == (128 * 48 + 80) * 4
+
+
+def test_half_precision_and_integer_latents():
+    summary, _, _ = analyse_latent({"samples": torch.ones(1, 4, 2, 2, dtype=torch.float16)})
+    assert summary["dtype"] == "float16" and summary["size_bytes"] == 32 and summary["mean"] == 1.0
+    summary, _, _ = analyse_latent({"samples": torch.arange(16, dtype=torch.int64).reshape(1, 4, 2, 2)})
+    assert summary["mean"] == 7.5
+
+
+def test_analysis_does_not_change_or_keep_the_latent():
+    samples = torch.randn(1, 4, 8, 8)
+    before = samples.clone()
+    latent = {"samples": samples}
+    summary, details, _ = analyse_latent(latent)
+    assert torch.equal(samples, before) and latent == {"samples": samples}
+
+    def holds_tensor(value):
+        if isinstance(value, torch.Tensor):
+            return True
+        if isinstance(value, dict):
+            return any(holds_tensor(v) for v in value.values())
+        if isinstance(value, (list, tuple)):
+            return any(holds_tensor(v) for v in value)
+        return False
+
+    assert not holds_tensor(summary) and not holds_tensor(details)
+
+
+finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False, width=32)
+special = st.sampled_from([float("nan"), float("inf"), float("-inf")])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rank=st.integers(min_value=3, max_value=5),
+    channels=st.sampled_from([1, 4, 12, 16, 32, 48, 128]),
+    values=st.lists(st.one_of(finite, special), min_size=1, max_size=64),
+)
+def test_property_counts_and_stats_match_torch(rank, channels, values):
+    data = torch.tensor(values, dtype=torch.float32)
+    shape = (1, channels) + (1,) * (rank - 3) + (len(values),)
+    samples = data.repeat(channels).reshape(shape)
+    summary, details, findings = analyse_latent({"samples": samples})
+    n_nan = int(torch.isnan(samples).sum())
+    n_inf = int(torch.isinf(samples).sum())
+    assert summary["n_nan"] == n_nan and summary["n_inf"] == n_inf
+    assert summary["kind"] == latent_mod.latent_kind(rank)
+    assert ("non_finite" in codes(findings)) == bool(n_nan or n_inf)
+    finite_values = samples[torch.isfinite(samples)].double()
+    if finite_values.numel():
+        assert summary["mean"] == pytest.approx(float(finite_values.mean()), rel=1e-6, abs=1e-3)
+        assert details["samples"]["min"] == float(finite_values.min())
+        assert details["samples"]["max"] == float(finite_values.max())
+    else:
+        assert summary["mean"] is None
