@@ -1,0 +1,546 @@
+"""Tensor dumps: every tensor of a CONDITIONING / LATENT / IMAGE value in one .safetensors file.
+
+- Names: a dump is named by the user, so a name is a plain file name or it is refused
+  (check_file_name): letters, digits, '.', '_', '-'; no separators, '..', NUL, drive letters,
+  leading dot or dash, Windows reserved names; bounded length. Files are only ever looked up
+  directly inside the dumps folder given by the caller.
+- Writing: sizes are checked against a cap (PIPELINE_MONITOR_DUMP_MAX_BYTES, default 2 GiB) and the
+  free disk space before anything is written; files are written to a temporary name and renamed.
+- Reading: safetensors only (never pickle or torch.load); an unreadable file is a DumpCorruptError.
+- Metadata values are strings (the safetensors format); structured values are JSON strings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import stat
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from .report import format_bytes
+
+log = logging.getLogger(__name__)
+
+ENV_MAX_BYTES = "PIPELINE_MONITOR_DUMP_MAX_BYTES"
+DEFAULT_MAX_BYTES = 2 * 1024**3
+DUMP_SUFFIX = ".safetensors"
+NPY_SUFFIX = ".npy"
+FORMAT = "pipeline_monitor.dump"
+FORMAT_VERSION = "1"
+MAX_FILE_NAME_LENGTH = 160
+MAX_DUMP_NAME_LENGTH = 100
+MAX_DEPTH = 4  # nesting followed inside conditioning dicts and lists
+MAX_ITEMS = 256  # entries followed per list or dict
+MAX_EXTRA_CHARS = 500
+
+_ALLOWED = re.compile(r"[A-Za-z0-9._-]+")
+_RESERVED = (
+    {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$", "CLOCK$"}
+    | {f"COM{i}" for i in range(10)}
+    | {f"LPT{i}" for i in range(10)}
+)
+
+
+class DumpError(Exception):
+    """A dump could not be written, found or read; the message says why, for the user."""
+
+
+class DumpNameError(DumpError):
+    pass
+
+
+class DumpTooLargeError(DumpError):
+    pass
+
+
+class DumpNotFoundError(DumpError):
+    pass
+
+
+class DumpCorruptError(DumpError):
+    pass
+
+
+# -- names ---------------------------------------------------------------------------------------
+
+
+def name_problem(name: object) -> str | None:
+    """Why `name` is not a plain, safe file name on any OS; None when it is."""
+    if not isinstance(name, str):
+        return f"must be text, not {type(name).__name__}"
+    if not name:
+        return "is empty"
+    if "\x00" in name:
+        return "contains a NUL byte"
+    if "/" in name or "\\" in name:
+        return "contains a path separator"
+    if ".." in name:
+        return "contains '..'"
+    if ":" in name:
+        return "contains ':' (drive letter or stream)"
+    if len(name) > MAX_FILE_NAME_LENGTH:
+        return f"is longer than {MAX_FILE_NAME_LENGTH} characters"
+    if not _ALLOWED.fullmatch(name):
+        return "has characters other than letters, digits, '.', '_' and '-'"
+    if name[0] in ".-":
+        return "starts with '.' or '-'"
+    if name.endswith("."):
+        return "ends with '.'"
+    if name.split(".")[0].upper() in _RESERVED:
+        return f"is a reserved device name on Windows ({name.split('.')[0]})"
+    return None
+
+
+def check_file_name(name: object) -> str:
+    problem = name_problem(name)
+    if problem is not None:
+        shown = repr(name)[:80]
+        raise DumpNameError(
+            f"Dump name {shown} refused: it {problem}. Use a plain file name such as 'my_latent' "
+            "(letters, digits, '.', '_', '-'); dumps are always written to the dumps folder."
+        )
+    return name
+
+
+def is_safe_file_name(name: object) -> bool:
+    return name_problem(name) is None
+
+
+def dump_file_name(name: object) -> str:
+    """'my_latent' or 'my_latent.safetensors' -> 'my_latent.safetensors', or DumpNameError."""
+    stem = name[: -len(DUMP_SUFFIX)] if isinstance(name, str) and name.endswith(DUMP_SUFFIX) else name
+    check_file_name(stem)
+    if len(stem) > MAX_DUMP_NAME_LENGTH:
+        raise DumpNameError(f"Dump name refused: longer than {MAX_DUMP_NAME_LENGTH} characters.")
+    return stem + DUMP_SUFFIX
+
+
+def max_dump_bytes() -> int:
+    raw = os.environ.get(ENV_MAX_BYTES)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_MAX_BYTES
+    try:
+        value = int(raw)
+        if value < 0:
+            raise ValueError
+        return value
+    except ValueError:
+        log.warning(
+            "pipeline monitor: %s=%r is not a byte count, using %d", ENV_MAX_BYTES, raw, DEFAULT_MAX_BYTES
+        )
+        return DEFAULT_MAX_BYTES
+
+
+# -- collecting tensors --------------------------------------------------------------------------
+
+
+def _is_tensor(value: Any) -> bool:
+    return all(hasattr(value, a) for a in ("shape", "dtype", "device", "numel", "element_size", "detach"))
+
+
+@dataclass
+class CollectedTensors:
+    tensors: dict[str, Any] = field(default_factory=dict)  # stable name -> tensor
+    extras: dict[str, str] = field(default_factory=dict)  # name -> short text of a plain value
+    skipped: dict[str, str] = field(default_factory=dict)  # name -> type of what was not dumped
+
+    def _unique(self, name: str) -> str:
+        if name not in self.tensors and name not in self.extras and name not in self.skipped:
+            return name
+        n = 2
+        while f"{name}_{n}" in self.tensors or f"{name}_{n}" in self.extras or f"{name}_{n}" in self.skipped:
+            n += 1
+        return f"{name}_{n}"
+
+    def add(self, name: str, value: Any, depth: int = 0) -> None:
+        if value is None:
+            return
+        if _is_tensor(value):
+            self.tensors[self._unique(name)] = value
+        elif getattr(value, "is_nested", False) is True and isinstance(getattr(value, "tensors", None), list):
+            for i, part in enumerate(value.tensors[:MAX_ITEMS]):
+                self.add(f"{name}.{i}", part, depth + 1)
+        elif isinstance(value, (bool, int, float, str)):
+            self.extras[self._unique(name)] = str(value)[:MAX_EXTRA_CHARS]
+        elif isinstance(value, (list, tuple)) and all(isinstance(v, (bool, int, float, str)) for v in value):
+            self.extras[self._unique(name)] = json.dumps(list(value))[:MAX_EXTRA_CHARS]
+        elif isinstance(value, (list, tuple)) and depth < MAX_DEPTH:
+            for i, item in enumerate(value[:MAX_ITEMS]):
+                self.add(f"{name}.{i}", item, depth + 1)
+        elif isinstance(value, Mapping) and depth < MAX_DEPTH:
+            for key, item in list(value.items())[:MAX_ITEMS]:
+                self.add(f"{name}.{safe_key(key)}", item, depth + 1)
+        else:
+            self.skipped[self._unique(name)] = type(value).__name__
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(int(t.numel()) * int(t.element_size()) for t in self.tensors.values())
+
+
+def safe_key(key: object) -> str:
+    """A dict key as a name part: letters, digits and '_' only (names also become .npy file names)."""
+    text = re.sub(r"[^A-Za-z0-9_]", "_", str(key))[:64]
+    return text or "_"
+
+
+def collect_tensors(conditioning=None, latent=None, image=None) -> CollectedTensors:
+    """Every tensor of the values, named cond.<i>.tensor, cond.<i>.<key>, latent.<key>, image."""
+    collected = CollectedTensors()
+    if conditioning is not None:
+        if isinstance(conditioning, (list, tuple)):
+            for i, entry in enumerate(conditioning[:MAX_ITEMS]):
+                if isinstance(entry, (list, tuple)) and len(entry) >= 2 and isinstance(entry[1], Mapping):
+                    collected.add(f"cond.{i}.tensor", entry[0])
+                    for key, value in list(entry[1].items())[:MAX_ITEMS]:
+                        collected.add(f"cond.{i}.{safe_key(key)}", value, depth=1)
+                else:
+                    collected.skipped[f"cond.{i}"] = type(entry).__name__
+        else:
+            collected.skipped["cond"] = type(conditioning).__name__
+    if latent is not None:
+        if isinstance(latent, Mapping):
+            for key, value in list(latent.items())[:MAX_ITEMS]:
+                collected.add(f"latent.{safe_key(key)}", value, depth=1)
+        else:
+            collected.skipped["latent"] = type(latent).__name__
+    if image is not None:
+        if _is_tensor(image):
+            collected.tensors["image"] = image
+        else:
+            collected.skipped["image"] = type(image).__name__
+    return collected
+
+
+def guess_encoder_family(conditioning) -> str | None:
+    """Text-encoder family of the first conditioning entry, from its shape (conditioning_family);
+    None when unknown or not a CONDITIONING."""
+    try:
+        from .conditioning_family import family_from_shape
+
+        cond, extras = conditioning[0][0], conditioning[0][1]
+        pooled = extras.get("pooled_output")
+        guess = family_from_shape(
+            int(cond.shape[-1]),
+            int(pooled.shape[-1]) if _is_tensor(pooled) else None,
+            int(cond.shape[-2]) if len(cond.shape) >= 2 else None,
+            [str(k) for k in extras],
+        )
+    except Exception as exc:  # anything unexpected in the value: the family stays unknown
+        log.debug("pipeline monitor: no encoder family for the dump: %s", exc)
+        return None
+    if guess.get("confidence") == "unknown":
+        return None
+    return f"{guess['family']} ({guess['confidence']})"
+
+
+# -- writing -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DumpResult:
+    file_name: str
+    path: str
+    n_tensors: int
+    tensor_bytes: int
+    file_bytes: int
+    npy_files: tuple[str, ...]
+    tensors: dict  # name -> {shape, dtype, device}
+    metadata: dict  # what was written in the header (strings)
+    replaced: bool
+    write_s: float
+
+
+def tensor_meta(tensor) -> dict:
+    return {
+        "shape": [int(s) for s in tensor.shape],
+        "dtype": str(tensor.dtype).replace("torch.", ""),
+        "device": str(tensor.device),
+    }
+
+
+def _npy_bytes(tensor) -> int:
+    # numpy has no bfloat16 / float8: those are exported as float32
+    size = 4 if not _numpy_native(tensor) else int(tensor.element_size())
+    return int(tensor.numel()) * size
+
+
+def _numpy_native(tensor) -> bool:
+    import torch
+
+    return tensor.dtype in (
+        torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
+        torch.int64, torch.uint8, torch.bool,
+    )  # fmt: skip
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def write_dump(
+    directory: str,
+    name: str,
+    collected: CollectedTensors,
+    metadata: Mapping[str, Any] | None = None,
+    npy: bool = False,
+    max_bytes: int | None = None,
+) -> DumpResult:
+    """Write the collected tensors to <directory>/<name>.safetensors (and .npy files), or raise
+    DumpError before writing anything when the name, size or free space is not acceptable."""
+    started = time.perf_counter()
+    file_name = dump_file_name(name)
+    stem = file_name[: -len(DUMP_SUFFIX)]
+    if not collected.tensors:
+        raise DumpError("Nothing to dump: the connected values hold no tensors.")
+    tensor_bytes = collected.total_bytes
+    npy_names = {t: f"{stem}.{t}{NPY_SUFFIX}" for t in collected.tensors} if npy else {}
+    for npy_name in npy_names.values():
+        check_file_name(npy_name)
+    planned = tensor_bytes + sum(_npy_bytes(collected.tensors[t]) for t in npy_names)
+    cap = max_dump_bytes() if max_bytes is None else max_bytes
+    if planned > cap:
+        raise DumpTooLargeError(
+            f"Dump refused: it would take {format_bytes(planned)}, above the cap of {format_bytes(cap)} "
+            f"(set {ENV_MAX_BYTES} to raise it)."
+        )
+    os.makedirs(directory, exist_ok=True)
+    free = shutil.disk_usage(directory).free
+    if planned > free:
+        raise DumpError(f"Dump refused: it needs {format_bytes(planned)}, {format_bytes(free)} free on disk.")
+
+    tensors_meta = {t: tensor_meta(v) for t, v in collected.tensors.items()}
+    now = time.time()
+    header = {k: _as_text(v) for k, v in (metadata or {}).items() if v is not None}
+    header.update(
+        format=FORMAT,
+        format_version=FORMAT_VERSION,
+        created_unix_s=f"{now:.3f}",
+        created_utc=datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds"),
+        tensors=json.dumps(tensors_meta),
+        extras=json.dumps(collected.extras),
+        skipped=json.dumps(collected.skipped),
+    )
+    cpu_tensors = _cpu_tensors(collected.tensors)
+    path = os.path.join(directory, file_name)
+    replaced = os.path.lexists(path)
+    _write_atomic(path, lambda tmp: _save_safetensors(cpu_tensors, tmp, header))
+    written_npy = []
+    for tensor_name, npy_name in npy_names.items():
+        array = _to_numpy(cpu_tensors[tensor_name])
+        _write_atomic(os.path.join(directory, npy_name), lambda tmp, a=array: _save_npy(a, tmp))
+        written_npy.append(npy_name)
+    return DumpResult(
+        file_name=file_name,
+        path=path,
+        n_tensors=len(cpu_tensors),
+        tensor_bytes=tensor_bytes,
+        file_bytes=os.path.getsize(path),
+        npy_files=tuple(written_npy),
+        tensors=tensors_meta,
+        metadata=header,
+        replaced=replaced,
+        write_s=time.perf_counter() - started,
+    )
+
+
+def _cpu_tensors(tensors: Mapping[str, Any]) -> dict[str, Any]:
+    """Detached, contiguous CPU tensors; safetensors refuses tensors sharing storage, so repeats
+    (the same tensor in two conditioning entries, or views of one buffer) are copied."""
+    out, seen = {}, set()
+    for name, tensor in tensors.items():
+        t = tensor.detach()
+        if t.device.type != "cpu":
+            t = t.to("cpu")
+        t = t.contiguous()
+        pointer = t.untyped_storage().data_ptr() if t.numel() else None
+        if pointer is not None and pointer in seen:
+            t = t.clone()
+            pointer = t.untyped_storage().data_ptr()
+        if pointer is not None:
+            seen.add(pointer)
+        out[name] = t
+    return out
+
+
+def _save_safetensors(tensors, path, header) -> None:
+    from safetensors.torch import save_file
+
+    save_file(tensors, path, metadata=header)
+
+
+def _to_numpy(tensor):
+    return tensor.numpy() if _numpy_native(tensor) else tensor.float().numpy()
+
+
+def _save_npy(array, path) -> None:
+    import numpy as np
+
+    with open(path, "wb") as f:
+        np.save(f, array, allow_pickle=False)
+
+
+def _write_atomic(path: str, write) -> None:
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.splitext(path)[1], dir=directory)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# -- finding and reading -------------------------------------------------------------------------
+
+
+def resolve_file(directory: str, name: str, suffixes: tuple[str, ...] = (DUMP_SUFFIX,)) -> str:
+    """Path of an existing regular file directly inside `directory`, or DumpError."""
+    check_file_name(name)
+    if not name.endswith(suffixes):
+        raise DumpNameError(f"Not a dump file name: {name!r} (expected {' or '.join(suffixes)}).")
+    path = os.path.join(directory, name)
+    try:
+        info = os.lstat(path)
+    except OSError:
+        raise DumpNotFoundError(f"No dump named {name!r} in the dumps folder.") from None
+    if not stat.S_ISREG(info.st_mode):  # a symlink or folder could lead out of the dumps folder
+        raise DumpNotFoundError(f"{name!r} in the dumps folder is not a regular file.")
+    return path
+
+
+def list_dumps(directory: str) -> list[dict]:
+    """Dump files in `directory`, newest first: name, size_bytes, modified_unix_s."""
+    rows = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return rows
+    for entry in entries:
+        if not entry.name.endswith(DUMP_SUFFIX) or not is_safe_file_name(entry.name):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode):
+            rows.append({"name": entry.name, "size_bytes": info.st_size, "modified_unix_s": info.st_mtime})
+    rows.sort(key=lambda r: (-r["modified_unix_s"], r["name"]))
+    return rows
+
+
+class DumpReader:
+    """An open dump: metadata, tensor names, one tensor at a time (memory stays bounded)."""
+
+    def __init__(self, name: str, handle):
+        self.name = name
+        self._handle = handle
+        self.raw_metadata = dict(handle.metadata() or {})
+        self.names = list(handle.keys())
+
+    @property
+    def metadata(self) -> dict:
+        """The header with the JSON-valued entries decoded."""
+        decoded = dict(self.raw_metadata)
+        for key in ("tensors", "extras", "skipped", "source_nodes"):
+            if key in decoded:
+                try:
+                    decoded[key] = json.loads(decoded[key])
+                except ValueError:
+                    pass
+        return decoded
+
+    def get(self, tensor_name: str):
+        try:
+            return self._handle.get_tensor(tensor_name)
+        except Exception as exc:
+            raise DumpCorruptError(
+                f"Dump {self.name!r}: tensor {tensor_name!r} unreadable ({type(exc).__name__}: {exc})."
+            ) from exc
+
+
+@contextmanager
+def open_dump(directory: str, name: str) -> Iterator[DumpReader]:
+    path = resolve_file(directory, name)
+    try:
+        from safetensors import safe_open
+
+        handle_cm = safe_open(path, framework="pt", device="cpu")
+        handle = handle_cm.__enter__()
+    except Exception as exc:
+        raise DumpCorruptError(
+            f"Dump {name!r} is not a readable safetensors file ({type(exc).__name__}: {exc})."
+        ) from exc
+    try:
+        yield DumpReader(name, handle)
+    finally:
+        handle_cm.__exit__(None, None, None)
+
+
+def load_dump(directory: str, name: str) -> tuple[dict, dict]:
+    """(tensors, metadata) of a whole dump; for small dumps and tests."""
+    with open_dump(directory, name) as reader:
+        return {t: reader.get(t) for t in reader.names}, reader.metadata
+
+
+# -- comparing -----------------------------------------------------------------------------------
+
+
+def _dump_side(reader: DumpReader, directory: str) -> dict:
+    meta = reader.metadata
+    return {
+        "name": reader.name,
+        "size_bytes": os.path.getsize(os.path.join(directory, reader.name)),
+        "created_utc": meta.get("created_utc"),
+        "prompt_id": meta.get("prompt_id"),
+        "dump_node_id": meta.get("dump_node_id"),
+        "source_nodes": meta.get("source_nodes"),
+        "encoder_family": meta.get("encoder_family"),
+        "n_tensors": len(reader.names),
+    }
+
+
+def compare_dumps(directory: str, name_a: str, name_b: str, rtol: float, atol: float) -> dict:
+    """Compare two dumps tensor by tensor (a is the reference); DumpError if one is unusable."""
+    from .tensor_compare import compare_sets
+
+    with open_dump(directory, name_a) as a, open_dump(directory, name_b) as b:
+        result = compare_sets(
+            {n: (lambda n=n: a.get(n)) for n in a.names},
+            {n: (lambda n=n: b.get(n)) for n in b.names},
+            rtol,
+            atol,
+        )
+        result["a"], result["b"] = _dump_side(a, directory), _dump_side(b, directory)
+    return result
+
+
+def compare_dump_with(
+    directory: str, name_a: str, tensors: Mapping[str, Any], rtol: float, atol: float
+) -> dict:
+    """Compare a dump (the reference) with live tensors named as collect_tensors names them."""
+    from .tensor_compare import compare_sets
+
+    with open_dump(directory, name_a) as a:
+        result = compare_sets(
+            {n: (lambda n=n: a.get(n)) for n in a.names},
+            {n: (lambda t=t: t) for n, t in tensors.items()},
+            rtol,
+            atol,
+        )
+        result["a"] = _dump_side(a, directory)
+    result["b"] = {"name": None, "live": True, "n_tensors": len(tensors)}
+    return result

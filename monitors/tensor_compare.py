@@ -1,0 +1,180 @@
+"""Compare two sets of named tensors (dumps or live values): per tensor shape/dtype match, max and
+mean absolute difference, relative error, cosine similarity, allclose; and a one-line verdict.
+
+`a` is the reference. allclose follows torch.allclose(b, a, rtol, atol): |b - a| <= atol + rtol*|a|,
+with NaN equal to NaN and an Inf equal only to the same Inf. Work is chunked in float64, so extra
+memory is bounded whatever the tensor size; tensors are fetched one pair at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+CHUNK_ELEMENTS = 1 << 22
+STATUSES = ("identical", "close", "different", "incompatible", "nothing_to_compare")
+
+
+def compare_pair(a, b, rtol: float, atol: float) -> dict[str, Any]:
+    import torch
+
+    row: dict[str, Any] = {
+        "shape_a": [int(s) for s in a.shape],
+        "shape_b": [int(s) for s in b.shape],
+        "dtype_a": str(a.dtype).replace("torch.", ""),
+        "dtype_b": str(b.dtype).replace("torch.", ""),
+        "n_elements": int(a.numel()),
+        "max_abs_diff": None,
+        "mean_abs_diff": None,
+        "relative_error": None,
+        "cosine_similarity": None,
+        "n_not_close": None,
+        "n_nan_mismatch": None,
+        "allclose": False,
+        "equal": False,
+        "reason": None,
+    }
+    row["shape_match"] = row["shape_a"] == row["shape_b"]
+    row["dtype_match"] = row["dtype_a"] == row["dtype_b"]
+    if not row["shape_match"]:
+        same_count = int(a.numel()) == int(b.numel())
+        row["reason"] = "shape mismatch" + (" (same number of elements: reshaped?)" if same_count else "")
+        return row
+    if a.is_complex() or b.is_complex():
+        row["reason"] = "complex tensors are not compared"
+        return row
+    n = int(a.numel())
+    if n == 0:
+        row.update(allclose=True, equal=row["dtype_match"], n_not_close=0, n_nan_mismatch=0)
+        return row
+
+    flat_a, flat_b = a.detach().reshape(-1), b.detach().reshape(-1)
+    max_diff, sum_diff, n_finite_diff = 0.0, 0.0, 0
+    dot = norm_a2 = norm_b2 = diff2 = 0.0
+    n_not_close = n_nan_mismatch = 0
+    with torch.no_grad():
+        for start in range(0, n, CHUNK_ELEMENTS):
+            ca = flat_a[start : start + CHUNK_ELEMENTS].to("cpu", torch.float64)
+            cb = flat_b[start : start + CHUNK_ELEMENTS].to("cpu", torch.float64)
+            nan_a, nan_b = torch.isnan(ca), torch.isnan(cb)
+            n_nan_mismatch += int((nan_a ^ nan_b).sum())
+            same_special = (nan_a & nan_b) | (torch.isinf(ca) & (ca == cb))
+            diff = torch.where(same_special, torch.zeros_like(ca), (cb - ca).abs())
+            finite_diff = torch.isfinite(diff)
+            close = finite_diff & (diff <= atol + rtol * ca.abs().nan_to_num(posinf=0.0))
+            n_not_close += int((~close).sum())
+            if bool(finite_diff.any()):
+                d = diff[finite_diff]
+                max_diff = max(max_diff, float(d.max()))
+                sum_diff += float(d.sum())
+                n_finite_diff += int(d.numel())
+            both_finite = torch.isfinite(ca) & torch.isfinite(cb)
+            fa, fb = ca[both_finite], cb[both_finite]
+            dot += float((fa * fb).sum())
+            norm_a2 += float((fa * fa).sum())
+            norm_b2 += float((fb * fb).sum())
+            diff2 += float(((fb - fa) ** 2).sum())
+    row["n_not_close"] = n_not_close
+    row["n_nan_mismatch"] = n_nan_mismatch
+    row["allclose"] = n_not_close == 0
+    if n_finite_diff:
+        row["max_abs_diff"] = max_diff
+        row["mean_abs_diff"] = sum_diff / n_finite_diff
+    if norm_a2 > 0:
+        row["relative_error"] = math.sqrt(diff2) / math.sqrt(norm_a2)
+    elif diff2 == 0:
+        row["relative_error"] = 0.0
+    if norm_a2 > 0 and norm_b2 > 0:
+        row["cosine_similarity"] = max(-1.0, min(1.0, dot / math.sqrt(norm_a2 * norm_b2)))
+    row["equal"] = row["dtype_match"] and n_nan_mismatch == 0 and n_finite_diff == n and max_diff == 0.0
+    if not row["allclose"]:
+        row["reason"] = f"{n_not_close} of {n} elements outside tolerance"
+    return row
+
+
+def compare_sets(
+    a: Mapping[str, Callable[[], Any]],
+    b: Mapping[str, Callable[[], Any]],
+    rtol: float,
+    atol: float,
+) -> dict[str, Any]:
+    """Compare tensors by name; `a` and `b` map names to functions returning the tensor, so only
+    one pair is in memory at a time."""
+    common = [name for name in a if name in b]
+    rows = {}
+    for name in common:
+        rows[name] = compare_pair(a[name](), b[name](), rtol, atol)
+    result = {
+        "rtol": rtol,
+        "atol": atol,
+        "n_compared": len(rows),
+        "n_identical": sum(1 for r in rows.values() if r["equal"]),
+        "n_close": sum(1 for r in rows.values() if r["allclose"]),
+        "n_incompatible": sum(1 for r in rows.values() if not r["shape_match"]),
+        "only_in_a": [name for name in a if name not in b],
+        "only_in_b": [name for name in b if name not in a],
+        "max_abs_diff": _max_known(r["max_abs_diff"] for r in rows.values()),
+        "max_relative_error": _max_known(r["relative_error"] for r in rows.values()),
+        "min_cosine_similarity": _min_known(r["cosine_similarity"] for r in rows.values()),
+        "tensors": rows,
+    }
+    result["n_different"] = len(rows) - result["n_close"]
+    result["status"], result["verdict"] = verdict(result)
+    return result
+
+
+def verdict(result: Mapping[str, Any]) -> tuple[str, str]:
+    rows = result["tensors"]
+    tolerance = f"rtol={result['rtol']:g}, atol={result['atol']:g}"
+    extra = []
+    if result["only_in_a"]:
+        extra.append(f"{len(result['only_in_a'])} only in a")
+    if result["only_in_b"]:
+        extra.append(f"{len(result['only_in_b'])} only in b")
+    tail = f" ({', '.join(extra)})" if extra else ""
+    if not rows:
+        a_names = ", ".join(result["only_in_a"][:3]) or "none"
+        b_names = ", ".join(result["only_in_b"][:3]) or "none"
+        return (
+            "nothing_to_compare",
+            f"nothing to compare: no tensor names in common (a: {a_names}; b: {b_names})",
+        )
+    mismatched = [n for n, r in rows.items() if not r["shape_match"]]
+    if mismatched:
+        r = rows[mismatched[0]]
+        return "incompatible", (
+            f"incompatible: shapes differ for {mismatched[0]}: {r['shape_a']} vs {r['shape_b']}"
+            + (f" and {len(mismatched) - 1} more" if len(mismatched) > 1 else "")
+            + tail
+        )
+    different = [n for n, r in rows.items() if not r["allclose"]]
+    if different:
+        worst = max(different, key=lambda n: rows[n]["max_abs_diff"] or 0.0)
+        r = rows[worst]
+        return "different", (
+            f"different: {len(different)} of {len(rows)} tensors outside {tolerance}; worst {worst}: "
+            f"max abs diff {_fmt(r['max_abs_diff'])}, cosine {_fmt(r['cosine_similarity'], 6)}, "
+            f"{r['n_not_close']} of {r['n_elements']} elements off" + tail
+        )
+    if all(r["equal"] for r in rows.values()):
+        return "identical", f"identical: {len(rows)} tensors bitwise equal" + tail
+    dtype_note = "" if all(r["dtype_match"] for r in rows.values()) else ", dtypes differ"
+    return "close", (
+        f"close: {len(rows)} tensors within {tolerance} (max abs diff {_fmt(result['max_abs_diff'])}, "
+        f"min cosine {_fmt(result['min_cosine_similarity'], 6)}{dtype_note})" + tail
+    )
+
+
+def _fmt(value, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}g}"
+
+
+def _max_known(values):
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def _min_known(values):
+    known = [v for v in values if v is not None]
+    return min(known) if known else None
