@@ -38,6 +38,10 @@ class PMTestRaise:
 
 NODE_CLASS_MAPPINGS = {"PMTestObjectId": PMTestObjectId, "PMTestRaise": PMTestRaise}
 
-from .conditioning_nodes import PMTestConditioning  # noqa: E402
+from .conditioning_nodes import PMTestConditioning, PMTestConditioningId, PMTestTinyClip  # noqa: E402
 
-NODE_CLASS_MAPPINGS["PMTestConditioning"] = PMTestConditioning
+NODE_CLASS_MAPPINGS.update(
+    PMTestConditioning=PMTestConditioning,
+    PMTestConditioningId=PMTestConditioningId,
+    PMTestTinyClip=PMTestTinyClip,
+)

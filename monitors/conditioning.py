@@ -1,0 +1,379 @@
+"""What a text encoder produced: CONDITIONING entries, encoder family, prompt text, cost, checks.
+
+CONDITIONING is a list of [cond, extras] pairs: cond a [batch, tokens, hidden] tensor, extras a
+dict with `pooled_output` (tensor or None) and family- or node-specific keys. This module reads
+them by duck typing and returns plain data only: no tensor, model or CLIP is referenced by the
+report it builds. Anything malformed becomes a finding, never an exception.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from .conditioning_family import families_from_encoder_class, family_from_shape, identify_family
+from .model_state import describe_clip
+from .prompt_text import attach_texts
+from .report import Finding, StepReport
+from .tensor_stats import describe_tensor
+
+SIDES = ("positive", "negative")
+MAX_ENTRIES = 64  # entries described per side; the count of the rest is reported
+MAX_FINDINGS = 50
+MAX_EXTRA_STR = 100
+STATS_EXTRA_PREFIX = "conditioning_"  # extra embeddings (llama3, byt5, lyrics...): NaN-checked too
+
+
+def is_tensor(value) -> bool:
+    return all(hasattr(value, a) for a in ("shape", "dtype", "device", "numel", "element_size"))
+
+
+def _tensor_brief(tensor) -> dict:
+    return {
+        "shape": list(tensor.shape),
+        "dtype": str(tensor.dtype).replace("torch.", ""),
+        "device": str(tensor.device),
+        "bytes": int(tensor.numel() * tensor.element_size()),
+    }
+
+
+def _describe_extra(key: str, value) -> dict:
+    if is_tensor(value):
+        return describe_tensor(value) if key.startswith(STATS_EXTRA_PREFIX) else _tensor_brief(value)
+    info = {"type": type(value).__name__}
+    if value is None or isinstance(value, (bool, int, float)):
+        info["value"] = value
+    elif isinstance(value, str):
+        info["value"] = value[:MAX_EXTRA_STR]
+    elif isinstance(value, (list, tuple, dict, set)):
+        info["length"] = len(value)
+    return info
+
+
+class _Findings:
+    """Findings in order, bounded, each message prefixed with where it was found."""
+
+    def __init__(self):
+        self.items: list[Finding] = []
+        self.n_dropped = 0
+
+    def add(self, level: str, message: str, code: str) -> None:
+        if len(self.items) < MAX_FINDINGS:
+            self.items.append(Finding(level, message, code))
+        else:
+            self.n_dropped += 1
+
+
+def describe_entry(
+    index: int, entry, encoder_families: tuple[str, ...], where: str, findings: _Findings
+) -> dict:
+    """One [cond, extras] pair: tensor facts, statistics, pooled output, extras, family."""
+    info: dict = {"index": index, "valid": False, "entry_type": type(entry).__name__}
+    if not isinstance(entry, (list, tuple)) or len(entry) != 2:
+        findings.add(
+            "error",
+            f"{where}: entry {index} is a {type(entry).__name__}, not a [tensor, dict] pair",
+            "entry_not_pair",
+        )
+        return info
+    cond, extras = entry
+    if not is_tensor(cond):
+        findings.add(
+            "error", f"{where}: entry {index} holds a {type(cond).__name__}, not a tensor", "cond_not_tensor"
+        )
+        return info
+    stats = describe_tensor(cond)
+    shape = stats["shape"]
+    info.update(stats)
+    info["valid"] = True
+    info["batch_size"] = shape[0] if len(shape) == 3 else None
+    info["n_tokens"] = shape[-2] if len(shape) >= 2 else None
+    info["hidden_size"] = shape[-1] if shape else None
+    if len(shape) != 3:
+        findings.add(
+            "warning",
+            f"{where}: entry {index} has shape {shape}, expected [batch, tokens, hidden]",
+            "bad_shape",
+        )
+    if stats["n_elements"] == 0:
+        findings.add("error", f"{where}: entry {index} is an empty tensor (shape {shape})", "empty_tensor")
+    if stats["n_nan"]:
+        findings.add(
+            "error",
+            f"{where}: entry {index} has {stats['n_nan']} NaN value(s) of {stats['n_elements']}: "
+            "the sampler will produce NaN (black or noise) images",
+            "nan_values",
+        )
+    if stats["n_inf"]:
+        findings.add("error", f"{where}: entry {index} has {stats['n_inf']} infinite value(s)", "inf_values")
+    if stats["n_elements"] and stats["min"] == 0 and stats["max"] == 0 and not stats["n_nan"]:
+        findings.add("info", f"{where}: entry {index} is all zeros (zeroed-out conditioning)", "all_zero")
+
+    if not isinstance(extras, Mapping):
+        findings.add(
+            "error",
+            f"{where}: entry {index} extras are a {type(extras).__name__}, not a dict",
+            "extras_not_dict",
+        )
+        extras = {}
+    pooled = extras.get("pooled_output")
+    info["pooled"] = None
+    info["pooled_shape"] = None
+    info["pooled_size"] = None
+    if is_tensor(pooled):
+        info["pooled"] = describe_tensor(pooled)
+        info["pooled_shape"] = info["pooled"]["shape"]
+        info["pooled_size"] = info["pooled_shape"][-1] if info["pooled_shape"] else None
+        if info["pooled"]["n_nan"] or info["pooled"]["n_inf"]:
+            findings.add(
+                "error",
+                f"{where}: entry {index} pooled output has {info['pooled']['n_nan']} NaN and "
+                f"{info['pooled']['n_inf']} infinite value(s)",
+                "pooled_nan",
+            )
+    elif pooled is not None:
+        findings.add(
+            "warning",
+            f"{where}: entry {index} pooled_output is a {type(pooled).__name__}, not a tensor or None",
+            "pooled_not_tensor",
+        )
+    extra_keys = sorted(str(k) for k in extras if k != "pooled_output")
+    info["extra_keys"] = extra_keys
+    info["extras"] = {str(k): _describe_extra(str(k), v) for k, v in extras.items() if k != "pooled_output"}
+    for key, extra in info["extras"].items():
+        if extra.get("n_nan") or extra.get("n_inf"):
+            findings.add(
+                "error", f"{where}: entry {index} extra {key!r} has NaN or infinite values", "nan_values"
+            )
+    mask = extras.get("attention_mask")
+    info["n_attended_tokens"] = int((mask != 0).sum()) if is_tensor(mask) and mask.numel() else None
+    info["total_bytes"] = (
+        stats["bytes"]
+        + (info["pooled"]["bytes"] if info["pooled"] else 0)
+        + sum(e.get("bytes") or 0 for e in info["extras"].values())
+    )
+    shape_family = family_from_shape(info["hidden_size"], info["pooled_size"], info["n_tokens"], extra_keys)
+    info["family"] = identify_family(shape_family, encoder_families)
+    return info
+
+
+def describe_side(conditioning, where: str, encoder_families: tuple[str, ...], findings: _Findings) -> dict:
+    """All entries of one CONDITIONING input and the figures of its first valid entry."""
+    side: dict = {"connected": True, "type": type(conditioning).__name__, "n_entries": None, "entries": []}
+    if not isinstance(conditioning, (list, tuple)):
+        findings.add(
+            "error", f"{where}: got a {type(conditioning).__name__}, not a CONDITIONING list", "not_a_list"
+        )
+    elif not conditioning:
+        findings.add("error", f"{where}: the CONDITIONING list is empty (no entries)", "no_entries")
+        side["n_entries"] = 0
+    else:
+        side["n_entries"] = len(conditioning)
+        for index, entry in enumerate(conditioning[:MAX_ENTRIES]):
+            side["entries"].append(describe_entry(index, entry, encoder_families, where, findings))
+        if len(conditioning) > MAX_ENTRIES:
+            findings.add(
+                "info",
+                f"{where}: {len(conditioning)} entries, the first {MAX_ENTRIES} are described",
+                "many_entries",
+            )
+    valid = [e for e in side["entries"] if e["valid"]]
+    first = valid[0] if valid else {}
+    side["valid"] = bool(valid) and len(valid) == len(side["entries"])
+    for key in ("n_tokens", "hidden_size", "pooled_size", "pooled_shape", "shape", "dtype", "device"):
+        side[key] = first.get(key)
+    side["family"] = first.get("family")
+    side["total_bytes"] = sum(e["total_bytes"] for e in valid) if valid else None
+    side["n_nan"] = sum(e["n_nan"] for e in valid) if valid else None
+    hidden_sizes = sorted({e["hidden_size"] for e in valid if e["hidden_size"] is not None})
+    if len(hidden_sizes) > 1:
+        findings.add(
+            "warning", f"{where}: entries have different hidden sizes {hidden_sizes}", "mixed_hidden_sizes"
+        )
+    return side
+
+
+COMPARED = (
+    "n_entries",
+    "n_tokens",
+    "hidden_size",
+    "pooled_size",
+    "total_bytes",
+    "n_characters",
+    "encode_duration_s",
+)
+
+
+def compare_sides(positive: dict, negative: dict, findings: _Findings) -> dict:
+    """Positive and negative side by side, and the mismatches a sampler would trip over."""
+    comparison = {key: [positive.get(key), negative.get(key)] for key in COMPARED}
+    families = [(s.get("family") or {}).get("family") for s in (positive, negative)]
+    comparison["family"] = families
+    p_hidden, n_hidden = comparison["hidden_size"]
+    comparison["hidden_size_match"] = None if None in (p_hidden, n_hidden) else p_hidden == n_hidden
+    if comparison["hidden_size_match"] is False:
+        findings.add(
+            "error",
+            f"positive and negative have different hidden sizes ({p_hidden} vs {n_hidden}): they come from "
+            "different text encoders and sampling will fail",
+            "hidden_mismatch",
+        )
+    p_pooled, n_pooled = comparison["pooled_size"]
+    both_valid = positive.get("valid") and negative.get("valid")
+    comparison["pooled_match"] = p_pooled == n_pooled if both_valid else None
+    if both_valid and p_pooled != n_pooled:
+        one_missing = None in (p_pooled, n_pooled)
+        findings.add(
+            "warning" if one_missing else "error",
+            f"pooled outputs differ: positive {p_pooled}, negative {n_pooled}"
+            + (" (one side has none)" if one_missing else ": different text encoders"),
+            "pooled_mismatch",
+        )
+    if both_valid and comparison["hidden_size_match"] and None not in families and families[0] != families[1]:
+        findings.add(
+            "warning", f"positive looks like {families[0]}, negative like {families[1]}", "family_mismatch"
+        )
+    p_texts = [t.get("text") for e in positive.get("encoders", []) for t in e.get("texts", [])]
+    n_texts = [t.get("text") for e in negative.get("encoders", []) for t in e.get("texts", [])]
+    comparison["same_text"] = p_texts == n_texts if p_texts and None not in p_texts + n_texts else None
+    if comparison["same_text"] and any((t or "").strip() for t in p_texts):
+        findings.add(
+            "warning",
+            "positive and negative prompts are identical: guidance has nothing to push against",
+            "same_prompt",
+        )
+    return comparison
+
+
+def describe_clip_input(clip, findings: _Findings, errors: list) -> tuple[dict | None, tuple[str, ...]]:
+    if clip is None:
+        findings.add(
+            "info",
+            "no CLIP connected: the encoder family is identified from the tensor shapes only",
+            "no_clip",
+        )
+        return None, ()
+    module = getattr(clip, "cond_stage_model", None)
+    try:
+        info = describe_clip(clip)
+    except Exception as exc:
+        errors.append(f"clip: {type(exc).__name__}: {exc}")
+        info = {"class": type(clip).__name__}
+    families = families_from_encoder_class(module) if module is not None else ()
+    info["encoder_class"] = None if module is None else type(module).__name__
+    info["families"] = list(families)
+    return info, families
+
+
+def analyse_conditioning(
+    node_id, positive, negative=None, clip=None, traces: Mapping | None = None
+) -> StepReport:
+    """The `conditioning` step: both sides, their texts and cost, the CLIP, and the checks.
+
+    `traces` maps "positive"/"negative" to prompt_text.trace_text_encoders() results whose
+    encoders may carry a "profile" (the encode node's per-node profile row).
+    """
+    findings, errors = _Findings(), []
+    clip_info, families = describe_clip_input(clip, findings, errors)
+    sides: dict = {}
+    for where, conditioning in (("positive", positive), ("negative", negative)):
+        if where == "negative" and conditioning is None:
+            sides[where] = {"connected": False}
+            continue
+        side = describe_side(conditioning, where, families, findings)
+        attach_texts(side, (traces or {}).get(where), where, findings.add)
+        sides[where] = side
+        family = side.get("family") or {}
+        if family.get("confidence") == "unknown":
+            findings.add(
+                "info", f"{where}: {family['family']} matches no known text encoder", "unknown_family"
+            )
+        shape_family = family.get("shape_family")
+        if (
+            families
+            and shape_family
+            and not shape_family.startswith("unknown")
+            and shape_family not in families
+        ):
+            findings.add(
+                "warning",
+                f"{where}: the conditioning looks like {shape_family} but the CLIP connected is "
+                f"{clip_info.get('encoder_class')} ({' / '.join(families)}): connect the CLIP that encoded it",
+                "clip_family_mismatch",
+            )
+    comparison = (
+        compare_sides(sides["positive"], sides["negative"], findings)
+        if sides["negative"]["connected"]
+        else None
+    )
+    if findings.n_dropped:
+        errors.append(f"{findings.n_dropped} more finding(s) dropped (limit {MAX_FINDINGS})")
+    return StepReport(
+        kind="conditioning",
+        node_id=None if node_id is None else str(node_id),
+        summary=summarise(sides, clip_info, comparison),
+        details={
+            "positive": sides["positive"],
+            "negative": sides["negative"],
+            "comparison": comparison,
+            "clip": clip_info,
+        },
+        findings=tuple(findings.items),
+        monitor_errors=tuple(errors),
+        created_unix_s=time.time(),
+    )
+
+
+SUMMARY_FIELDS = (
+    ("n_entries", "n_entries"),
+    ("n_tokens", "n_tokens"),
+    ("hidden_size", "hidden_size"),
+    ("pooled_size", "pooled_size"),
+    ("bytes", "total_bytes"),
+    ("n_nan", "n_nan"),
+    ("n_characters", "n_characters"),
+    ("n_words", "n_words"),
+    ("n_special_characters", "n_special_characters"),
+    ("encode_s", "encode_duration_s"),
+    ("characters_per_s", "characters_per_s"),
+    ("bytes_per_character", "bytes_per_character"),
+)
+
+
+def summarise(sides: dict, clip_info: dict | None, comparison: dict | None) -> dict:
+    positive_family = (sides["positive"].get("family") or {}).get("family")
+    summary = {
+        "family": positive_family,
+        "encoder_class": None if clip_info is None else clip_info.get("encoder_class"),
+        "clip_n_patches": None if clip_info is None else clip_info.get("n_patches"),
+        "negative_connected": sides["negative"]["connected"],
+        "hidden_size_match": None if comparison is None else comparison["hidden_size_match"],
+    }
+    for where in SIDES:
+        side = sides[where]
+        summary[f"{where}_family"] = (side.get("family") or {}).get("family")
+        for name, key in SUMMARY_FIELDS:
+            summary[f"{where}_{name}"] = side.get(key)
+    return summary
+
+
+def ui_lines(step: StepReport) -> list[str]:
+    """Short lines for the node's ui text (no prompt text: that is in the report)."""
+    summary, lines = step.summary, []
+    for where in SIDES:
+        if where == "negative" and not summary.get("negative_connected"):
+            continue
+        line = f"{where}: {summary.get(f'{where}_family') or 'invalid'}"
+        if summary.get(f"{where}_n_tokens") is not None:
+            line += f", {summary[f'{where}_n_tokens']} tokens x {summary[f'{where}_hidden_size']}"
+        if summary.get(f"{where}_pooled_size") is not None:
+            line += f", pooled {summary[f'{where}_pooled_size']}"
+        if summary.get(f"{where}_n_characters") is not None:
+            line += f", {summary[f'{where}_n_characters']} chars"
+        if summary.get(f"{where}_encode_s") is not None:
+            line += f", encoded in {summary[f'{where}_encode_s']:.3f} s"
+        lines.append(line)
+    problems = [f for f in step.findings if f.level in ("warning", "error")]
+    if problems:
+        lines.append(f"{len(problems)} problem(s): {problems[0].message}")
+    return lines
