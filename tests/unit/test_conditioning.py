@@ -327,3 +327,28 @@ def test_no_tensor_survives_the_analysis():
     gc.collect()
     assert [r() for r in refs] == [None] * len(refs)
     assert step.summary["positive_n_tokens"] == 512
+
+
+def test_step_in_a_run_report_is_valid_json_on_disk(tmp_path, probes_for):
+    import jsonschema
+
+    from monitors.recorder import RunRecorder
+    from monitors.store import RunStore
+    from tests.unit.test_report_store import SCHEMA
+
+    probes_for("no GPU")
+    store = RunStore(str(tmp_path))
+    recorder = RunRecorder(store)
+    recorder.begin_run("conditioning-1", None)
+    positive = conditioning(hooks=object())
+    positive[0][0][0, 0, 0] = float("nan")
+    step = analyse(positive, conditioning(77, 2048, 1280), traces={"positive": _trace("<script>x</script>")})
+    assert recorder.add_step(step)
+    recorder.end_run("success")
+    files = list(tmp_path.glob("*.json"))
+    assert len(files) == 1
+    on_disk = json.loads(files[0].read_text(), parse_constant=pytest.fail)  # strict JSON: no NaN
+    jsonschema.validate(on_disk, SCHEMA)
+    saved = on_disk["steps"][0]
+    assert saved["kind"] == "conditioning" and saved["details"]["positive"]["entries"][0]["n_nan"] == 1
+    assert saved["details"]["positive"]["encoders"][0]["texts"][0]["text"] == "<script>x</script>"
