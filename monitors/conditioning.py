@@ -21,6 +21,7 @@ SIDES = ("positive", "negative")
 MAX_ENTRIES = 64  # entries described per side; the count of the rest is reported
 MAX_FINDINGS = 50
 MAX_EXTRA_STR = 100
+MAX_EXTRAS = 32  # extras described per entry (ComfyUI adds about a dozen at most)
 STATS_EXTRA_PREFIX = "conditioning_"  # extra embeddings (llama3, byt5, lyrics...): NaN-checked too
 
 
@@ -51,7 +52,7 @@ def _describe_extra(key: str, value) -> dict:
 
 
 class _Findings:
-    """Findings in order, bounded, each message prefixed with where it was found."""
+    """Findings in order, at most MAX_FINDINGS; the rest are counted."""
 
     def __init__(self):
         self.items: list[Finding] = []
@@ -137,9 +138,13 @@ def describe_entry(
             f"{where}: entry {index} pooled_output is a {type(pooled).__name__}, not a tensor or None",
             "pooled_not_tensor",
         )
-    extra_keys = sorted(str(k) for k in extras if k != "pooled_output")
-    info["extra_keys"] = extra_keys
-    info["extras"] = {str(k): _describe_extra(str(k), v) for k, v in extras.items() if k != "pooled_output"}
+    named_extras = sorted(
+        ((str(k), v) for k, v in extras.items() if k != "pooled_output"), key=lambda kv: kv[0]
+    )
+    extra_keys = [key for key, _ in named_extras]
+    info["extra_keys"] = extra_keys[:MAX_EXTRAS]
+    info["n_extra_keys"] = len(extra_keys)
+    info["extras"] = {key: _describe_extra(key, value) for key, value in named_extras[:MAX_EXTRAS]}
     for key, extra in info["extras"].items():
         if extra.get("n_nan") or extra.get("n_inf"):
             findings.add(

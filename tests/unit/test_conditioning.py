@@ -352,3 +352,13 @@ def test_step_in_a_run_report_is_valid_json_on_disk(tmp_path, probes_for):
     saved = on_disk["steps"][0]
     assert saved["kind"] == "conditioning" and saved["details"]["positive"]["entries"][0]["n_nan"] == 1
     assert saved["details"]["positive"]["encoders"][0]["texts"][0]["text"] == "<script>x</script>"
+
+
+def test_extras_are_bounded():
+    from monitors.conditioning import MAX_EXTRAS
+
+    extras = {f"key_{i:03}": i for i in range(500)}
+    step = analyse(conditioning(**extras))
+    entry = step.details["positive"]["entries"][0]
+    assert entry["n_extra_keys"] == 500 and len(entry["extra_keys"]) == MAX_EXTRAS
+    assert len(entry["extras"]) <= MAX_EXTRAS
