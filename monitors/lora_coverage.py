@@ -198,6 +198,15 @@ def loader_findings(loader: Mapping, file_status: Mapping | None, coverage: Mapp
         )
     if not coverage or not coverage.get("n_file_keys"):
         return findings
+    if coverage.get("n_targets_not_loaded"):
+        findings.append(
+            Finding(
+                "warning",
+                f"{where}: {coverage['n_targets_not_loaded']} patched weights do not exist in the model "
+                "(ComfyUI logs them as NOT LOADED), see targets_not_loaded",
+                "lora_targets_not_loaded",
+            )
+        )
     n, unmatched = coverage["n_file_keys"], coverage["n_unmatched_keys"]
     n_text = coverage["n_unmatched_text_encoder_keys"]
     if coverage["n_matched_keys"] == 0:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from comfy_api.latest import ComfyExtension, io
 
 from .conditioning_node import PipelineMonitorConditioning
+from .lora_node import PipelineMonitorLora
 from .models_node import PipelineMonitorModels
 
 
 class PipelineMonitorExtension(ComfyExtension):
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
-        return [PipelineMonitorModels, PipelineMonitorConditioning]
+        return [PipelineMonitorModels, PipelineMonitorLora, PipelineMonitorConditioning]

@@ -45,3 +45,7 @@ NODE_CLASS_MAPPINGS.update(
     PMTestConditioningId=PMTestConditioningId,
     PMTestTinyClip=PMTestTinyClip,
 )
+
+from .lora_nodes import PMTestLatentDigest  # noqa: E402
+
+NODE_CLASS_MAPPINGS["PMTestLatentDigest"] = PMTestLatentDigest

@@ -1,0 +1,210 @@
+"""PipelineMonitorLora on the real headless server: tiny WAN 2.1 -> LoraLoaderModelOnly with a LoRA
+that has planted unmatched keys -> the monitor -> KSampler. The report's counts equal the planted
+truth, and the sampled latent is bit-identical to the same sampler fed without the monitor."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+pytestmark = pytest.mark.comfyui
+
+WAN = "pm_tiny_wan21.safetensors"
+LORA = "pm_lora_planted_wan.safetensors"
+FOREIGN = "pm_lora_foreign_wan.safetensors"
+RANK = 4
+# Tiny WAN 2.1 (scripts/make_tiny_models.py): dim 128, ffn 256, 2 layers.
+WAN_TARGETS = {
+    f"blocks_{b}_{name}": shape
+    for b in range(2)
+    for name, shape in {
+        **{f"{attn}_{p}": (128, 128) for attn in ("self_attn", "cross_attn") for p in "qkvo"},
+        "ffn_0": (256, 128),
+        "ffn_2": (128, 256),
+    }.items()
+}
+PLANTED_UNMATCHED = {
+    "lora_unet_blocks_7_self_attn_q.lora_down.weight": (RANK, 128),  # a 7th block: a bigger model
+    "lora_unet_blocks_7_self_attn_q.lora_up.weight": (128, RANK),
+    "lora_unet_blocks_7_self_attn_q.alpha": (),
+    "lora_unet_vace_blocks_0_after_proj.lora_down.weight": (RANK, 128),  # a VACE model's layer
+    "lora_unet_vace_blocks_0_after_proj.lora_up.weight": (128, RANK),
+    "lora_te_text_model_encoder_layers_0_mlp_fc1.lora_down.weight": (RANK, 32),  # text encoder
+}
+N_MATCHED = 3 * len(WAN_TARGETS)  # down, up, alpha per target
+SAMPLER = {"seed": 7, "steps": 2, "cfg": 2.0, "sampler_name": "euler", "scheduler": "simple", "denoise": 1.0}
+
+
+def tensor(shape, seed):
+    if shape == ():
+        return torch.tensor(float(RANK))
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * 0.2
+
+
+def write_loras(base):
+    folder = base / "models" / "loras"
+    folder.mkdir(parents=True, exist_ok=True)
+    lora = {}
+    for i, (name, (out_dim, in_dim)) in enumerate(sorted(WAN_TARGETS.items())):
+        lora[f"lora_unet_{name}.lora_down.weight"] = tensor((RANK, in_dim), 2 * i)
+        lora[f"lora_unet_{name}.lora_up.weight"] = tensor((out_dim, RANK), 2 * i + 1)
+        lora[f"lora_unet_{name}.alpha"] = tensor((), 0)
+    planted = {
+        key: tensor(shape, 1000 + i) for i, (key, shape) in enumerate(sorted(PLANTED_UNMATCHED.items()))
+    }
+    save_file(
+        {**lora, **planted},
+        str(folder / LORA),
+        metadata={"ss_network_dim": str(RANK), "ss_base_model_version": "wan_2.1"},
+    )
+    save_file(planted, str(folder / FOREIGN))
+
+
+def sampler(model_link, latent_link="6"):
+    return {
+        "class_type": "KSampler",
+        "inputs": {
+            **SAMPLER,
+            "model": model_link,
+            "positive": ["4", 0],
+            "negative": ["5", 0],
+            "latent_image": [latent_link, 0],
+        },
+    }
+
+
+def main_graph():
+    return {
+        "1": {"class_type": "UNETLoader", "inputs": {"unet_name": WAN, "weight_dtype": "default"}},
+        "2": {
+            "class_type": "LoraLoaderModelOnly",
+            "inputs": {"model": ["1", 0], "lora_name": LORA, "strength_model": 0.75},
+        },
+        "3": {"class_type": "PipelineMonitorLora", "inputs": {"model": ["2", 0]}},
+        "4": {
+            "class_type": "PMTestConditioning",
+            "inputs": {"tokens": 512, "hidden": 4096, "pooled_size": 0, "seed": 1},
+        },
+        "5": {
+            "class_type": "PMTestConditioning",
+            "inputs": {"tokens": 512, "hidden": 4096, "pooled_size": 0, "seed": 2},
+        },
+        "6": {
+            "class_type": "EmptyHunyuanLatentVideo",
+            "inputs": {"width": 32, "height": 32, "length": 1, "batch_size": 1},
+        },
+        "7": sampler(["3", 0]),  # through the monitor
+        "8": sampler(["2", 0]),  # the same LoRA'd model, without the monitor
+        "9": sampler(["1", 0]),  # no LoRA at all
+        "10": {"class_type": "PMTestLatentDigest", "inputs": {"samples": ["7", 0]}},
+        "11": {"class_type": "PMTestLatentDigest", "inputs": {"samples": ["8", 0]}},
+        "12": {"class_type": "PMTestLatentDigest", "inputs": {"samples": ["9", 0]}},
+    }
+
+
+@pytest.fixture(scope="module")
+def lora_runs(server):
+    write_loras(server.base)
+    runs = []
+    for _ in range(2):  # the second run is served from ComfyUI's cache
+        prompt_id, history = server.run(main_graph())
+        runs.append((prompt_id, history, server.get_json(f"/pipeline_monitor/runs/{prompt_id}")))
+    return runs
+
+
+def lora_step(report):
+    steps = [s for s in report["steps"] if s["kind"] == "lora"]
+    assert len(steps) == 1, report["steps"]
+    return steps[0]
+
+
+def test_node_is_registered(server):
+    info = server.get_json("/object_info/PipelineMonitorLora")["PipelineMonitorLora"]
+    assert info["output_node"] is True and info["output"] == ["MODEL", "CLIP"]
+    assert set(info["input"]["required"]) == {"model"}
+    assert set(info["input"]["optional"]) == {"clip", "model_before", "clip_before"}
+    assert info["category"] == "pipeline_monitor"
+
+
+def test_sampled_latent_is_identical_with_and_without_the_monitor(lora_runs):
+    _, history, _ = lora_runs[0]
+    assert history["status"]["status_str"] == "success", history["status"]
+    outputs = history["outputs"]
+    through_monitor, direct, no_lora = (outputs[n]["sha256"][0] for n in ("10", "11", "12"))
+    assert through_monitor == direct
+    assert no_lora != direct  # the LoRA changed the result, so the comparison means something
+    assert outputs["10"]["shape"] == [[1, 16, 1, 4, 4]]
+
+
+def test_report_counts_equal_the_planted_truth(server, lora_runs):
+    _, history, report = lora_runs[0]
+    step = lora_step(report)
+    assert step["node_id"] == "3" and step["monitor_errors"] == [] and not step["cached"]
+    summary = step["summary"]
+    assert summary["n_file_keys"] == N_MATCHED + len(PLANTED_UNMATCHED)
+    assert summary["n_matched_keys"] == N_MATCHED
+    assert summary["n_unmatched_keys"] == len(PLANTED_UNMATCHED)
+    assert summary["model_n_patch_keys_added"] == len(WAN_TARGETS) and summary["model_n_hops"] == 1
+    assert summary["success"] is True and summary["clip_n_patch_keys_added"] is None
+    (loader,) = step["details"]["loaders"]
+    assert (loader["node_id"], loader["class_type"], loader["lora_name"]) == (
+        "2",
+        "LoraLoaderModelOnly",
+        LORA,
+    )
+    assert loader["strength_model"] == 0.75 and loader["model_hop_index"] == 0
+    assert loader["file"]["exists"] and loader["file"]["size_bytes"] > 0
+    assert loader["file"]["network"]["base_model"] == "wan_2.1"
+    coverage = loader["coverage"]
+    assert set(coverage["unmatched_keys"]) == set(PLANTED_UNMATCHED)
+    assert coverage["n_unmatched_text_encoder_keys"] == 1
+    # ComfyUI's own log agrees: the loader logged exactly these keys as not loaded.
+    logged = set(re.findall(r"lora key not loaded: (\S+)", server.log()))
+    assert set(PLANTED_UNMATCHED) <= logged
+    rows = step["details"]["model"]["hops"][0]["keys"]
+    assert {r["type"] for r in rows} == {"lora"} and {r["strength"] for r in rows} == {0.75}
+    assert all(r["delta_norm"] > 0 and r["relative_change"] > 0 for r in rows)
+    findings = {f["code"]: f for f in step["findings"]}
+    assert set(findings) == {"lora_keys_unmatched", "lora_text_encoder_keys"}
+    assert findings["lora_keys_unmatched"]["message"].endswith("5 of 66 keys unmatched (see unmatched_keys)")
+    text = history["outputs"]["3"]["text"][0]
+    assert text.startswith("LoRA applied") and "unmatched 6" in text
+
+
+def test_the_monitor_forces_no_rerun(lora_runs):
+    _, history, report = lora_runs[1]
+    assert history["status"]["status_str"] == "success"
+    rows = {row["node_id"]: row for row in report["nodes"]}
+    for node_id in ("3", "7", "8"):
+        assert rows[node_id]["cached"] is True, rows[node_id]
+    assert lora_step(report)["cached"] is True
+
+
+def test_bad_inputs_are_findings_and_the_prompt_succeeds(server, lora_runs):
+    graph = {
+        "1": {"class_type": "UNETLoader", "inputs": {"unet_name": WAN, "weight_dtype": "default"}},
+        "2": {
+            "class_type": "LoraLoaderModelOnly",
+            "inputs": {"model": ["1", 0], "lora_name": LORA, "strength_model": 0.0},
+        },
+        "3": {"class_type": "PipelineMonitorLora", "inputs": {"model": ["2", 0]}},
+        "4": {
+            "class_type": "LoraLoaderModelOnly",
+            "inputs": {"model": ["1", 0], "lora_name": FOREIGN, "strength_model": 1.0},
+        },
+        "5": {"class_type": "PipelineMonitorLora", "inputs": {"model": ["4", 0]}},
+    }
+    prompt_id, history = server.run(graph)
+    assert history["status"]["status_str"] == "success", history["status"]
+    report = server.get_json(f"/pipeline_monitor/runs/{prompt_id}")
+    steps = {s["node_id"]: s for s in report["steps"] if s["kind"] == "lora"}
+    zero, foreign = steps["3"], steps["5"]
+    assert "lora_strength_zero" in [f["code"] for f in zero["findings"]]
+    assert zero["summary"]["success"] is False and zero["summary"]["n_loras_skipped"] == 1
+    assert "lora_no_key_matched" in [f["code"] for f in foreign["findings"]]
+    assert foreign["summary"]["n_matched_keys"] == 0
+    assert foreign["summary"]["n_unmatched_keys"] == len(PLANTED_UNMATCHED)
+    assert foreign["summary"]["success"] is False
