@@ -239,3 +239,15 @@ def test_real_executor_path_with_encode_times(comfy, executor, pack_runtime):
     # Queued again: everything is cached, and the step comes back marked cached.
     again = pack_runtime.store.get(execute(executor, prompt, ["9", "10", "11"]))
     assert [(s["kind"], s["cached"]) for s in again["steps"]] == [("conditioning", True)]
+
+
+def test_input_types_come_from_comfyui_node_definitions(comfy):
+    input_types = comfy.pack_module("nodes.conditioning_node").comfy_input_types
+    assert input_types("CLIPTextEncode") == {"text": "STRING", "clip": "CLIP"}
+    assert input_types("ConditioningCombine") == {
+        "conditioning_1": "CONDITIONING",
+        "conditioning_2": "CONDITIONING",
+    }
+    types = input_types("ControlNetApplyAdvanced")
+    assert types["positive"] == types["negative"] == "CONDITIONING" and types["strength"] == "FLOAT"
+    assert input_types("NoSuchNode") is None
