@@ -5,10 +5,19 @@ from __future__ import annotations
 from comfy_api.latest import ComfyExtension, io
 
 from .conditioning_node import PipelineMonitorConditioning
+from .dump_nodes import PipelineMonitorTensorCompare, PipelineMonitorTensorDump
+from .latent_node import PipelineMonitorLatent
 from .lora_node import PipelineMonitorLora
 from .models_node import PipelineMonitorModels
 
 
 class PipelineMonitorExtension(ComfyExtension):
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
-        return [PipelineMonitorModels, PipelineMonitorLora, PipelineMonitorConditioning]
+        return [
+            PipelineMonitorModels,
+            PipelineMonitorLora,
+            PipelineMonitorConditioning,
+            PipelineMonitorLatent,
+            PipelineMonitorTensorDump,
+            PipelineMonitorTensorCompare,
+        ]

@@ -7,10 +7,13 @@ path is ever built from raw request text.
 from __future__ import annotations
 
 import logging
+import os
 
 from aiohttp import web
 
+from ..monitors.dumps import DUMP_SUFFIX, NPY_SUFFIX, DumpError, list_dumps, resolve_file
 from ..monitors.store import is_valid_run_id
+from . import dump_paths
 from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
@@ -54,9 +57,33 @@ async def get_run(request: web.Request) -> web.Response:
     return json_response(report)
 
 
+async def list_dump_files(request: web.Request) -> web.Response:
+    return json_response({"dumps": list_dumps(dump_paths.dumps_dir())})
+
+
+async def get_dump(request: web.Request) -> web.StreamResponse:
+    """A dump file, only by a validated plain name, only directly inside the dumps folder."""
+    try:
+        path = resolve_file(
+            dump_paths.dumps_dir(), request.match_info.get("name", ""), (DUMP_SUFFIX, NPY_SUFFIX)
+        )
+    except DumpError:
+        return error_response(404, "unknown dump")
+    return web.FileResponse(
+        path,
+        headers={
+            **SECURITY_HEADERS,
+            "Content-Type": "application/octet-stream",
+            "Content-Disposition": f'attachment; filename="{os.path.basename(path)}"',
+        },
+    )
+
+
 def register(routes: web.RouteTableDef) -> None:
     routes.get(f"{ROUTE_PREFIX}/runs")(list_runs)
     routes.get(f"{ROUTE_PREFIX}/runs/{{prompt_id}}")(get_run)
+    routes.get(f"{ROUTE_PREFIX}/dumps")(list_dump_files)
+    routes.get(f"{ROUTE_PREFIX}/dumps/{{name}}")(get_dump)
 
 
 def register_with_server() -> bool:

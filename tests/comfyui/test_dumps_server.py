@@ -1,0 +1,164 @@
+"""A real headless server: EmptyLatentImage -> PipelineMonitorLatent -> PipelineMonitorTensorDump,
+then PipelineMonitorTensorCompare of the dumps in a second prompt; the report steps, the combo list,
+validation errors, and downloading a dump through the route."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import requests
+
+pytestmark = pytest.mark.comfyui
+
+TAG = uuid.uuid4().hex[:6]
+LATENT_A, LATENT_LARGE = f"pm_srv_latent_a_{TAG}", f"pm_srv_latent_large_{TAG}"
+COND_1, COND_2 = f"pm_srv_cond_1_{TAG}", f"pm_srv_cond_2_{TAG}"
+LIVE = "(live value)"
+
+
+def wan_cond(seed):
+    return {
+        "class_type": "PMTestConditioning",
+        "inputs": {"tokens": 512, "hidden": 4096, "pooled_size": 0, "seed": seed},
+    }
+
+
+def dump_node(name, **links):
+    return {"class_type": "PipelineMonitorTensorDump", "inputs": {"name": name, "npy": False, **links}}
+
+
+DUMPS = {
+    "1": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+    "2": {"class_type": "PipelineMonitorLatent", "inputs": {"latent": ["1", 0]}},
+    "3": dump_node(LATENT_A, latent=["2", 0]),
+    "4": {"class_type": "EmptyLatentImage", "inputs": {"width": 128, "height": 128, "batch_size": 1}},
+    "5": dump_node(LATENT_LARGE, latent=["4", 0]),
+    "6": wan_cond(1),
+    "7": dump_node(COND_1, conditioning=["6", 0]),
+    "8": wan_cond(2),
+    "9": dump_node(COND_2, conditioning=["8", 0]),
+}
+
+
+def compare_node(a, b, **links):
+    inputs = {"dump_a": f"{a}.safetensors", "dump_b": b if b == LIVE else f"{b}.safetensors"}
+    return {
+        "class_type": "PipelineMonitorTensorCompare",
+        "inputs": {**inputs, "rtol": 1e-5, "atol": 1e-8, **links},
+    }
+
+
+COMPARES = {
+    "11": compare_node(LATENT_A, LATENT_LARGE),
+    "12": compare_node(COND_1, COND_2),
+    "13": wan_cond(1),
+    "14": compare_node(COND_1, LIVE, conditioning=["13", 0]),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(server):
+    dump_id, dump_history = server.run(DUMPS)
+    compare_id, compare_history = server.run(COMPARES)
+    return {
+        "dump": (dump_history, server.get_json(f"/pipeline_monitor/runs/{dump_id}")),
+        "compare": (compare_history, server.get_json(f"/pipeline_monitor/runs/{compare_id}")),
+    }
+
+
+def steps_by_node(report):
+    return {s["node_id"]: s for s in report["steps"]}
+
+
+def test_dump_prompt_reports_latent_and_dump_steps(runs):
+    history, report = runs["dump"]
+    assert history["status"]["status_str"] == "success", history["status"]
+    assert report["status"] == "success"
+    steps = steps_by_node(report)
+    assert steps["2"]["kind"] == "latent"
+    latent = steps["2"]["summary"]
+    assert latent["shape"] == [1, 4, 8, 8] and latent["family"] == "SD1 / SD2 / SDXL"
+    assert latent["source_class"] == "EmptyLatentImage" and latent["has_noise_mask"] is False
+    for node_id, name, n_tensors in (("3", LATENT_A, 1), ("5", LATENT_LARGE, 1), ("7", COND_1, 1)):
+        step = steps[node_id]
+        assert step["kind"] == "tensor_dump" and step["summary"]["written"], step
+        assert step["summary"]["file_name"] == f"{name}.safetensors"
+        assert step["summary"]["n_tensors"] == n_tensors
+        assert history["outputs"][node_id]["dump"] == [f"{name}.safetensors"]
+        assert isinstance(history["outputs"][node_id]["text"], list)
+    assert steps["7"]["summary"]["encoder_family"].startswith("WAN")
+    assert history["outputs"]["2"]["text"][0].startswith("image [1, 4, 8, 8]")
+
+
+def test_dumps_land_in_the_output_folder_only(server, runs):
+    dumps = server.base / "output" / "pipeline_monitor" / "dumps"
+    for name in (LATENT_A, LATENT_LARGE, COND_1, COND_2):
+        assert (dumps / f"{name}.safetensors").is_file()
+    assert not list(dumps.glob(".tmp-*"))
+
+
+def test_compare_prompt_gives_verdicts(runs):
+    history, report = runs["compare"]
+    assert history["status"]["status_str"] == "success", history["status"]
+    steps = steps_by_node(report)
+    assert {s["kind"] for s in steps.values()} == {"tensor_compare"}
+    expected = {"11": "incompatible", "12": "different", "14": "identical"}
+    for node_id, status in expected.items():
+        assert steps[node_id]["summary"]["status"] == status, steps[node_id]["summary"]
+        assert history["outputs"][node_id]["text"] == [steps[node_id]["summary"]["verdict"]]
+    assert "[1, 4, 8, 8] vs [1, 4, 16, 16]" in steps["11"]["summary"]["verdict"]
+    assert steps["12"]["summary"]["min_cosine_similarity"] < 0.1  # two unrelated seeds
+    assert steps["14"]["details"]["b"]["live"] is True
+
+
+def test_combo_lists_the_new_dumps(server, runs):
+    info = server.get_json("/object_info/PipelineMonitorTensorCompare")["PipelineMonitorTensorCompare"]
+    options = info["input"]["required"]["dump_a"][1]["options"]
+    assert {f"{n}.safetensors" for n in (LATENT_A, LATENT_LARGE, COND_1, COND_2)} <= set(options)
+    assert info["input"]["required"]["dump_b"][1]["options"][0] == LIVE
+    assert info["output_node"] is True and info["output"] == []
+
+
+def test_download_through_the_route(server, runs):
+    from safetensors.torch import load
+
+    for prefix in ("", "/api"):
+        response = server.get(f"{prefix}/pipeline_monitor/dumps/{LATENT_A}.safetensors")
+        assert response.status_code == 200
+        assert response.headers["Content-Type"] == "application/octet-stream"
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+        tensors = load(response.content)
+        assert list(tensors) == ["latent.samples"] and tensors["latent.samples"].shape == (1, 4, 8, 8)
+    listing = server.get_json("/pipeline_monitor/dumps")["dumps"]
+    assert f"{LATENT_A}.safetensors" in {row["name"] for row in listing}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "..%2F..%2Fuser%2Fcomfyui.db",
+        "%2e%2e%2f%2e%2e%2fserver.log",
+        "%252e%252e%252fserver.log",
+        "missing.safetensors",
+    ],
+)
+def test_traversal_is_a_404_json(server, runs, name):
+    for prefix in ("", "/api"):
+        response = server.get(f"{prefix}/pipeline_monitor/dumps/{name}")
+        assert response.status_code == 404
+        assert response.headers["Content-Type"].startswith("application/json")
+
+
+def test_bad_dump_name_is_rejected_at_validation(server):
+    prompt = {
+        "1": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+        "2": dump_node("../../etc/passwd", latent=["1", 0]),
+    }
+    response = requests.post(
+        f"{server.url}/prompt", json={"prompt": prompt, "client_id": server.client_id}, timeout=10
+    )
+    assert response.status_code == 400
+    errors = response.json()["node_errors"]["2"]["errors"]
+    assert any("refused" in e["details"] and "path separator" in e["details"] for e in errors), errors
+    assert not (server.base / "etc").exists()
