@@ -29,7 +29,15 @@ from typing import Any
 from .probes import DETAIL_FULL, DETAIL_LIGHT, Probes
 from .report import Finding, format_bytes
 from .span import Span, SpanResult
-from .vae_geometry import Prediction, TileSettings, check_input, device_name, dummy_latent, predict
+from .vae_geometry import (
+    Prediction,
+    TileSettings,
+    check_input,
+    device_name,
+    dummy_latent,
+    predict,
+    usable_tiles,
+)
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +132,7 @@ class ChainOptions:
 @dataclass
 class ChainResult:
     requested: str
+    tiles: TileSettings = field(default_factory=TileSettings)  # as used (overlap may be reduced)
     samples: Any = None  # the latent; the caller passes it on, reports never keep it
     strategy_used: str | None = None
     attempts: list[Attempt] = field(default_factory=list)
@@ -201,12 +210,13 @@ class VAEChain:
         self.vae = vae
         self.pixels = pixels
         self.options = options
-        self.result = ChainResult(requested=options.strategy)
+        self.result = ChainResult(requested=options.strategy, tiles=options.tiles)
 
     def run(self) -> ChainResult:
         result = self.result
         check = check_input(self.vae, self.pixels)
-        result.input_findings, result.pixels_info = check.findings, check.pixels
+        result.tiles, tile_findings = usable_tiles(self.vae, self.options.tiles)
+        result.input_findings, result.pixels_info = check.findings + tile_findings, check.pixels
         if check.fatal:
             result.error, result.error_kind = check.fatal, "bad_input"
             return result
@@ -220,7 +230,7 @@ class VAEChain:
         for strategy in ("direct", "tiled", "cpu"):
             try:
                 result.predictions[strategy] = predict(
-                    self.vae, shape, strategy, self.options.tiles, self.options.free_memory
+                    self.vae, shape, strategy, result.tiles, self.options.free_memory
                 )
             except Exception as exc:  # a prediction is advice: never let it stop the encode
                 result.monitor_errors.append(f"prediction for {strategy}: {type(exc).__name__}: {exc}")
@@ -306,7 +316,7 @@ class VAEChain:
             if strategy == "direct":
                 return vae.encode(pixels)
             if strategy == "tiled":
-                return vae.encode_tiled(pixels, **self.options.tiles.encode_kwargs())
+                return vae.encode_tiled(pixels, **self.result.tiles.encode_kwargs())
             return self.options.cpu_encode(vae, pixels)
 
     def _attempt(self, strategy: str) -> str:

@@ -11,6 +11,7 @@ encoding anything.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -144,6 +145,20 @@ class TileSettings:
             "tile_t": self.temporal_size,
             "overlap_t": self.temporal_overlap,
         }
+
+
+def usable_tiles(vae, tiles: TileSettings) -> tuple[TileSettings, tuple[Finding, ...]]:
+    """Tile settings ComfyUI's tiler can run: its steps divide by (tile - overlap), and image VAEs
+    also tile with half-size tiles, so a too-large overlap fails with ZeroDivisionError there."""
+    limit = tiles.tile_size // 2 if getattr(vae, "latent_dim", 2) == 2 else tiles.tile_size
+    if tiles.overlap < limit:
+        return tiles, ()
+    overlap = tiles.tile_size // 4
+    message = (
+        f"overlap {tiles.overlap} is too large for tile_size {tiles.tile_size} "
+        f"(must stay below {limit}): tiled uses overlap {overlap}."
+    )
+    return dataclasses.replace(tiles, overlap=overlap), (Finding("warning", message, "overlap_reduced"),)
 
 
 @dataclass(frozen=True)

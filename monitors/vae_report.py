@@ -209,7 +209,6 @@ def suggestions(
 def build_step(
     node_id: str | None,
     result: ChainResult,
-    tiles: TileSettings,
     vae_info: dict | None = None,
     allow_dummy: bool = False,
 ) -> StepReport:
@@ -249,11 +248,11 @@ def build_step(
             latent_type=None, latent_shape=None, spatial_compression=None, temporal_compression=None
         )
     summary.update(figures)
-    findings = [*result.input_findings, *suggestions(result, tiles, latent, figures)]
+    findings = [*result.input_findings, *suggestions(result, result.tiles, latent, figures)]
     details = {
         "attempts": [a.to_dict() for a in result.attempts],
         "predictions": {k: v.to_dict() for k, v in result.predictions.items()},
-        "tiles": dict(tiles.__dict__),
+        "tiles": dict(result.tiles.__dict__),
         "allow_dummy": allow_dummy,
         "pixels": pixels or None,
         "latent": latent,

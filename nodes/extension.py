@@ -9,6 +9,7 @@ from .dump_nodes import PipelineMonitorTensorCompare, PipelineMonitorTensorDump
 from .latent_node import PipelineMonitorLatent
 from .lora_node import PipelineMonitorLora
 from .models_node import PipelineMonitorModels
+from .vae_encode_node import PipelineMonitorVAEEncode
 
 
 class PipelineMonitorExtension(ComfyExtension):
@@ -17,6 +18,7 @@ class PipelineMonitorExtension(ComfyExtension):
             PipelineMonitorModels,
             PipelineMonitorLora,
             PipelineMonitorConditioning,
+            PipelineMonitorVAEEncode,
             PipelineMonitorLatent,
             PipelineMonitorTensorDump,
             PipelineMonitorTensorCompare,

@@ -433,3 +433,14 @@ def test_extra_channels_cropping_out_of_range_and_dropped_frames_are_noted():
     video = run_chain(FakeVAE(video=True), pixels(10), options())
     dropped = [f for f in video.input_findings if f.code == "frames_dropped"]
     assert dropped and "first 9 of 10 frames" in dropped[0].message
+
+
+def test_an_overlap_the_tiler_cannot_run_is_reduced_with_a_warning():
+    vae = FakeVAE()
+    result = run_chain(vae, pixels(), options(strategy="tiled", tiles=TileSettings(tile_size=64, overlap=32)))
+    assert vae.tiled_kwargs["overlap"] == 16 and result.tiles.overlap == 16
+    reduced = [f for f in result.input_findings if f.code == "overlap_reduced"]
+    assert reduced and reduced[0].level == "warning" and "overlap 32" in reduced[0].message
+    video = FakeVAE(video=True)
+    run_chain(video, pixels(9), options(strategy="tiled", tiles=TileSettings(tile_size=64, overlap=32)))
+    assert video.tiled_kwargs["overlap"] == 32  # video VAEs tile without half-size passes

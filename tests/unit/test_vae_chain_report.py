@@ -24,7 +24,7 @@ SCHEMA = json.load(open(os.path.join(REPO, "schemas", "run_report.schema.json"))
 def step_for(vae, image, **kwargs):
     tiles = kwargs.pop("tiles", TileSettings())
     result = run_chain(vae, image, options(tiles=tiles, **kwargs))
-    return result, build_step("5", result, tiles, vae_info={"class": "FakeVAE"})
+    return result, build_step("5", result, vae_info={"class": "FakeVAE"})
 
 
 def codes(step, level=None):
@@ -187,13 +187,12 @@ def test_memory_figures_peaks_times_changes_ratio_and_free_memory():
             return super()._run(strategy, pixels)
 
     vae = AllocatingVAE(fail={"direct": CUDA_OOM("CUDA out of memory")})
-    tiles = TileSettings()
     result = run_chain(
         vae,
         pixels(),
         ChainOptions(free_memory=memory.read, cleanup=memory.cleanup, cpu_encode=cpu_encode, probes=probes),
     )
-    step = build_step("9", result, tiles)
+    step = build_step("9", result)
     s = step.summary
     assert s["peak_gpu_allocated_bytes"] == 4 * GiB and s["peak_gpu_allocated_at_s"] >= 0
     assert s["peak_gpu_reserved_bytes"] == 8 * GiB

@@ -1,0 +1,238 @@
+"""PipelineMonitorVAEEncode: VAE encode that survives running out of memory (step kind `vae_encode`).
+
+The chain and the report live in monitors/vae_chain.py and monitors/vae_report.py; this file
+adds what needs ComfyUI: free memory as ComfyUI's loader sees it, cache cleanup, and encoding on
+the CPU through a temporary CPU view of the VAE.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import logging
+
+import torch
+from comfy_api.latest import io
+
+from ..monitors.model_state import describe_vae
+from ..monitors.report import StepReport
+from ..monitors.vae_chain import REQUESTS, ChainOptions, run_chain
+from ..monitors.vae_geometry import TileSettings
+from ..monitors.vae_report import STEP_KIND, build_step, ui_lines
+from .node_support import record_step
+
+log = logging.getLogger(__name__)
+
+NODE_ID = "PipelineMonitorVAEEncode"
+# ComfyUI's VAE.encode logs this when it catches a CUDA OOM and retries tiled on its own.
+COMFY_TILED_RETRY_WARNING = "Ran out of memory when regular VAE encoding"
+
+
+class VAEEncodeInputError(ValueError):
+    """The input cannot be encoded (no VAE, empty batch, image too small, wrong channels)."""
+
+
+class VAEEncodeError(RuntimeError):
+    """A strategy failed with an error other than running out of memory."""
+
+
+class VAEEncodeOutOfMemoryError(torch.cuda.OutOfMemoryError):
+    """Every strategy ran out of memory. A CUDA OutOfMemoryError, so ComfyUI's executor handles it
+    as it handles any OOM (unloads models, shows its out-of-memory advice)."""
+
+
+def free_memory_reader(vae):
+    """device name -> bytes an encode there can get: what is free, plus (on a GPU) what ComfyUI
+    would unload from other models to make room, less the VRAM ComfyUI always keeps in reserve."""
+
+    def read(device_name: str) -> int | None:
+        try:
+            import comfy.model_management as mm
+
+            device = torch.device(device_name)
+            free = int(mm.get_free_memory(device))
+            if device.type == "cpu":
+                return free
+            patcher = getattr(vae, "patcher", None)
+            reclaimable = sum(
+                loaded.model_loaded_memory()
+                for loaded in list(mm.current_loaded_models)
+                if loaded.device == device and loaded.model is not None and loaded.model is not patcher
+            )
+            return max(0, free + int(reclaimable) - int(mm.extra_reserved_memory()))
+        except Exception as exc:
+            log.debug("pipeline monitor: free memory of %s unreadable: %s", device_name, exc)
+            return None
+
+    return read
+
+
+def comfy_cleanup() -> None:
+    """Between attempts: drop garbage (the failed attempt's tensors) and return cached VRAM."""
+    import comfy.model_management as mm
+
+    gc.collect()
+    mm.soft_empty_cache()
+
+
+def encode_on_cpu(vae, pixels):
+    """Encode on the CPU without leaving the VAE moved or duplicated.
+
+    A shallow copy of the VAE (same weights module) gets a clone of its patcher whose load device
+    is the CPU, and encodes with ComfyUI's own code. Loading the clone detaches the original from
+    its device (ComfyUI unloads other patchers of the same module); afterwards the clone is
+    unloaded, so the weights sit on the VAE's offload device, as after any ComfyUI unload, and the
+    next encode loads the VAE as usual. The VAE object itself is never changed.
+    """
+    cpu = torch.device("cpu")
+    view = copy.copy(vae)
+    view.device = cpu
+    view.patcher = vae.patcher.clone()
+    view.patcher.load_device = cpu
+    try:
+        return view.encode(pixels)
+    finally:
+        unload_patcher(view.patcher)
+
+
+def unload_patcher(patcher) -> None:
+    """Remove a patcher from ComfyUI's loaded models and unload it (weights to its offload device)."""
+    import comfy.model_management as mm
+
+    for index in range(len(mm.current_loaded_models) - 1, -1, -1):
+        loaded = mm.current_loaded_models[index]
+        if loaded.model is patcher:
+            mm.current_loaded_models.pop(index)
+            try:
+                loaded.model_unload()
+            except Exception as exc:
+                log.warning("pipeline monitor: unloading the temporary CPU VAE failed: %s", exc)
+
+
+def chain_options(vae, strategy, allow_dummy, tiles: TileSettings) -> ChainOptions:
+    return ChainOptions(
+        strategy=strategy,
+        allow_dummy=bool(allow_dummy),
+        tiles=tiles,
+        free_memory=free_memory_reader(vae),
+        cleanup=comfy_cleanup,
+        cpu_encode=encode_on_cpu,
+        watch_log_messages=(COMFY_TILED_RETRY_WARNING,),
+    )
+
+
+def error_for(result) -> Exception:
+    """The exception that stops the prompt when no latent came out."""
+    message = f"{NODE_ID}: {result.error}"
+    if result.error_kind == "bad_input":
+        return VAEEncodeInputError(message)
+    if result.error_kind == "out_of_memory":
+        return VAEEncodeOutOfMemoryError(message)
+    return VAEEncodeError(message)
+
+
+def _is_interrupt(exc) -> bool:
+    try:
+        import comfy.model_management as mm
+
+        return isinstance(exc, mm.InterruptProcessingException)
+    except Exception:
+        return False
+
+
+def _log_step(node_id, step: StepReport) -> None:
+    for finding in step.findings:
+        if finding.level != "info":
+            level = logging.ERROR if finding.level == "error" else logging.WARNING
+            log.log(level, "pipeline monitor: VAE encode node %s: %s", node_id, finding.message)
+
+
+class PipelineMonitorVAEEncode(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id=NODE_ID,
+            display_name="Pipeline Monitor: VAE Encode",
+            category="pipeline_monitor",
+            description="Encodes images or video frames like VAEEncode but survives running out of memory: "
+            "direct -> tiled -> CPU (-> zero latents only if allowed). `auto` skips what the VAE's own "
+            "estimate says cannot fit. Reports the strategy, latent, memory and speed.",
+            inputs=[
+                io.Image.Input("pixels"),
+                io.Vae.Input("vae"),
+                io.Combo.Input(
+                    "strategy",
+                    options=list(REQUESTS),
+                    default="auto",
+                    tooltip="Where the chain starts. auto: direct unless the VAE's estimate says it cannot "
+                    "fit in free memory. Out of memory moves on: direct -> tiled -> cpu.",
+                ),
+                io.Boolean.Input(
+                    "allow_dummy",
+                    default=False,
+                    tooltip="When every strategy runs out of memory, output zero latents (reported as an "
+                    "error) instead of failing.",
+                ),
+                io.Int.Input("tile_size", default=512, min=64, max=4096, step=64),
+                io.Int.Input("overlap", default=64, min=0, max=4096, step=32),
+                io.Int.Input(
+                    "temporal_size",
+                    default=64,
+                    min=8,
+                    max=4096,
+                    step=4,
+                    tooltip="Only used for video VAEs: frames to encode at a time when tiled.",
+                ),
+                io.Int.Input(
+                    "temporal_overlap",
+                    default=8,
+                    min=4,
+                    max=4096,
+                    step=4,
+                    tooltip="Only used for video VAEs: frames to overlap when tiled.",
+                ),
+            ],
+            outputs=[io.Latent.Output(display_name="LATENT")],
+            hidden=[io.Hidden.unique_id],
+        )
+
+    @classmethod
+    def execute(
+        cls,
+        pixels,
+        vae,
+        strategy="auto",
+        allow_dummy=False,
+        tile_size=512,
+        overlap=64,
+        temporal_size=64,
+        temporal_overlap=8,
+    ) -> io.NodeOutput:
+        node_id = getattr(getattr(cls, "hidden", None), "unique_id", None)
+        tiles = TileSettings(int(tile_size), int(overlap), int(temporal_size), int(temporal_overlap))
+        try:
+            result = run_chain(vae, pixels, chain_options(vae, strategy, allow_dummy, tiles))
+        except Exception as exc:  # the chain's own code failed: encode as core VAEEncode does
+            log.exception("pipeline monitor: VAE chain failed, encoding directly")
+            record_step(
+                StepReport(kind=STEP_KIND, node_id=node_id, monitor_errors=(f"{type(exc).__name__}: {exc}",))
+            )
+            return io.NodeOutput({"samples": vae.encode(pixels)})
+        ui = None
+        try:
+            vae_info = describe_vae(vae) if vae is not None else None
+            step = build_step(node_id, result, vae_info=vae_info, allow_dummy=bool(allow_dummy))
+            record_step(step)
+            _log_step(node_id, step)
+            ui = {"text": ["\n".join(ui_lines(step))]}
+        except Exception as exc:  # reporting never fails the encode
+            log.exception("pipeline monitor: VAE encode report failed")
+            record_step(
+                StepReport(kind=STEP_KIND, node_id=node_id, monitor_errors=(f"{type(exc).__name__}: {exc}",))
+            )
+        if result.samples is None:
+            if result.exception is not None and _is_interrupt(result.exception):
+                raise result.exception
+            raise error_for(result) from result.exception
+        samples, result.samples = result.samples, None  # the report keeps no tensor
+        return io.NodeOutput({"samples": samples}, ui=ui)
