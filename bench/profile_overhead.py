@@ -32,8 +32,11 @@ import urllib.error
 import urllib.request
 import uuid
 
+import psutil
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACK_DIR_NAME = "pipeline_monitor"
+METRICS = ("wall_ms", "cpu_ms", "exec_ms")
 CONFIGS = (  # name, load the pack, extra environment
     ("monitored", True, {}),
     ("profile_off", True, {"PIPELINE_MONITOR_PROFILE": "0"}),
@@ -87,6 +90,7 @@ class Server:
         self.url = f"http://127.0.0.1:{port}"
         self.client_id = str(uuid.uuid4())
         self.ws = None
+        self._ps = psutil.Process(self.proc.pid)
 
     def get_json(self, path: str, timeout: float = 10):
         with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
@@ -110,12 +114,15 @@ class Server:
             f"ws://127.0.0.1:{self.port}/ws?clientId={self.client_id}", timeout=120
         )
 
-    def run_prompt(self, prompt: dict) -> tuple[float, float | None]:
-        """(wall ms from POST to the end-of-prompt message, server-side execution ms from history)."""
+    def run_prompt(self, prompt: dict) -> dict:
+        """wall_ms: POST until the end-of-prompt message; cpu_ms: the server process's CPU time over
+        that stretch (all its threads; less sensitive to a busy machine); exec_ms: ComfyUI's own
+        execution_start..execution_success stamps (whole ms)."""
         body = json.dumps({"prompt": prompt, "client_id": self.client_id}).encode()
         request = urllib.request.Request(
             self.url + "/prompt", data=body, headers={"Content-Type": "application/json"}
         )
+        cpu0 = self.cpu_s()
         t0 = time.perf_counter()
         with urllib.request.urlopen(request, timeout=30) as r:
             prompt_id = json.loads(r.read())["prompt_id"]
@@ -132,7 +139,12 @@ class Server:
             if message["type"] == "executing" and data.get("node") is None:
                 break
         wall_ms = (time.perf_counter() - t0) * 1000
-        return wall_ms, self.execution_ms(prompt_id)
+        cpu_ms = (self.cpu_s() - cpu0) * 1000
+        return {"wall_ms": wall_ms, "cpu_ms": cpu_ms, "exec_ms": self.execution_ms(prompt_id)}
+
+    def cpu_s(self) -> float:
+        times = self._ps.cpu_times()
+        return times.user + times.system
 
     def execution_ms(self, prompt_id: str) -> float | None:
         try:
@@ -224,24 +236,27 @@ def print_report(result: dict) -> None:
         f"\nPer-prompt time, {cfg['prompts']} prompts per server after {cfg['warmup']} warm-up, "
         f"image {cfg['size']}->{2 * cfg['size']} px, 6 nodes"
     )
+    print(f"  {'server':<12} {'metric':<8} | {'median':>7} {'mean':>7} {'p10':>7} {'p90':>7}")
+    for metric in METRICS:
+        for name, s in result["summary"].items():
+            m = s[metric]
+            if m["n"]:
+                print(
+                    f"  {name:<12} {metric:<8} | {m['median']:>7.1f} {m['mean']:>7.1f} {m['p10']:>7.1f} {m['p90']:>7.1f}"
+                )
     print(
-        f"  {'server':<12} | {'round trip ms: median':>21} {'mean':>7} {'p10':>7} {'p90':>7} | {'executing ms: median':>20} {'mean':>7}"
-    )
-    for name, s in result["summary"].items():
-        w, e = s["wall_ms"], s["exec_ms"]
-        print(
-            f"  {name:<12} | {w['median']:>21.1f} {w['mean']:>7.1f} {w['p10']:>7.1f} {w['p90']:>7.1f} | "
-            f"{e.get('median', float('nan')):>20.1f} {e.get('mean', float('nan')):>7.1f}"
-        )
-    print(
-        f"\n  {'comparison':<26} | {'ratio med':>9} {'ratio mean':>10} | {'overhead ms: med diff':>21} {'mean diff':>9} {'paired med':>10}"
+        f"\n  {'comparison':<30} | {'ratio med':>9} {'ratio mean':>10} | {'overhead ms: med diff':>21} {'mean diff':>9} {'paired med':>10}"
     )
     for label, c in result["comparisons"].items():
         print(
-            f"  {label:<26} | {c['ratio_of_medians']:>9.3f} {c['ratio_of_means']:>10.3f} | "
+            f"  {label:<30} | {c['ratio_of_medians']:>9.3f} {c['ratio_of_means']:>10.3f} | "
             f"{c['overhead_ms_median_diff']:>21.2f} {c['overhead_ms_mean_diff']:>9.2f} {c['overhead_ms_paired_median']:>10.2f}"
         )
-    print("  (round trip = POST /prompt until the websocket's end-of-prompt message)")
+    print(
+        "  (wall = POST /prompt until the websocket's end-of-prompt message; cpu = server process CPU time"
+        " over the same stretch, counted in 10 ms ticks so only its mean is exact; exec = ComfyUI's execution_start..execution_success stamps, whole ms;"
+        " paired med = median over rounds of the per-round difference)"
+    )
     for name, check in result["checks"].items():
         print(f"  check {name}: {check}")
 
@@ -289,16 +304,16 @@ def main(argv=None) -> int:
             server.wait_ready(args.startup_timeout)
         print(f"servers ready after {time.monotonic() - t_start:.1f} s", file=sys.stderr)
 
-        results = {s.name: {"wall_ms": [], "exec_ms": []} for s in servers}
+        results = {s.name: {metric: [] for metric in METRICS} for s in servers}
         color = 1
         for r in range(args.warmup + args.prompts):
             shift = r % len(servers)
             for server in servers[shift:] + servers[:shift]:
                 color = (color * 48271) % 0xFFFFFF or 1  # a new colour every prompt: nothing cached
-                wall_ms, exec_ms = server.run_prompt(workflow(color, args.size))
+                measured = server.run_prompt(workflow(color, args.size))
                 if r >= args.warmup:
-                    results[server.name]["wall_ms"].append(wall_ms)
-                    results[server.name]["exec_ms"].append(exec_ms)
+                    for metric in METRICS:
+                        results[server.name][metric].append(measured[metric])
             if (r + 1) % 10 == 0:
                 print(f"  round {r + 1}/{args.warmup + args.prompts}", file=sys.stderr)
 
@@ -327,14 +342,11 @@ def main(argv=None) -> int:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
 
-    summary = {
-        name: {"wall_ms": stats(v["wall_ms"]), "exec_ms": stats(v["exec_ms"])} for name, v in results.items()
-    }
+    summary = {name: {metric: stats(v[metric]) for metric in METRICS} for name, v in results.items()}
     comparisons = {
-        "monitored / no_pack": compare(results, "monitored", "no_pack"),
-        "profile_off / no_pack": compare(results, "profile_off", "no_pack"),
-        "monitored / profile_off": compare(results, "monitored", "profile_off"),
-        "monitored / no_pack (exec)": compare(results, "monitored", "no_pack", "exec_ms"),
+        f"{a} / {b} ({metric.split('_')[0]})": compare(results, a, b, metric)
+        for metric in ("wall_ms", "cpu_ms")
+        for a, b in (("monitored", "no_pack"), ("profile_off", "no_pack"), ("monitored", "profile_off"))
     }
     result = {
         "config": {
