@@ -162,3 +162,46 @@ def test_bad_dump_name_is_rejected_at_validation(server):
     errors = response.json()["node_errors"]["2"]["errors"]
     assert any("refused" in e["details"] and "path separator" in e["details"] for e in errors), errors
     assert not (server.base / "etc").exists()
+
+
+def test_dump_and_compare_workflow_runs_and_matches_its_ui_copy(server):
+    """workflows/dump_and_compare.json (UI format) and its API copy describe the same graph with node
+    types the server knows; queued, the dump is written before the comparison reads it."""
+    import json
+    from pathlib import Path
+
+    workflows = Path(__file__).resolve().parents[2] / "workflows"
+    api = json.loads((workflows / "api" / "dump_and_compare.json").read_text())
+    ui = json.loads((workflows / "dump_and_compare.json").read_text())
+    object_info = server.get_json("/object_info")
+    links = {link[0]: link for link in ui["links"]}
+    assert {str(n["id"]) for n in ui["nodes"]} == set(api)
+    for node in ui["nodes"]:
+        api_node = api[str(node["id"])]
+        assert node["type"] == api_node["class_type"] and node["type"] in object_info
+        spec = object_info[node["type"]]["input"]
+        declared = {**spec.get("required", {}), **spec.get("optional", {})}
+        sockets = {i["name"] for i in node["inputs"]}
+        assert sockets <= set(declared), node["type"]
+        linked = {
+            i["name"]: [str(links[i["link"]][1]), links[i["link"]][2]] for i in node["inputs"] if i["link"]
+        }
+        widgets = [name for name in declared if name not in sockets]
+        assert {**linked, **dict(zip(widgets, node["widgets_values"], strict=True))} == api_node["inputs"]
+        for output in node["outputs"]:
+            for link_id in output["links"]:
+                assert links[link_id][1] == node["id"] and links[link_id][5] == output["type"]
+    prompt_id, history = server.run(api)
+    assert history["status"]["status_str"] == "success", history["status"]
+    report = server.get_json(f"/pipeline_monitor/runs/{prompt_id}")
+    assert [s["kind"] for s in report["steps"]] == ["latent", "tensor_dump", "tensor_compare"]
+    latent, dumped, compared = report["steps"]
+    assert latent["summary"]["family"] == "WAN 2.1 / HunyuanVideo / Kandinsky 5"
+    assert dumped["summary"]["file_name"] == "pm_demo_direct.safetensors"
+    assert compared["details"]["only_in_a"] == ["image"]
+    summary = compared["summary"]
+    # Tiled encoding is not bit-equal to direct (tiles are blended): the comparison measures how far.
+    assert summary["status"] in ("close", "different"), summary
+    assert summary["n_compared"] == 1 and 0 < summary["max_abs_diff"] < 1
+    assert 0.5 < summary["min_cosine_similarity"] < 1
+    assert history["outputs"]["7"]["text"] == [compared["summary"]["verdict"]]
