@@ -226,3 +226,59 @@ def test_compare_fingerprint_follows_the_dump_files(comfy, pack_runtime):
     assert first == node.fingerprint_inputs(dump_a=f"{name}.safetensors", dump_b=LIVE, rtol=1e-5, atol=1e-8)
     dump(comfy, pack_runtime, name, latent={"samples": torch.ones(1, 4, 16, 16)})
     assert first != node.fingerprint_inputs(dump_a=f"{name}.safetensors", dump_b=LIVE, rtol=1e-5, atol=1e-8)
+
+
+def test_steps_in_a_run_report_are_strict_json_valid_against_the_schema(comfy, pack_runtime):
+    import json
+    from pathlib import Path
+
+    import jsonschema
+
+    schema = json.loads(
+        (Path(__file__).resolve().parents[2] / "schemas" / "run_report.schema.json").read_text()
+    )
+    samples = torch.randn(1, 4, 8, 8)
+    samples[0, 0, 0, 0] = float("nan")
+    samples[0, 0, 0, 1] = float("inf")
+    latent = {"samples": samples}
+    name = unique("pm_schema")
+    pack_runtime.recorder.begin_run("pm-schema-run", None)
+    try:
+        for class_type, inputs in (
+            ("PipelineMonitorLatent", {"latent": latent}),
+            (DUMP, {"name": name, "npy": False, "latent": latent}),
+            (
+                COMPARE,
+                {"dump_a": f"{name}.safetensors", "dump_b": LIVE, "rtol": 0.0, "atol": 0.0, "latent": latent},
+            ),
+            (COMPARE, {"dump_a": "../bad", "dump_b": LIVE, "rtol": 0.0, "atol": 0.0}),
+        ):
+            node = comfy.nodes.NODE_CLASS_MAPPINGS[class_type]
+            node.PREPARE_CLASS_CLONE({"hidden_inputs": {"UNIQUE_ID": "9"}}).execute(**inputs)
+    finally:
+        pack_runtime.recorder.end_run("success")
+    on_disk = json.loads(
+        (Path(pack_runtime.store.reports_dir) / "pm-schema-run.json").read_text(), parse_constant=pytest.fail
+    )
+    jsonschema.validate(on_disk, schema)
+    kinds = [s["kind"] for s in on_disk["steps"]]
+    assert kinds == ["latent", "tensor_dump", "tensor_compare", "tensor_compare"]
+    assert on_disk["steps"][0]["summary"]["n_nan"] == 1 and on_disk["steps"][0]["summary"]["n_inf"] == 1
+    assert on_disk["steps"][2]["summary"]["status"] == "identical"  # NaN equals NaN, Inf the same Inf
+    assert on_disk["steps"][3]["summary"]["status"] == "error"
+
+
+def test_nodes_keep_no_tensor_alive(comfy, pack_runtime):
+    import gc
+    import weakref
+
+    samples = torch.randn(1, 4, 8, 8)
+    cond = [[torch.randn(1, 4, 8), {"pooled_output": torch.randn(1, 8)}]]
+    refs = [weakref.ref(samples), weakref.ref(cond[0][0]), weakref.ref(cond[0][1]["pooled_output"])]
+    name = unique("pm_alive")
+    run_node(comfy, pack_runtime, "PipelineMonitorLatent", "latent", latent={"samples": samples})
+    dump(comfy, pack_runtime, name, True, conditioning=cond, latent={"samples": samples})
+    compare(comfy, pack_runtime, f"{name}.safetensors", LIVE, latent={"samples": samples})
+    del samples, cond
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]
