@@ -49,3 +49,7 @@ NODE_CLASS_MAPPINGS.update(
 from .lora_nodes import PMTestLatentDigest  # noqa: E402
 
 NODE_CLASS_MAPPINGS["PMTestLatentDigest"] = PMTestLatentDigest
+
+from .vae_nodes import PMTestNoiseImage  # noqa: E402
+
+NODE_CLASS_MAPPINGS["PMTestNoiseImage"] = PMTestNoiseImage
