@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
@@ -35,6 +35,7 @@ class _RunRecord:
     started_monotonic_s: float
     node_info: dict[str, tuple[str | None, str | None]]  # node_id -> (class_type, title)
     span: Span | None
+    node_lookup: Callable[[str], tuple[str | None, str | None] | None] | None = None
     open_nodes: dict[str, Span] = field(default_factory=dict)
     nodes: list[NodeProfile] = field(default_factory=list)
     steps: list[StepReport] = field(default_factory=list)
@@ -80,27 +81,38 @@ class RunRecorder:
             run.monitor_errors.append(message)
 
     # -- runs ---------------------------------------------------------------------------------
-    def begin_run(self, prompt_id: str, prompt: Mapping | None = None) -> None:
+    def begin_run(self, prompt_id: str, prompt: Mapping | None = None, node_lookup=None) -> None:
+        """Open a run. `node_lookup(node_id)` -> (class_type, title) names nodes that are not in
+        `prompt` (nodes a node expanded into while the prompt runs); it is dropped at end_run."""
         with self._lock:
             if self._run is not None:
                 self.end_run("interrupted", reason="a new prompt started before this one finished")
-            span = None
-            try:
-                span = Span(f"prompt {prompt_id}", probes=self._probes, detail=DETAIL_FULL).start()
-            except Exception as exc:
-                span = None
-                message = f"prompt span failed to start: {type(exc).__name__}: {exc}"
-                log.warning("pipeline monitor: %s", message)
             self._run = _RunRecord(
                 prompt_id=str(prompt_id),
                 started_unix_s=time.time(),
                 started_monotonic_s=time.monotonic(),
                 node_info=node_info_from_prompt(prompt),
-                span=span,
+                node_lookup=node_lookup,
+                span=None,
                 profile_enabled=self.profile_enabled,
             )
-            if span is None:
-                self._run.monitor_errors.append("prompt span failed to start")
+            try:
+                self._run.span = Span(f"prompt {prompt_id}", probes=self._probes, detail=DETAIL_FULL).start()
+            except Exception as exc:
+                self._note(self._run, f"prompt span failed to start: {type(exc).__name__}: {exc}")
+
+    @staticmethod
+    def _node_info(run: _RunRecord, node_id: str) -> tuple[str | None, str | None]:
+        info = run.node_info.get(node_id)
+        if info is None and run.node_lookup is not None:
+            try:
+                info = run.node_lookup(node_id)
+            except Exception:
+                info = None
+            info = info or (None, None)
+            if len(run.node_info) < MAX_NODES_PER_RUN:
+                run.node_info[node_id] = info
+        return info or (None, None)
 
     def end_run(
         self, status: str, error: Mapping | None = None, reason: str | None = None, cached_node_ids=()
@@ -166,6 +178,10 @@ class RunRecorder:
             run = self._run
             if run is None or not run.profile_enabled:
                 return
+            if str(node_id) in run.open_nodes:
+                # A lazy node that asked for more inputs starts again later without a finish in
+                # between: its first span stays open, so its row covers all its attempts.
+                return
             try:
                 run.open_nodes[str(node_id)] = Span(
                     f"node {node_id}", probes=self._probes, detail=DETAIL_LIGHT
@@ -196,7 +212,7 @@ class RunRecorder:
         self._append_node(run, self._profile(run, node_id, status, result))
 
     def _profile(self, run: _RunRecord, node_id: str, status: str, result) -> NodeProfile:
-        class_type, title = run.node_info.get(node_id, (None, None))
+        class_type, title = self._node_info(run, node_id)
         if result is None:
             return NodeProfile(
                 node_id=node_id, class_type=class_type, title=title, status=status, cached=status == "cached"
@@ -245,17 +261,25 @@ class RunRecorder:
                     self._last_steps.popitem(last=False)
             return True
 
-    @staticmethod
-    def _step_key(run: _RunRecord, node_id: str, kind: str | None) -> tuple:
+    def _step_key(self, run: _RunRecord, node_id: str, kind: str | None) -> tuple:
         # ComfyUI caches a node's outputs by node id and inputs, so a cached node with the same id
         # and class produced its step in an earlier run.
-        return (node_id, run.node_info.get(node_id, (None, None))[0], kind)
+        return (node_id, self._node_info(run, node_id)[0], kind)
 
     def _repeat_cached_step(self, run: _RunRecord, node_id: str) -> None:
         for (step_node_id, class_type, _kind), step in list(self._last_steps.items()):
-            if step_node_id == node_id and class_type == run.node_info.get(node_id, (None, None))[0]:
+            if step_node_id == node_id and class_type == self._node_info(run, node_id)[0]:
                 if len(run.steps) < MAX_STEPS_PER_RUN:
                     run.steps.append(dataclasses.replace(step, cached=True))
+
+    def executing_node(self) -> tuple[str, str | None, str | None] | None:
+        """(node id, class_type, title) of the node running now, or None (live view)."""
+        with self._lock:
+            run = self._run
+            if run is None or not run.open_nodes:
+                return None
+            node_id = next(reversed(run.open_nodes))
+            return (node_id, *self._node_info(run, node_id))
 
     def node_profile(self, node_id: str) -> NodeProfile | None:
         """The profile of a node that already finished in the active run."""

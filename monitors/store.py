@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import re
 import threading
 from collections import OrderedDict
@@ -26,11 +27,15 @@ def is_valid_run_id(run_id: object) -> bool:
 
 
 class RunStore:
+    """`background_writes` moves file writes off the caller's thread (ComfyUI's execution thread),
+    so a prompt does not wait for the disk; `flush()` waits for them."""
+
     def __init__(
         self,
         reports_dir: str | None = None,
         max_runs: int = DEFAULT_MAX_RUNS,
         max_files: int = DEFAULT_MAX_FILES,
+        background_writes: bool = False,
     ):
         self.reports_dir = reports_dir
         self.max_runs = max(1, int(max_runs))
@@ -39,6 +44,9 @@ class RunStore:
         self._summaries: dict[str, dict] = {}
         self._lock = threading.Lock()
         self.write_errors: list[str] = []
+        self._background_writes = background_writes
+        self._write_queue: queue.Queue = queue.Queue()
+        self._writer: threading.Thread | None = None
 
     def add(self, report: RunReport) -> str | None:
         """Keep the report; returns the JSON file path, or None when it could not be written."""
@@ -51,7 +59,33 @@ class RunStore:
                 old_id, _ = self._runs.popitem(last=False)
                 self._summaries.pop(old_id, None)
         log.info("%s", format_run_summary(report))
-        return self._write(report.prompt_id, data)
+        if not self._background_writes:
+            return self._write(report.prompt_id, data)
+        path = self._path(report.prompt_id)
+        if path is not None:
+            self._write_queue.put((report.prompt_id, data))
+            self._ensure_writer()
+        return path
+
+    def _ensure_writer(self) -> None:
+        with self._lock:
+            if self._writer is None or not self._writer.is_alive():
+                self._writer = threading.Thread(
+                    target=self._write_loop, name="pipeline-monitor-report-writer", daemon=True
+                )
+                self._writer.start()
+
+    def _write_loop(self) -> None:
+        while True:
+            run_id, data = self._write_queue.get()
+            try:
+                self._write(run_id, data)
+            finally:
+                self._write_queue.task_done()
+
+    def flush(self) -> None:
+        """Wait until every queued report is on disk."""
+        self._write_queue.join()
 
     def _path(self, run_id: str) -> str | None:
         if self.reports_dir is None or not is_valid_run_id(run_id):

@@ -46,15 +46,27 @@ def _make_handler_class(progress):
 def _prompt_args(args, kwargs):
     prompt_id = kwargs.get("prompt_id", args[0] if args else None)
     dynprompt = kwargs.get("dynprompt", args[1] if len(args) > 1 else None)
-    return prompt_id, getattr(dynprompt, "original_prompt", None)
+    return prompt_id, dynprompt
+
+
+def _node_lookup(dynprompt):
+    """(class_type, title) of a node the prompt expanded into while running (ids like 3.0.0.2)."""
+
+    def lookup(node_id):
+        node = dynprompt.get_node(node_id)
+        meta = node.get("_meta") or {}
+        return node.get("class_type"), meta.get("title")
+
+    return lookup if callable(getattr(dynprompt, "get_node", None)) else None
 
 
 def on_prompt_start(progress, *args, **kwargs) -> None:
-    prompt_id, prompt = _prompt_args(args, kwargs)
+    prompt_id, dynprompt = _prompt_args(args, kwargs)
     if prompt_id is None:
         return
     runtime = get_runtime()
-    runtime.recorder.begin_run(str(prompt_id), prompt)
+    prompt = getattr(dynprompt, "original_prompt", None)
+    runtime.recorder.begin_run(str(prompt_id), prompt, node_lookup=_node_lookup(dynprompt))
     progress.add_progress_handler(_handler_class(runtime.recorder))
     # Sampled peaks (NVML, and RSS where the kernel refuses exact peaks) need the sampler.
     runtime.sampler.ensure_started()

@@ -55,7 +55,7 @@ def get_runtime() -> Runtime:
     global _runtime
     with _lock:
         if _runtime is None:
-            store = RunStore(reports_dir(), max_runs=_env_int(ENV_MAX_RUNS, 50))
+            store = RunStore(reports_dir(), max_runs=_env_int(ENV_MAX_RUNS, 50), background_writes=True)
             recorder = RunRecorder(store, profile_enabled=os.environ.get(ENV_PROFILE, "1") != "0")
             sampler = Sampler(interval_s=_env_int(ENV_SAMPLE_INTERVAL_MS, 500) / 1000.0)
             _runtime = Runtime(store, recorder, sampler)

@@ -130,3 +130,27 @@ def test_cached_monitor_node_shows_its_earlier_step(setup):
     recorder.begin_run("third", other)
     recorder.node_finished("2")
     assert recorder.end_run("success").steps == ()
+
+
+def test_lazy_node_started_twice_keeps_one_span_and_leaks_none(setup):
+    from monitors.span import open_span_count
+
+    _, _, recorder = setup
+    recorder.begin_run("abc", PROMPT)
+    recorder.node_started("1")
+    recorder.node_started("1")  # a lazy node asking for more inputs starts again
+    recorder.node_finished("1")
+    report = recorder.end_run("success")
+    assert len(report.nodes) == 1 and report.nodes[0].status == "executed"
+    assert open_span_count() == 0
+
+
+def test_expanded_nodes_are_named_through_the_lookup(setup):
+    _, _, recorder = setup
+    expanded = {"3.0.0.2": ("ImageInvert", None)}
+    recorder.begin_run("abc", PROMPT, node_lookup=expanded.get)
+    recorder.node_started("3.0.0.2")
+    recorder.node_finished("3.0.0.2")
+    recorder.node_finished("9.9")  # unknown to both: still recorded, unnamed
+    rows = {n.node_id: n for n in recorder.end_run("success").nodes}
+    assert rows["3.0.0.2"].class_type == "ImageInvert" and rows["9.9"].class_type is None

@@ -138,3 +138,12 @@ def test_store_write_failure_is_recorded_not_raised(tmp_path):
     store = RunStore(str(blocker / "reports"))
     assert store.add(make_report()) is None
     assert store.write_errors and store.get("p1") is not None
+
+
+def test_background_writes_reach_disk_after_flush(tmp_path):
+    store = RunStore(str(tmp_path), background_writes=True)
+    paths = [store.add(make_report(f"p{i}")) for i in range(5)]
+    assert store.get("p4")["prompt_id"] == "p4"  # served from memory at once
+    store.flush()
+    assert sorted(os.listdir(tmp_path)) == [f"p{i}.json" for i in range(5)]
+    assert all(os.path.isfile(p) for p in paths)
