@@ -20,7 +20,9 @@ from .lora_norms import frobenius_norm, kron_norm, loha_norm, lora_norm
 
 MAX_HOPS = 64  # parent-chain walk limit: far more than any real stack of loaders
 MAX_LISTED_KEYS = 2000  # per-key rows kept in a report per side
-BASE_NORM_ELEMENT_BUDGET = 1 << 28  # base-weight elements read per side for relative changes
+# Base-weight elements read per side for relative changes: reading is O(weight size), so a big
+# LoRA gets relative figures for its first keys only (rows say why the others have none).
+BASE_NORM_ELEMENT_BUDGET = 1 << 27
 
 ADAPTER_TYPES = ("lora", "loha", "lokr", "glora", "oft", "boft")
 WITHOUT_NORM = {
@@ -306,6 +308,7 @@ def aggregate(rows: list[dict]) -> dict[str, Any]:
         "n_by_type": dict(Counter(r["type"] for r in rows)),
         "n_with_delta_norm": len(with_norm),
         "n_without_delta_norm": len(rows) - len(with_norm),
+        "n_with_relative_change": len(relative),
         "reasons_without_norm": dict(
             Counter(r["delta_norm_unavailable"] for r in rows if r["delta_norm_unavailable"])
         ),

@@ -208,3 +208,51 @@ def test_bad_inputs_are_findings_and_the_prompt_succeeds(server, lora_runs):
     assert foreign["summary"]["n_matched_keys"] == 0
     assert foreign["summary"]["n_unmatched_keys"] == len(PLANTED_UNMATCHED)
     assert foreign["summary"]["success"] is False
+
+
+def test_example_workflow_is_valid_against_object_info(server):
+    """workflows/text_to_image_lora_monitor.json (UI format): every node type exists, every link
+    joins an output and an input of the same type, widget values match the declared widgets, and
+    the monitor sits between the LoRA loader and everything that uses MODEL and CLIP."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "workflows" / "text_to_image_lora_monitor.json"
+    workflow = json.loads(path.read_text())
+    object_info = server.get_json("/object_info")
+    nodes = {node["id"]: node for node in workflow["nodes"]}
+    links = {link[0]: link for link in workflow["links"]}
+    assert workflow["last_node_id"] == max(nodes) and workflow["last_link_id"] == max(links)
+    for node in nodes.values():
+        info = object_info[node["type"]]
+        declared = {**info["input"].get("required", {}), **info["input"].get("optional", {})}
+        for slot, item in enumerate(node["inputs"]):
+            assert declared[item["name"]][0] == item["type"], (node["type"], item)
+            if item["link"] is not None:
+                link_id, source, source_slot, target, target_slot, link_type = links[item["link"]]
+                assert (target, target_slot, link_type) == (node["id"], slot, item["type"])
+                assert nodes[source]["outputs"][source_slot]["type"] == item["type"]
+                assert link_id in nodes[source]["outputs"][source_slot]["links"]
+            else:
+                assert item["name"] in info["input"].get("optional", {}), (node["type"], item["name"])
+        assert [o["type"] for o in node["outputs"]] == info["output"], node["type"]
+        order = info["input_order"]["required"] + info["input_order"].get("optional", [])
+        widgets = [
+            name
+            for name in order
+            if isinstance(declared[name][0], list)
+            or declared[name][0] in ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
+        ]
+        controls = sum(
+            1
+            for name in widgets
+            if (declared[name][1] if len(declared[name]) > 1 else {}).get("control_after_generate")
+        )
+        assert len(node["widgets_values"]) == len(widgets) + controls, node["type"]
+    monitor = next(n for n in nodes.values() if n["type"] == "PipelineMonitorLora")
+    sources = {
+        item["name"]: nodes[links[item["link"]][1]]["type"] for item in monitor["inputs"] if item["link"]
+    }
+    assert sources == {"model": "LoraLoader", "clip": "LoraLoader"}
+    users = {nodes[links[link][3]]["type"] for output in monitor["outputs"] for link in output["links"]}
+    assert users == {"KSampler", "CLIPTextEncode"}

@@ -1,0 +1,186 @@
+"""Cost of the LoRA monitor's patch analysis vs materialising every delta (up @ down), on CPU.
+
+Run from the repo root:
+
+    python -m bench.lora_analysis [--keys 1000] [--rank 32] [--repeats 3] [--json out.json]
+    python bench/lora_analysis.py
+
+A 1,000-key rank-32 LoRA (fp16 factors, the shapes of SD1.5's attention and feed-forward layers,
+cycled) is analysed the way PipelineMonitorLora does it (monitors.lora.patch_rows: type, rank,
+alpha, scale and the exact Frobenius norm of every change from r x r Gram matrices), and the same
+norms are computed naively: scale * (up @ down) in float32, one full delta per key, then its norm.
+Both run in the same process, alternating, median of --repeats; the ratio is analysis / naive.
+Two more analysis figures add the base-weight norms (relative change), which read each base
+weight once, O(weight size) per key: within the node's default read budget
+(monitors.lora.BASE_NORM_ELEMENT_BUDGET), as the node runs, and for every key. To keep memory
+small the keys of one shape share one fp16 base tensor (read once per key all the same). As a check, a sample of keys is materialised
+in float64: the analysis's relative error is printed next to the naive float32 one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# (out, in) of SD1.5 UNet linear layers a LoRA patches: attention q/k/v/out, cross-attention
+# k/v (768-d text), GEGLU proj (2 x 4 x dim) and ff out, at widths 320, 640 and 1280.
+EXACT_SAMPLE = 50  # keys checked against a float64 materialisation
+
+SHAPES = [
+    shape
+    for dim in (320, 640, 1280)
+    for shape in ((dim, dim), (dim, dim), (dim, 768), (dim, 768), (dim, dim), (8 * dim, dim), (dim, 4 * dim))
+]
+
+
+class Adapter:
+    """What comfy.weight_adapter.LoRAAdapter exposes to the analysis: `.name` and `.weights`."""
+
+    name = "lora"
+
+    def __init__(self, weights):
+        self.weights = weights
+
+
+def make_lora(n_keys: int, rank: int, seed: int = 0) -> tuple[dict, dict]:
+    """key -> [patch entry] and shape -> shared base weight."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    patches, bases = {}, {}
+    for i in range(n_keys):
+        out_dim, in_dim = SHAPES[i % len(SHAPES)]
+        up = (torch.randn(out_dim, rank, generator=generator) * 0.01).half()
+        down = (torch.randn(rank, in_dim, generator=generator) * 0.01).half()
+        key = f"diffusion_model.layer_{i}.weight"
+        patches[key] = [(0.8, Adapter((up, down, rank / 2, None, None, None)), 1.0, None, None)]
+        if (out_dim, in_dim) not in bases:
+            bases[(out_dim, in_dim)] = (torch.randn(out_dim, in_dim, generator=generator) * 0.02).half()
+    return patches, bases
+
+
+def naive_norms(patches: dict) -> dict[str, float]:
+    """Materialise every delta like ComfyUI's calculate_weight does, then take its norm."""
+    import torch
+
+    norms = {}
+    with torch.no_grad():
+        for key, entries in patches.items():
+            strength, adapter = entries[0][0], entries[0][1]
+            up, down, alpha = adapter.weights[:3]
+            delta = (strength * alpha / down.shape[0]) * (up.float() @ down.float())
+            norms[key] = float(torch.linalg.vector_norm(delta))
+    return norms
+
+
+def exact_norms(patches: dict, keys: list[str]) -> dict[str, float]:
+    """The truth for a sample of keys: the delta materialised in float64."""
+    import torch
+
+    norms = {}
+    for key in keys:
+        strength, adapter = patches[key][0][0], patches[key][0][1]
+        up, down, alpha = adapter.weights[:3]
+        norms[key] = float(
+            torch.linalg.vector_norm((strength * alpha / down.shape[0]) * (up.double() @ down.double()))
+        )
+    return norms
+
+
+def timed(fn):
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def run(n_keys: int, rank: int, repeats: int) -> dict:
+    import torch
+
+    from monitors.lora import BASE_NORM_ELEMENT_BUDGET, patch_rows
+
+    patches, bases = make_lora(n_keys, rank)
+    shapes = {
+        key: tuple(entries[0][1].weights[0].shape[:1] + entries[0][1].weights[1].shape[1:])
+        for key, entries in patches.items()
+    }
+
+    def lookup(key):
+        return bases[shapes[key]]
+
+    times = {"analysis_s": [], "analysis_node_default_s": [], "analysis_all_base_norms_s": [], "naive_s": []}
+    rows = reference = None
+    patch_rows(dict(list(patches.items())[:20]))  # warm-up (allocator, kernels)
+    naive_norms(dict(list(patches.items())[:20]))
+    for _ in range(repeats):
+        t, rows = timed(lambda: patch_rows(patches))
+        times["analysis_s"].append(t)
+        t, reference = timed(lambda: naive_norms(patches))
+        times["naive_s"].append(t)
+        t, _ = timed(lambda: patch_rows(patches, lookup, [BASE_NORM_ELEMENT_BUDGET]))
+        times["analysis_node_default_s"].append(t)
+        t, _ = timed(lambda: patch_rows(patches, lookup))
+        times["analysis_all_base_norms_s"].append(t)
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    exact = exact_norms(patches, [r["key"] for r in rows[:: max(1, len(rows) // EXACT_SAMPLE)]])
+    worst = max(abs(r["delta_norm"] - exact[r["key"]]) / exact[r["key"]] for r in rows if r["key"] in exact)
+    worst_naive = max(abs(reference[k] - v) / v for k, v in exact.items())
+    return {
+        "n_keys": n_keys,
+        "rank": rank,
+        "repeats": repeats,
+        "torch_threads": torch.get_num_threads(),
+        "lora_factor_bytes": sum(
+            t.numel() * t.element_size() for entries in patches.values() for t in entries[0][1].weights[:2]
+        ),
+        "delta_elements": sum(m * n for m, n in shapes.values()),
+        **medians,
+        "ratio_analysis_to_naive": medians["analysis_s"] / medians["naive_s"],
+        "ratio_node_default_to_naive": medians["analysis_node_default_s"] / medians["naive_s"],
+        "ratio_all_base_norms_to_naive": medians["analysis_all_base_norms_s"] / medians["naive_s"],
+        "base_norm_element_budget": BASE_NORM_ELEMENT_BUDGET,
+        "n_keys_checked_in_float64": len(exact),
+        "max_relative_error_analysis": worst,
+        "max_relative_error_naive_float32": worst_naive,
+        "all_runs": times,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", type=int, default=1000)
+    parser.add_argument("--rank", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args(argv)
+    result = run(args.keys, args.rank, args.repeats)
+    print(
+        f"LoRA analysis, {result['n_keys']} keys, rank {result['rank']}, CPU ({result['torch_threads']} torch threads), "
+        f"median of {result['repeats']}:"
+    )
+    print(f"  analysis (delta norms)          {result['analysis_s'] * 1000:9.1f} ms")
+    print(f"  + base norms, node's budget     {result['analysis_node_default_s'] * 1000:9.1f} ms")
+    print(f"  + base norms of every key       {result['analysis_all_base_norms_s'] * 1000:9.1f} ms")
+    print(f"  naive up@down materialisation   {result['naive_s'] * 1000:9.1f} ms")
+    print(f"  ratio analysis / naive          {result['ratio_analysis_to_naive']:9.4f}")
+    print(f"  ratio node default / naive      {result['ratio_node_default_to_naive']:9.4f}")
+    print(f"  ratio all base norms / naive    {result['ratio_all_base_norms_to_naive']:9.4f}")
+    print(
+        f"  max relative error vs float64 ({result['n_keys_checked_in_float64']} keys): "
+        f"analysis {result['max_relative_error_analysis']:.1e}, "
+        f"naive float32 {result['max_relative_error_naive_float32']:.1e}"
+    )
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
