@@ -205,3 +205,27 @@ def test_dump_and_compare_workflow_runs_and_matches_its_ui_copy(server):
     assert summary["n_compared"] == 1 and 0 < summary["max_abs_diff"] < 1
     assert 0.5 < summary["min_cosine_similarity"] < 1
     assert history["outputs"]["7"]["text"] == [compared["summary"]["verdict"]]
+
+
+def test_image_to_video_workflow_reports_the_latent_and_dumps_it(server):
+    """The latent monitor and dump in workflows/image_to_video_vae_chain.json (the UI/API agreement
+    is checked by the VAE encode tests): 9 frames -> a 3-frame WAN 2.1 latent, dumped."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import load
+
+    api = json.loads(
+        (
+            Path(__file__).resolve().parents[2] / "workflows" / "api" / "image_to_video_vae_chain.json"
+        ).read_text()
+    )
+    prompt_id, history = server.run(api)
+    assert history["status"]["status_str"] == "success", history["status"]
+    steps = {s["kind"]: s for s in server.get_json(f"/pipeline_monitor/runs/{prompt_id}")["steps"]}
+    latent = steps["latent"]["summary"]
+    assert latent["kind"] == "video" and latent["shape"] == [1, 16, 3, 32, 32] and latent["n_frames"] == 3
+    assert latent["family"] == "WAN 2.1 / HunyuanVideo / Kandinsky 5" and latent["n_nan"] == 0
+    assert steps["tensor_dump"]["summary"]["file_name"] == "pm_i2v_latent.safetensors"
+    tensors = load(server.get("/pipeline_monitor/dumps/pm_i2v_latent.safetensors").content)
+    assert tensors["latent.samples"].shape == (1, 16, 3, 32, 32)
