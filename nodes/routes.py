@@ -13,7 +13,7 @@ from aiohttp import web
 
 from ..monitors.dumps import DUMP_SUFFIX, NPY_SUFFIX, DumpError, list_dumps, resolve_file
 from ..monitors.store import is_valid_run_id
-from . import dump_paths
+from . import dump_paths, html_report, live, settings
 from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,11 @@ async def get_dump(request: web.Request) -> web.StreamResponse:
 def register(routes: web.RouteTableDef) -> None:
     routes.get(f"{ROUTE_PREFIX}/runs")(list_runs)
     routes.get(f"{ROUTE_PREFIX}/runs/{{prompt_id}}")(get_run)
+    routes.get(f"{ROUTE_PREFIX}/runs/{{prompt_id}}/report.html")(html_report.get_report_html)
+    routes.get(f"{ROUTE_PREFIX}/live")(live.get_live)
+    routes.post(f"{ROUTE_PREFIX}/live")(live.post_live)
+    routes.get(f"{ROUTE_PREFIX}/settings")(settings.get_settings)
+    routes.post(f"{ROUTE_PREFIX}/settings")(settings.post_settings)
     routes.get(f"{ROUTE_PREFIX}/dumps")(list_dump_files)
     routes.get(f"{ROUTE_PREFIX}/dumps/{{name}}")(get_dump)
 

@@ -1,0 +1,307 @@
+"""A run report (the JSON dict of schemas/run_report.schema.json) as one self-contained HTML page.
+
+Inline SVG charts (timeline of the nodes on a time axis, per-node time and peak RSS), problems and
+suggestions first, a section per monitor step, the per-node table and the system info. No script,
+no external request: the page opens offline. Every string that comes from the run (prompt ids,
+titles, class names, file names, messages, any summary or detail value) goes through html.escape.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from .report import format_bytes
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+MAX_TIMELINE_ROWS = 200
+MAX_DETAILS_CHARS = 200_000
+ROW_H, LABEL_W, CHART_W = 18, 220, 560
+
+STYLE = """
+:root { color-scheme: light dark; --fg:#1d1f24; --bg:#fff; --muted:#5b6270; --line:#d5d9e0;
+  --card:#f5f6f8; --bar:#3b82f6; --bar2:#a855f7; --err:#c62828; --warn:#b26a00; --ok:#2e7d32; }
+@media (prefers-color-scheme: dark) { :root { --fg:#e4e6eb; --bg:#17181c; --muted:#9aa1ad;
+  --line:#353842; --card:#202228; --bar:#60a5fa; --bar2:#c084fc; --err:#ef5350; --warn:#ffb74d;
+  --ok:#66bb6a; } }
+body { font: 14px/1.45 system-ui, sans-serif; color: var(--fg); background: var(--bg);
+  margin: 24px auto; max-width: 1000px; padding: 0 16px; }
+h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 28px 0 8px;
+  border-bottom: 1px solid var(--line); padding-bottom: 4px; } h3 { font-size: 14px; margin: 0 0 6px; }
+.muted { color: var(--muted); } .mono { font-family: ui-monospace, monospace; }
+table { border-collapse: collapse; width: 100%; font-size: 13px; }
+th, td { text-align: left; padding: 3px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+.card { background: var(--card); border: 1px solid var(--line); border-radius: 6px; padding: 10px 12px;
+  margin: 10px 0; }
+.badge { display: inline-block; padding: 0 6px; border-radius: 8px; font-size: 12px;
+  border: 1px solid var(--line); margin-left: 6px; }
+.error { color: var(--err); } .warning { color: var(--warn); } .info { color: var(--muted); }
+.success { color: var(--ok); }
+.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(170px, 1fr)); gap: 4px 16px; }
+.figures div { overflow-wrap: anywhere; } .figures b { display: block; font-size: 12px;
+  color: var(--muted); font-weight: normal; }
+pre { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 12px; margin: 6px 0 0; }
+svg text { fill: var(--fg); font: 11px system-ui, sans-serif; } svg .axis { stroke: var(--line); }
+svg .bar { fill: var(--bar); } svg .bar2 { fill: var(--bar2); } svg .errbar { fill: var(--err); }
+"""
+
+
+def esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def format_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    if abs(seconds) < 1:
+        return f"{seconds * 1000:.0f} ms"
+    return f"{seconds:.2f} s" if abs(seconds) < 120 else f"{seconds / 60:.1f} min"
+
+
+def format_value(key: str, value: Any) -> str:
+    """A summary value for people, by the unit in its name (`_bytes`, `_s`, `_pct`)."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        if key.endswith("_per_s"):  # a rate, not a time
+            return f"{value:.4g}/s"
+        if key.endswith("_bytes"):
+            return format_bytes(value)
+        if key.endswith("_s"):
+            return format_seconds(value)
+        if key.endswith("_pct"):
+            return f"{value:.1f} %"
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return f"{value:,}"
+    if isinstance(value, (list, tuple)):
+        if all(isinstance(v, (int, float, str)) for v in value) and len(value) <= 8:
+            return "[" + ", ".join(str(v) for v in value) + "]"
+    if isinstance(value, (list, tuple, Mapping)):
+        text = json.dumps(value, default=str)
+        return text if len(text) <= 200 else text[:199] + "…"
+    return str(value)
+
+
+def label(key: str) -> str:
+    for suffix in ("_bytes", "_pct", "_s"):
+        if suffix == "_s" and key.endswith("_per_s"):
+            break
+        if key.endswith(suffix) and len(key) > len(suffix):
+            key = key[: -len(suffix)]
+            break
+    if key.startswith("n_"):
+        key = "number of " + key[2:]
+    return key.replace("_", " ")
+
+
+def _utc(unix_s: float | None) -> str:
+    if unix_s is None:
+        return "–"
+    return datetime.datetime.fromtimestamp(unix_s, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def node_label(node: Mapping) -> str:
+    return f"#{node.get('node_id')} {node.get('title') or node.get('class_type') or ''}".strip()
+
+
+def node_gpu_peak(node: Mapping) -> int | None:
+    values = [p.get("peak_allocated_bytes") for p in node.get("gpu_peaks") or []]
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+# -- charts ----------------------------------------------------------------------------------------
+
+
+def _axis(total: float, x0: int, width: int, y: int) -> list[str]:
+    parts = [f'<line class="axis" x1="{x0}" y1="{y}" x2="{x0 + width}" y2="{y}"/>']
+    for i in range(5):
+        value = total * i / 4
+        x = x0 + width * i / 4
+        parts.append(f'<line class="axis" x1="{x:.1f}" y1="{y}" x2="{x:.1f}" y2="{y + 4}"/>')
+        parts.append(
+            f'<text x="{x:.1f}" y="{y + 15}" text-anchor="middle">{esc(format_seconds(value))}</text>'
+        )
+    return parts
+
+
+def timeline_svg(report: Mapping) -> str:
+    """One bar per executed node at its start offset, on the run's time axis."""
+    nodes = [n for n in report.get("nodes") or [] if n.get("start_offset_s") is not None]
+    nodes = sorted(nodes, key=lambda n: n["start_offset_s"])[:MAX_TIMELINE_ROWS]
+    if not nodes:
+        return '<p class="muted">No timed nodes (all cached, or the per-node profile was off).</p>'
+    end = max(n["start_offset_s"] + (n.get("duration_s") or 0) for n in nodes)
+    total = max(report.get("duration_s") or 0, end, 1e-3)
+    height = len(nodes) * ROW_H + 24
+    parts = [f'<svg role="img" aria-label="timeline" width="{LABEL_W + CHART_W + 10}" height="{height}">']
+    for i, node in enumerate(nodes):
+        y = i * ROW_H
+        x = LABEL_W + CHART_W * node["start_offset_s"] / total
+        w = max(CHART_W * (node.get("duration_s") or 0) / total, 1.5)
+        css = "errbar" if node.get("status") in ("error", "interrupted") else "bar"
+        tip = f"{node_label(node)}: {format_seconds(node.get('duration_s'))} from {format_seconds(node['start_offset_s'])}"
+        parts.append(
+            f'<text x="{LABEL_W - 6}" y="{y + 13}" text-anchor="end">{esc(_clip(node_label(node), 34))}</text>'
+        )
+        parts.append(
+            f'<rect class="{css}" x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{ROW_H - 6}">'
+            f"<title>{esc(tip)}</title></rect>"
+        )
+    parts += _axis(total, LABEL_W, CHART_W, len(nodes) * ROW_H + 2)
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def breakdown_svg(report: Mapping, key: str, css: str, fmt) -> str:
+    """Horizontal bars of one per-node figure, largest first."""
+    rows = [n for n in report.get("nodes") or [] if isinstance(n.get(key), (int, float))]
+    rows = sorted(rows, key=lambda n: n[key], reverse=True)[:40]
+    if not rows:
+        return '<p class="muted">No values.</p>'
+    top = max(n[key] for n in rows) or 1
+    parts = [
+        f'<svg role="img" aria-label="{esc(key)}" width="{LABEL_W + CHART_W + 90}" height="{len(rows) * ROW_H + 4}">'
+    ]
+    for i, node in enumerate(rows):
+        y = i * ROW_H
+        w = max(CHART_W * node[key] / top, 1.5)
+        parts.append(
+            f'<text x="{LABEL_W - 6}" y="{y + 13}" text-anchor="end">{esc(_clip(node_label(node), 34))}</text>'
+        )
+        parts.append(f'<rect class="{css}" x="{LABEL_W}" y="{y + 3}" width="{w:.1f}" height="{ROW_H - 6}"/>')
+        parts.append(f'<text x="{LABEL_W + w + 6:.1f}" y="{y + 13}">{esc(fmt(node[key]))}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+# -- sections --------------------------------------------------------------------------------------
+
+
+def problems_html(report: Mapping) -> str:
+    items = []
+    error = report.get("error")
+    if error:
+        text = f"Node {error.get('node_id')} ({error.get('node_type') or '?'}): {error.get('exception_type')}"
+        if error.get("exception_message"):
+            text += f": {error['exception_message']}"
+        items.append(("error", "run", text))
+    order = {"error": 0, "warning": 1, "info": 2}
+    findings = []
+    for step in report.get("steps") or []:
+        where = f"{step.get('kind')} #{step.get('node_id')}"
+        for finding in step.get("findings") or []:
+            findings.append((finding.get("level") or "info", where, finding.get("message")))
+        for problem in step.get("monitor_errors") or []:
+            findings.append(("warning", where, f"monitoring: {problem}"))
+    for problem in report.get("monitor_errors") or []:
+        findings.append(("info", "monitor", problem))
+    items += sorted(findings, key=lambda f: order.get(f[0], 3))
+    if not items:
+        return '<p class="muted">No errors or suggestions.</p>'
+    rows = "".join(
+        f'<li class="{esc(level)}"><b>{esc(level)}</b> <span class="muted">[{esc(where)}]</span> {esc(message)}</li>'
+        for level, where, message in items
+    )
+    return f"<ul>{rows}</ul>"
+
+
+def nodes_table(report: Mapping) -> str:
+    nodes = report.get("nodes") or []
+    if not nodes:
+        return '<p class="muted">No nodes profiled.</p>'
+    head = (
+        "<tr><th>node</th><th>class</th><th>status</th><th class=num>start</th><th class=num>time</th>"
+        "<th class=num>peak RSS</th><th class=num>RSS change</th><th class=num>peak GPU</th></tr>"
+    )
+    rows = []
+    for n in nodes:
+        rows.append(
+            f"<tr><td>#{esc(n.get('node_id'))} {esc(n.get('title') or '')}</td><td class=mono>{esc(n.get('class_type'))}</td>"
+            f"<td>{esc(n.get('status'))}</td><td class=num>{esc(format_seconds(n.get('start_offset_s')))}</td>"
+            f"<td class=num>{esc(format_seconds(n.get('duration_s')))}</td>"
+            f"<td class=num>{esc(format_bytes(n.get('peak_rss_bytes')) if n.get('peak_rss_bytes') is not None else '–')}</td>"
+            f"<td class=num>{esc(format_value('rss_change_bytes', n.get('rss_change_bytes')))}</td>"
+            f"<td class=num>{esc(format_value('peak_bytes', node_gpu_peak(n)))}</td></tr>"
+        )
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def step_html(step: Mapping) -> str:
+    summary = step.get("summary") or {}
+    badges = '<span class="badge">cached</span>' if step.get("cached") else ""
+    figures = "".join(
+        f"<div><b>{esc(label(str(k)))}</b>{esc(format_value(str(k), v))}</div>" for k, v in summary.items()
+    )
+    findings = "".join(
+        f'<li class="{esc(f.get("level"))}"><b>{esc(f.get("level"))}</b> {esc(f.get("message"))}</li>'
+        for f in step.get("findings") or []
+    )
+    findings += "".join(
+        f'<li class="warning">monitoring: {esc(m)}</li>' for m in step.get("monitor_errors") or []
+    )
+    details = json.dumps(step.get("details") or {}, indent=1, default=str)
+    if len(details) > MAX_DETAILS_CHARS:
+        details = details[:MAX_DETAILS_CHARS] + "\n… (cut)"
+    return (
+        f'<section class="card"><h3>{esc(step.get("kind"))} <span class="muted">node #{esc(step.get("node_id"))}</span>{badges}</h3>'
+        + (f"<ul>{findings}</ul>" if findings else "")
+        + (f'<div class="figures">{figures}</div>' if figures else "")
+        + f"<details><summary>details</summary><pre>{esc(details)}</pre></details></section>"
+    )
+
+
+def system_html(system: Mapping) -> str:
+    if not system:
+        return '<p class="muted">No system information.</p>'
+    rows = "".join(
+        f"<tr><th>{esc(key)}</th><td>{esc(format_value(str(key), value))}</td></tr>"
+        for key, value in system.items()
+    )
+    return f"<table>{rows}</table>"
+
+
+def render_html(report: Mapping) -> str:
+    prompt_id = report.get("prompt_id")
+    status = report.get("status") or "unknown"
+    nodes = report.get("nodes") or []
+    peak_rss = (report.get("span") or {}).get("peak_rss_bytes")
+    gpu = [node_gpu_peak(n) for n in nodes]
+    gpu = max((g for g in gpu if g is not None), default=None)
+    head = (
+        f'<p><span class="{esc(status)}"><b>{esc(status)}</b></span> · started {esc(_utc(report.get("started_unix_s")))}'
+        f" · {esc(format_seconds(report.get('duration_s')))} · peak RSS {esc(format_value('peak_bytes', peak_rss))}"
+        f" · peak GPU {esc(format_value('peak_bytes', gpu))} · {len(nodes)} nodes"
+        f" ({sum(1 for n in nodes if n.get('cached'))} cached)</p>"
+    )
+    steps = (
+        "".join(step_html(s) for s in report.get("steps") or []) or '<p class="muted">No monitor steps.</p>'
+    )
+    return (
+        "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        '<meta name=viewport content="width=device-width, initial-scale=1">'
+        f"<title>Pipeline Monitor · {esc(prompt_id)}</title><style>{STYLE}</style></head><body>"
+        f'<h1>Pipeline Monitor report</h1><p class="mono muted">prompt {esc(prompt_id)}</p>{head}'
+        f"<h2>Errors and suggestions</h2>{problems_html(report)}"
+        f"<h2>Timeline</h2>{timeline_svg(report)}"
+        f"<h2>Time per node</h2>{breakdown_svg(report, 'duration_s', 'bar', format_seconds)}"
+        f"<h2>Peak RSS per node</h2>{breakdown_svg(report, 'peak_rss_bytes', 'bar2', format_bytes)}"
+        f"<h2>Monitor steps</h2>{steps}"
+        f"<h2>Nodes</h2>{nodes_table(report)}"
+        f"<h2>System</h2>{system_html(report.get('system') or {})}"
+        f'<p class="muted">schema version {esc(report.get("schema_version"))} · profile '
+        f"{'on' if report.get('profile_enabled', True) else 'off'} · made by Pipeline Monitor</p>"
+        "</body></html>"
+    )
