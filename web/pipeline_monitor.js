@@ -1,18 +1,74 @@
-// Pipeline Monitor: the pack's only auto-loaded entry file. The sidebar panel lands here;
-// for now it keeps the latest run summaries announced by the server.
+// Pipeline Monitor: the pack's only auto-loaded entry file (ComfyUI imports every *.js under
+// web/; the rest of the panel lives in lib/*.mjs, which it does not list).
+//   - sidebar tab "Pipeline Monitor" (live chart, runs, run details, compare, export)
+//   - settings that the server applies at run time (POST /pipeline_monitor/settings)
+//   - the compact summary a monitor node returns as ui.text, shown on the node itself
 import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
+import { MonitorPanel } from "./lib/panel.mjs";
+import { SETTINGS, settingsPusher } from "./lib/settings.mjs";
+import { showNodeSummary } from "./lib/node_summary.mjs";
 
-/** @type {Array<Record<string, unknown>>} */
-const recentRuns = [];
-const MAX_RECENT_RUNS = 50;
+const TAB_ID = "pipeline-monitor";
+
+const panel = new MonitorPanel({
+  fetchApi: (route, init) => api.fetchApi(route, init),
+  clientId: () => api.clientId ?? undefined,
+  toast: (severity, summary, detail) => app.extensionManager?.toast?.add({ severity, summary, detail, life: 5000 }),
+});
+// For the browser test and for curious users: the panel's counters (draws, samples, renewals).
+/** @type {any} */ (window).__pipelineMonitor = panel;
+
+const pushSetting = settingsPusher((route, init) => api.fetchApi(route, init), (message) =>
+  app.extensionManager?.toast?.add({ severity: "warn", summary: "Pipeline Monitor settings", detail: message, life: 6000 }));
+
+function addStylesheet() {
+  const href = new URL("./lib/panel.css", import.meta.url).href;
+  if (document.querySelector(`link[href="${href}"]`)) return;
+  const link = document.createElement("link");
+  link.rel = "stylesheet";
+  link.href = href;
+  document.head.append(link);
+}
 
 app.registerExtension({
   name: "PipelineMonitor",
+  settings: SETTINGS.map((s) => ({
+    id: s.id,
+    name: s.name,
+    tooltip: s.tooltip,
+    category: s.category,
+    type: s.type,
+    defaultValue: s.defaultValue,
+    attrs: s.attrs,
+    onChange: (/** @type {unknown} */ value, /** @type {unknown} */ old) => pushSetting(s, value, old),
+  })),
+
   setup() {
-    api.addEventListener("pipeline_monitor.run", (event) => {
-      recentRuns.unshift(/** @type {CustomEvent} */ (event).detail);
-      recentRuns.length = Math.min(recentRuns.length, MAX_RECENT_RUNS);
+    addStylesheet();
+    // Listeners are registered once; with the tab closed the server sends no samples, and a run
+    // event only updates the list in memory.
+    api.addEventListener(/** @type {any} */ ("pipeline_monitor.sample"), (/** @type {any} */ event) => panel.onSample(event.detail));
+    api.addEventListener(/** @type {any} */ ("pipeline_monitor.run"), (/** @type {any} */ event) => panel.onRun(event.detail));
+    app.extensionManager.registerSidebarTab({
+      id: TAB_ID,
+      icon: "pi pi-chart-line",
+      title: "Pipeline Monitor",
+      tooltip: "Pipeline Monitor: live memory, runs and monitor reports",
+      type: "custom",
+      render: (el) => panel.mount(el),
+      destroy: () => panel.unmount(),
     });
+  },
+
+  beforeRegisterNodeDef(nodeType, nodeData) {
+    if (!String(nodeData?.name ?? "").startsWith("PipelineMonitor")) return;
+    const proto = /** @type {any} */ (nodeType.prototype);
+    const original = proto.onExecuted;
+    proto.onExecuted = function (/** @type {any} */ output) {
+      const result = original?.apply(this, arguments);
+      showNodeSummary(this, output?.text);
+      return result;
+    };
   },
 });

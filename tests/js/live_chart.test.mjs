@@ -1,0 +1,51 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { SampleBuffer, niceBytesMax, nodeSegments, normalizeSample, presentSeries } from "../../web/lib/live_chart.mjs";
+
+const sample = (t, extra = {}) => ({ unix_time_s: t, process_rss_bytes: 100 + t, ram_used_bytes: 1000, ram_total_bytes: 4000, gpus: [], node: null, ...extra });
+
+test("samples are normalised; malformed ones are dropped", () => {
+  assert.equal(normalizeSample(null), null);
+  assert.equal(normalizeSample({ unix_time_s: "x" }), null);
+  const p = normalizeSample(sample(5, { node: { node_id: 7, class_type: "KSampler", title: null }, gpus: [{ device: "cuda:0", allocated_bytes: 1, reserved_bytes: 2, utilization_pct: 50 }] }));
+  assert.deepEqual(p?.node, { id: "7", label: "KSampler" });
+  assert.deepEqual(p?.gpus[0], { device: "cuda:0", allocated: 1, reserved: 2, util: 50, total: null });
+});
+
+test("the buffer keeps time order, drops overlaps and stays bounded", () => {
+  const buffer = new SampleBuffer(5);
+  assert.equal(buffer.extend([sample(1), sample(2), sample(3)]), 3);
+  assert.equal(buffer.push(sample(2)), false, "backfill overlapping live ticks");
+  assert.equal(buffer.extend([sample(4), sample(5), sample(6), sample(7)]), 4);
+  assert.deepEqual(buffer.points.map((p) => p.t), [3, 4, 5, 6, 7]);
+  assert.deepEqual(buffer.window(2).map((p) => p.t), [5, 6, 7]);
+  assert.equal(buffer.latest()?.rss, 107);
+  assert.deepEqual(new SampleBuffer().window(), []);
+});
+
+test("executing nodes become segments on the time axis", () => {
+  const node = (id) => ({ node_id: id, class_type: `C${id}`, title: null });
+  const buffer = new SampleBuffer();
+  buffer.extend([sample(1), sample(2, { node: node("4") }), sample(3, { node: node("4") }), sample(4, { node: node("5") }), sample(5), sample(6, { node: node("4") })]);
+  assert.deepEqual(nodeSegments(buffer.points), [
+    { start: 2, end: 4, id: "4", label: "C4" },
+    { start: 4, end: 5, id: "5", label: "C5" },
+    { start: 6, end: 6, id: "4", label: "C4" },
+  ]);
+});
+
+test("GPU series appear only where a GPU reports", () => {
+  const buffer = new SampleBuffer();
+  buffer.push(sample(1));
+  assert.deepEqual(presentSeries(buffer.points).map((s) => s.key), ["ramUsed", "rss"]);
+  buffer.push(sample(2, { gpus: [{ device: "cuda:0", allocated_bytes: 5, reserved_bytes: 6, utilization_pct: null }] }));
+  assert.deepEqual(presentSeries(buffer.points).map((s) => s.key), ["ramUsed", "rss", "gpuAllocated", "gpuReserved"]);
+});
+
+test("the byte axis ends at a round value above the maximum", () => {
+  const GiB = 1024 ** 3;
+  assert.equal(niceBytesMax(0), GiB);
+  assert.equal(niceBytesMax(3 * GiB), 4 * GiB);
+  assert.equal(niceBytesMax(900 * 1024 ** 2), 1024 * 1024 ** 2);
+  assert.ok(niceBytesMax(17 * GiB) >= 17 * GiB * 1.05);
+});

@@ -1,0 +1,143 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import {
+  REGRESSION, compareRuns, isRegression, nodeRows, orderForCompare, orderedSummaryKeys, problems, sortRows, stepCard, upsertRun,
+} from "../../web/lib/report_view.mjs";
+
+const MiB = 1024 ** 2;
+
+/** A report as the server writes it (schemas/run_report.schema.json). */
+export function makeReport(overrides = {}) {
+  return {
+    schema_version: 1,
+    prompt_id: "p1",
+    status: "success",
+    started_unix_s: 1000,
+    finished_unix_s: 1003,
+    duration_s: 3,
+    nodes: [
+      { node_id: "1", class_type: "UNETLoader", title: null, status: "executed", cached: false, start_offset_s: 0, duration_s: 1.0,
+        peak_rss_bytes: 900 * MiB, peak_rss_method: "kernel_hwm", rss_change_bytes: 100 * MiB, gpu_peaks: [] },
+      { node_id: "2", class_type: "KSampler", title: "<img src=x onerror=alert(1)>", status: "executed", cached: false,
+        start_offset_s: 1, duration_s: 1.5, peak_rss_bytes: 800 * MiB, peak_rss_method: "kernel_hwm", rss_change_bytes: 0, gpu_peaks: [] },
+      { node_id: "3", class_type: "VAELoader", title: null, status: "cached", cached: true, start_offset_s: null, duration_s: null,
+        peak_rss_bytes: null, peak_rss_method: null, rss_change_bytes: null, gpu_peaks: [] },
+    ],
+    steps: [],
+    span: { peak_rss_bytes: 1000 * MiB },
+    system: {},
+    error: null,
+    monitor_errors: [],
+    profile_enabled: true,
+    ...overrides,
+  };
+}
+
+test("node rows flag the slowest and the most memory-hungry executed node", () => {
+  const rows = nodeRows(makeReport());
+  assert.deepEqual(rows.map((r) => [r.nodeId, r.slowest, r.hungriest]), [["1", false, true], ["2", true, false], ["3", false, false]]);
+  assert.equal(rows[1].label, "<img src=x onerror=alert(1)>", "titles are data; the DOM layer renders them as text");
+});
+
+test("GPU peaks decide memory-hungry when any node has one", () => {
+  const report = makeReport();
+  report.nodes[1].gpu_peaks = [{ device: "cuda:0", peak_allocated_bytes: 5 * MiB, peak_reserved_bytes: 6 * MiB }];
+  const rows = nodeRows(report);
+  assert.equal(rows.find((r) => r.hungriest)?.nodeId, "2");
+  assert.equal(rows[1].peakGpuBytes, 5 * MiB);
+});
+
+test("sorting keeps unknown values last in both directions and is stable", () => {
+  const rows = [{ k: 2, id: "a" }, { k: null, id: "b" }, { k: 5, id: "c" }, { k: 2, id: "d" }];
+  assert.deepEqual(sortRows(rows, "k", "desc").map((r) => r.id), ["c", "a", "d", "b"]);
+  assert.deepEqual(sortRows(rows, "k", "asc").map((r) => r.id), ["a", "d", "c", "b"]);
+  const text = [{ k: "node 10" }, { k: "node 9" }];
+  assert.deepEqual(sortRows(text, "k", "asc").map((r) => r.k), ["node 9", "node 10"]);
+});
+
+test("problems: errors first, then warnings, then notes", () => {
+  const report = makeReport({
+    error: { node_id: "2", node_type: "KSampler", exception_type: "RuntimeError", exception_message: "boom" },
+    monitor_errors: ["reading nvml unavailable"],
+    steps: [
+      { kind: "lora", node_id: "5", summary: {}, details: {}, findings: [{ level: "info", message: "fine", code: null },
+        { level: "warning", message: "unmatched keys", code: null }], monitor_errors: [], cached: false },
+      { kind: "vae_encode", node_id: "6", summary: {}, details: {}, findings: [{ level: "error", message: "dummy", code: null }],
+        monitor_errors: ["span failed"], cached: false },
+    ],
+  });
+  const items = problems(report);
+  assert.deepEqual(items.map((p) => p.level), ["error", "error", "warning", "warning", "info", "info"]);
+  assert.match(items[0].message, /node 2 \(KSampler\): RuntimeError: boom/);
+  assert.equal(items[1].where, "VAE encode #6");
+});
+
+test("step cards: chosen keys first, unknown kinds and keys still render", () => {
+  const card = stepCard({ kind: "vae_encode", node_id: "6", summary: { zzz: 1, duration_s: 2, strategy_used: "dummy", dummy_used: true },
+    details: { attempts: [] }, findings: [{ level: "error", message: "zeros", code: "dummy_latent" }], monitor_errors: [], cached: true });
+  assert.deepEqual(card.keyFigures.slice(0, 2), ["strategy_used", "duration_s"]);
+  assert.ok([...card.keyFigures, ...card.moreFigures].includes("zzz"));
+  assert.deepEqual(card.badges.map((b) => [b.text, b.tone]), [["dummy latent (zeros)", "error"], ["cached", "info"]]);
+  assert.equal(card.worst, "error");
+  const tiled = stepCard({ kind: "vae_encode", node_id: "6", summary: { strategy_used: "tiled", strategy_requested: "auto" } });
+  assert.deepEqual(tiled.badges.map((b) => [b.text, b.tone]), [["tiled", "info"]]);
+  const unknown = stepCard({ kind: "future_kind", node_id: null, summary: { a_bytes: 1, b: "x" } });
+  assert.equal(unknown.title, "future kind");
+  assert.deepEqual(unknown.keyFigures, ["a_bytes", "b"]);
+  assert.deepEqual(unknown.findings, []);
+  const broken = stepCard({ kind: "lora", node_id: "1", summary: /** @type {any} */ (null) });
+  assert.deepEqual(broken.keyFigures, []);
+  assert.deepEqual(orderedSummaryKeys("models", { x: 1, n_objects: 2 }), ["n_objects", "x"]);
+});
+
+test("regression needs both the relative and the absolute threshold", () => {
+  assert.equal(isRegression("seconds", 1, 1.2), true);
+  assert.equal(isRegression("seconds", 1, 1.05), false, "5 % is noise");
+  assert.equal(isRegression("seconds", 0.01, 0.05), false, "40 ms is below the absolute threshold");
+  assert.equal(isRegression("bytes", 1024 * MiB, 1024 * MiB + REGRESSION.bytes + 1), false, "6 % of 1 GiB");
+  assert.equal(isRegression("bytes", 100 * MiB, 200 * MiB), true);
+  assert.equal(isRegression("seconds", null, 5), false);
+  assert.equal(isRegression("seconds", 2, 1), false, "faster is no regression");
+});
+
+test("compare two runs per node and per step, flagging the regression", () => {
+  const base = makeReport({ steps: [{ kind: "vae_encode", node_id: "6", summary: { strategy_used: "direct", duration_s: 1, latent_bytes: 10 } }] });
+  const slower = makeReport({ prompt_id: "p2", started_unix_s: 2000, duration_s: 4 });
+  slower.nodes = slower.nodes.map((n) => (n.node_id === "2" ? { ...n, duration_s: 3 } : n));
+  slower.steps = [{ kind: "vae_encode", node_id: "6", summary: { strategy_used: "tiled", duration_s: 1.01, latent_bytes: 10 } }];
+  const [a, b] = orderForCompare(slower, base);
+  assert.equal(a.prompt_id, "p1", "the older run is the base");
+  const c = compareRuns(a, b);
+  assert.equal(c.regression, true);
+  const node2 = c.nodes.find((n) => n.nodeId === "2");
+  assert.equal(node2?.durationDelta, 1.5);
+  assert.equal(node2?.timeRegression, true);
+  assert.equal(c.nodes.find((n) => n.nodeId === "1")?.regression, false);
+  assert.equal(c.totals.timeRegression, true);
+  const step = c.steps[0];
+  assert.deepEqual(step.figures.map((f) => f.key), ["strategy_used", "duration_s", "latent_bytes"]);
+  assert.equal(step.figures[0].changed, true);
+  assert.equal(step.regression, false);
+  const same = compareRuns(base, makeReport({ prompt_id: "p3", steps: base.steps }));
+  assert.equal(same.regression, false);
+});
+
+test("nodes or steps in one run only are kept", () => {
+  const base = makeReport();
+  const other = makeReport({ prompt_id: "p2", nodes: [base.nodes[0]], steps: [{ kind: "latent", node_id: "9", summary: { size_bytes: 5 } }] });
+  const c = compareRuns(base, other);
+  assert.equal(c.nodes.find((n) => n.nodeId === "2")?.presence, "base only");
+  assert.equal(c.steps[0].presence, "candidate only");
+});
+
+test("runs are kept newest first, replaced by id, bounded", () => {
+  let runs = [];
+  runs = upsertRun(runs, { prompt_id: "a", status: "success", started_unix_s: 1 });
+  runs = upsertRun(runs, { prompt_id: "b", status: "success", started_unix_s: 3 });
+  runs = upsertRun(runs, { prompt_id: "c", status: "error", started_unix_s: 2 });
+  runs = upsertRun(runs, { prompt_id: "a", status: "error", started_unix_s: 1 });
+  assert.deepEqual(runs.map((r) => r.prompt_id), ["b", "c", "a"]);
+  assert.equal(runs[2].status, "error");
+  assert.equal(upsertRun(runs, /** @type {any} */ ({})).length, 3, "malformed events are ignored");
+  assert.equal(upsertRun(runs, { prompt_id: "d", status: "success", started_unix_s: 9 }, 2).length, 2);
+});

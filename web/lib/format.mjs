@@ -1,0 +1,144 @@
+// Formatting of report values for people, by the unit in the key's name:
+// `_bytes` -> KiB/MiB/GiB, `_s` -> ms/s/min, `_pct` -> %, `n_...` counts. Pure functions (no DOM).
+
+const BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
+export const MISSING = "–";
+
+/** @param {unknown} value @returns {value is number} */
+export function isNumber(value) {
+  return typeof value === "number" && Number.isFinite(value);
+}
+
+/** @param {number | null | undefined} n */
+export function formatBytes(n) {
+  if (!isNumber(n)) return MISSING;
+  const sign = n < 0 ? "-" : "";
+  let v = Math.abs(n);
+  let unit = 0;
+  while (v >= 1024 && unit < BYTE_UNITS.length - 1) {
+    v /= 1024;
+    unit += 1;
+  }
+  return unit === 0 ? `${sign}${v.toFixed(0)} B` : `${sign}${v.toFixed(1)} ${BYTE_UNITS[unit]}`;
+}
+
+/** @param {number | null | undefined} s */
+export function formatSeconds(s) {
+  if (!isNumber(s)) return MISSING;
+  const a = Math.abs(s);
+  if (a < 1) return `${(s * 1000).toFixed(a < 0.01 ? 1 : 0)} ms`;
+  if (a < 120) return `${s.toFixed(2)} s`;
+  return `${(s / 60).toFixed(1)} min`;
+}
+
+/** @param {number | null | undefined} p */
+export function formatPercent(p) {
+  return isNumber(p) ? `${p.toFixed(1)} %` : MISSING;
+}
+
+/** @param {number} n */
+function formatPlainNumber(n) {
+  if (Number.isInteger(n)) return n.toLocaleString("en-US");
+  const a = Math.abs(n);
+  if (a !== 0 && (a < 1e-3 || a >= 1e6)) return n.toExponential(3);
+  return String(Number(n.toPrecision(4)));
+}
+
+/**
+ * A summary value as text, chosen by the unit in its key.
+ * @param {string} key
+ * @param {unknown} value
+ * @returns {string}
+ */
+export function formatValue(key, value) {
+  if (value === null || value === undefined) return MISSING;
+  if (typeof value === "boolean") return value ? "yes" : "no";
+  if (typeof value === "number") {
+    if (!Number.isFinite(value)) return MISSING;
+    if (key.endsWith("_per_s")) return `${formatPlainNumber(value)}/s`; // a rate, not a time
+    if (key.endsWith("_bytes")) return formatBytes(value);
+    if (key.endsWith("_s")) return formatSeconds(value);
+    if (key.endsWith("_pct")) return formatPercent(value);
+    return formatPlainNumber(value);
+  }
+  if (typeof value === "string") return value;
+  if (Array.isArray(value) && value.length <= 8 && value.every((v) => typeof v !== "object" || v === null)) {
+    return `[${value.map((v) => (v === null ? "null" : String(v))).join(", ")}]`;
+  }
+  const text = JSON.stringify(value);
+  return text.length <= 160 ? text : `${text.slice(0, 159)}…`;
+}
+
+/**
+ * "peak_rss_bytes" -> "peak rss", "n_tensors" -> "tensors (count)".
+ * @param {string} key
+ */
+export function labelFromKey(key) {
+  let k = key;
+  for (const suffix of ["_bytes", "_pct", "_s"]) {
+    if (suffix === "_s" && k.endsWith("_per_s")) break;
+    if (k.endsWith(suffix) && k.length > suffix.length) {
+      k = k.slice(0, -suffix.length);
+      break;
+    }
+  }
+  if (k.startsWith("n_") && k.length > 2) return `${k.slice(2).replaceAll("_", " ")} (count)`;
+  return k.replaceAll("_", " ");
+}
+
+/**
+ * A signed difference with its unit: "+1.2 s", "-300 MiB"; "±0" for none.
+ * @param {string} key chooses the unit like formatValue
+ * @param {number | null | undefined} delta
+ */
+export function formatDelta(key, delta) {
+  if (!isNumber(delta)) return MISSING;
+  if (delta === 0) return "±0";
+  const text = formatValue(key, Math.abs(delta));
+  return `${delta > 0 ? "+" : "-"}${text}`;
+}
+
+/**
+ * Relative change in percent, or null when the base is 0 or unknown.
+ * @param {number | null | undefined} before
+ * @param {number | null | undefined} after
+ */
+export function relativeChange(before, after) {
+  if (!isNumber(before) || !isNumber(after) || before === 0) return null;
+  return (100 * (after - before)) / Math.abs(before);
+}
+
+/**
+ * Local date and time of a unix time in seconds; `now` decides whether the date is needed.
+ * @param {number | null | undefined} unixS
+ * @param {number} [nowMs]
+ */
+export function formatTime(unixS, nowMs = Date.now()) {
+  if (!isNumber(unixS)) return MISSING;
+  const d = new Date(unixS * 1000);
+  const pad = (/** @type {number} */ n) => String(n).padStart(2, "0");
+  const time = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  const today = new Date(nowMs);
+  if (d.toDateString() === today.toDateString()) return time;
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${time}`;
+}
+
+/**
+ * Shorten text for a table cell; the full text goes in a tooltip.
+ * @param {unknown} text
+ * @param {number} max
+ */
+export function clip(text, max) {
+  const s = text === null || text === undefined ? "" : String(text);
+  return s.length <= max ? s : `${s.slice(0, Math.max(0, max - 1))}…`;
+}
+
+/**
+ * A file name made only of safe characters (downloads are named after prompt ids, which the
+ * server validates, but a name is never trusted).
+ * @param {unknown} text
+ */
+export function safeFileName(text) {
+  const name = String(text ?? "").replace(/[^A-Za-z0-9_.-]+/g, "_").replace(/^\.+/, "");
+  return name.slice(0, 120) || "report";
+}

@@ -1,0 +1,251 @@
+// The sidebar panel: live chart at the top, then the runs list, one run, or a comparison.
+// Data stays in this object between openings; the DOM is rebuilt on every mount. While the tab
+// is closed nothing runs: no timer, no animation frame, and the server is told to stop pushing.
+import { clear, h } from "./dom.mjs";
+import { formatBytes, formatPercent, safeFileName } from "./format.mjs";
+import { SampleBuffer, WINDOW_S, drawChart, presentSeries, seriesValue } from "./live_chart.mjs";
+import { sortRunsNewestFirst, upsertRun } from "./report_view.mjs";
+import { compareView, runView, runsListView } from "./run_views.mjs";
+
+export const RENEW_MS = 10_000; // the server forgets a watcher after 30 s without renewal
+const MAX_CACHED_REPORTS = 20;
+
+/**
+ * What the panel needs from ComfyUI, injected so this module imports nothing of it.
+ * @typedef {{fetchApi: (route: string, init?: RequestInit) => Promise<Response>, clientId: () => string | undefined,
+ *   toast: (severity: "success" | "info" | "warn" | "error", summary: string, detail?: string) => void}} Host
+ */
+
+export class MonitorPanel {
+  /** @param {Host} host */
+  constructor(host) {
+    this.host = host;
+    this.buffer = new SampleBuffer();
+    /** @type {import("./report_view.mjs").RunSummary[]} */
+    this.runs = [];
+    /** @type {Map<string, import("./report_view.mjs").RunReport>} */
+    this.reports = new Map();
+    /** @type {{name: "runs"} | {name: "run", id: string} | {name: "compare", a: string, b: string}} */
+    this.view = { name: "runs" };
+    /** @type {{key: string, dir: "asc" | "desc"}} */
+    this.sort = { key: "durationS", dir: "desc" };
+    /** @type {HTMLElement | null} */
+    this.root = null;
+    /** @type {HTMLCanvasElement | null} */
+    this.canvas = null;
+    /** @type {HTMLElement | null} */
+    this.values = null;
+    /** @type {HTMLElement | null} */
+    this.main = null;
+    /** @type {ReturnType<typeof setInterval> | null} */
+    this.renewTimer = null;
+    /** @type {number | null} */
+    this.frame = null;
+    /** @type {ResizeObserver | null} */
+    this.resizer = null;
+    this.generation = 0; // bumps on unmount so late fetches do not touch a closed panel
+    this.stats = { draws: 0, samples: 0, renewals: 0, mounts: 0 };
+    /** @type {import("./run_views.mjs").Actions} */
+    this.actions = {
+      openRun: (id) => this.show({ name: "run", id }),
+      back: () => this.show(this.view.name === "compare" ? { name: "run", id: this.view.a } : { name: "runs" }),
+      compare: (a, b) => b && this.show({ name: "compare", a, b }),
+      download: (id, format) => void this.download(id, format),
+      sort: (key) => {
+        this.sort = { key, dir: this.sort.key === key && this.sort.dir === "desc" ? "asc" : "desc" };
+        this.renderMain();
+      },
+      refresh: () => void this.loadRuns(),
+    };
+  }
+
+  // -- events, registered once by the entry ----------------------------------------------------
+  /** @param {unknown} detail */
+  onSample(detail) {
+    if (!this.root) return; // a push that was in flight when the tab closed
+    this.stats.samples += 1;
+    if (this.buffer.push(detail)) this.scheduleDraw();
+  }
+
+  /** @param {any} summary */
+  onRun(summary) {
+    this.runs = upsertRun(this.runs, summary);
+    if (this.root && this.view.name === "runs") this.renderMain();
+  }
+
+  // -- open / close ----------------------------------------------------------------------------
+  /** @param {HTMLElement} el */
+  mount(el) {
+    this.stats.mounts += 1;
+    this.canvas = h("canvas", { class: "pm-chart", role: "img", "aria-label": "memory over the last minutes" });
+    this.values = h("div", { class: "pm-live-values" });
+    this.main = h("div", { class: "pm-main" });
+    this.root = h("div", { class: "pipeline-monitor-panel" },
+      h("div", { class: "pm-title" }, h("span", { text: "Pipeline Monitor" })),
+      h("section", { class: "pm-live" }, this.values, h("div", { class: "pm-chart-box" }, this.canvas)),
+      this.main);
+    el.append(this.root);
+    const generation = this.generation;
+    this.resizer = new ResizeObserver(() => this.scheduleDraw());
+    this.resizer.observe(this.canvas);
+    this.renderValues();
+    this.renderMain();
+    void this.watch(true, generation);
+    this.renewTimer = setInterval(() => void this.watch(true, generation, false), RENEW_MS);
+    void this.loadRuns();
+  }
+
+  unmount() {
+    this.generation += 1;
+    if (this.renewTimer !== null) clearInterval(this.renewTimer);
+    if (this.frame !== null) cancelAnimationFrame(this.frame);
+    this.resizer?.disconnect();
+    this.renewTimer = this.frame = this.resizer = null;
+    this.root?.remove();
+    this.root = this.canvas = this.values = this.main = null;
+    void this.watch(false, this.generation);
+  }
+
+  /**
+   * @param {boolean} watching
+   * @param {number} generation
+   * @param {boolean} backfill
+   */
+  async watch(watching, generation, backfill = true) {
+    const clientId = this.host.clientId();
+    if (!clientId) return;
+    if (watching) this.stats.renewals += 1;
+    try {
+      const response = await this.host.fetchApi("/pipeline_monitor/live", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ client_id: clientId, watching, backfill }),
+      });
+      const body = await response.json();
+      if (watching && generation === this.generation && Array.isArray(body.points)) {
+        if (this.buffer.extend(body.points)) this.scheduleDraw();
+      }
+    } catch (error) {
+      console.warn("Pipeline Monitor: live view request failed", error);
+    }
+  }
+
+  // -- live chart ------------------------------------------------------------------------------
+  scheduleDraw() {
+    if (!this.root || this.frame !== null) return;
+    this.frame = requestAnimationFrame(() => {
+      this.frame = null;
+      this.draw();
+    });
+  }
+
+  draw() {
+    if (!this.canvas || !this.root) return;
+    this.stats.draws += 1;
+    const style = getComputedStyle(this.root);
+    const color = (/** @type {string} */ name, /** @type {string} */ fallback) => style.getPropertyValue(name).trim() || fallback;
+    drawChart(this.canvas, this.buffer.window(WINDOW_S), {
+      fg: color("--fg-color", "#ddd"),
+      muted: color("--descrip-text", "#999"),
+      grid: color("--border-color", "#444"),
+    });
+    this.renderValues();
+  }
+
+  renderValues() {
+    if (!this.values) return;
+    const last = this.buffer.latest();
+    const points = this.buffer.window(WINDOW_S);
+    const chips = presentSeries(points).map((s) => {
+      const v = last ? seriesValue(last, s.key) : null;
+      let text = s.unit === "pct" ? formatPercent(v) : formatBytes(v);
+      if (s.key === "ramUsed" && last?.ramTotal) text += ` / ${formatBytes(last.ramTotal)}`;
+      return h("span", { class: "pm-chip", dataset: { series: s.key } },
+        h("i", { class: "pm-swatch", style: `background:${s.color}` }), `${s.name} `, h("b", { text }));
+    });
+    const node = last?.node;
+    chips.push(h("span", { class: "pm-chip pm-executing", title: node ? `node ${node.id}` : "" },
+      node ? "running " : "", h("b", { text: node ? `#${node.id} ${node.label}` : "idle" })));
+    clear(this.values);
+    this.values.append(...chips);
+  }
+
+  // -- runs, run, compare ----------------------------------------------------------------------
+  async loadRuns() {
+    const generation = this.generation;
+    try {
+      const body = await (await this.host.fetchApi("/pipeline_monitor/runs?limit=100")).json();
+      let runs = sortRunsNewestFirst(Array.isArray(body.runs) ? body.runs : []);
+      for (const run of this.runs) runs = upsertRun(runs, run); // events that came in meanwhile
+      this.runs = runs;
+      if (generation === this.generation && this.view.name === "runs") this.renderMain();
+    } catch (error) {
+      this.host.toast("error", "Pipeline Monitor", `Could not load runs: ${error}`);
+    }
+  }
+
+  /** @param {string} id */
+  async report(id) {
+    const cached = this.reports.get(id);
+    if (cached) return cached;
+    const response = await this.host.fetchApi(`/pipeline_monitor/runs/${encodeURIComponent(id)}`);
+    if (!response.ok) throw new Error(`run ${id}: HTTP ${response.status}`);
+    const report = await response.json();
+    if (report.status !== "running") {
+      this.reports.set(id, report);
+      while (this.reports.size > MAX_CACHED_REPORTS) this.reports.delete(/** @type {string} */ (this.reports.keys().next().value));
+    }
+    return report;
+  }
+
+  /** @param {MonitorPanel["view"]} view */
+  show(view) {
+    this.view = view;
+    this.renderMain();
+  }
+
+  renderMain() {
+    const main = this.main;
+    if (!main) return;
+    const view = this.view;
+    if (view.name === "runs") {
+      clear(main);
+      main.append(runsListView(this.runs, this.actions));
+      return;
+    }
+    const generation = this.generation;
+    const ids = view.name === "run" ? [view.id] : [view.a, view.b];
+    Promise.all(ids.map((id) => this.report(id)))
+      .then((reports) => {
+        if (generation !== this.generation || this.view !== view || !this.main) return;
+        clear(main);
+        main.append(view.name === "run" ? runView(reports[0], this.runs, this.sort, this.actions) : compareView(reports[0], reports[1], this.actions));
+      })
+      .catch((error) => {
+        this.host.toast("error", "Pipeline Monitor", String(error));
+        if (this.view === view) this.show({ name: "runs" });
+      });
+  }
+
+  /**
+   * Fetch through the app's API (same auth and base path) and save as a file.
+   * @param {string} id
+   * @param {"json" | "html"} format
+   */
+  async download(id, format) {
+    const route = `/pipeline_monitor/runs/${encodeURIComponent(id)}${format === "html" ? "/report.html" : ""}`;
+    try {
+      const response = await this.host.fetchApi(route);
+      if (!response.ok) throw new Error(`HTTP ${response.status}`);
+      const blob = await response.blob();
+      const url = URL.createObjectURL(blob);
+      const link = h("a", { href: url, download: `pipeline_monitor_${safeFileName(id)}.${format}` });
+      document.body.append(link);
+      link.click();
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 10_000);
+    } catch (error) {
+      this.host.toast("error", "Pipeline Monitor", `Download failed: ${error}`);
+    }
+  }
+}

@@ -1,0 +1,318 @@
+// Data shaping for the panel: run report JSON (schemas/run_report.schema.json) -> rows, cards and
+// comparisons. Pure functions, no DOM, so Node's test runner covers them.
+import { isNumber, relativeChange } from "./format.mjs";
+import { kindInfo } from "./step_kinds.mjs";
+
+/**
+ * @typedef {{level: string, message: string, code?: string | null}} Finding
+ * @typedef {{device: string, peak_allocated_bytes: number | null, peak_reserved_bytes: number | null}} GpuPeak
+ * @typedef {{node_id: string, class_type: string | null, title?: string | null, status: string, cached: boolean,
+ *   start_offset_s?: number | null, duration_s?: number | null, peak_rss_bytes?: number | null,
+ *   peak_rss_method?: string | null, rss_change_bytes?: number | null, gpu_peaks?: GpuPeak[]}} NodeProfile
+ * @typedef {{kind: string, node_id: string | null, summary?: Record<string, unknown>, details?: Record<string, unknown>,
+ *   findings?: Finding[], monitor_errors?: string[], created_unix_s?: number | null, cached?: boolean}} StepReport
+ * @typedef {{prompt_id: string, status: string, started_unix_s: number, finished_unix_s?: number | null,
+ *   duration_s?: number | null, nodes?: NodeProfile[], steps?: StepReport[], span?: Record<string, any> | null,
+ *   system?: Record<string, unknown>, error?: Record<string, any> | null, monitor_errors?: string[],
+ *   profile_enabled?: boolean, schema_version?: number}} RunReport
+ * @typedef {{prompt_id: string, status: string, started_unix_s: number, duration_s?: number | null,
+ *   peak_rss_bytes?: number | null, peak_gpu_allocated_bytes?: number | null, n_nodes?: number, n_cached?: number,
+ *   step_kinds?: string[]}} RunSummary
+ */
+
+/** Regression thresholds: a difference counts only above both the relative and the absolute one. */
+export const REGRESSION = { relative: 0.1, seconds: 0.05, bytes: 64 * 1024 * 1024 };
+
+/** @param {string} status */
+export function statusTone(status) {
+  return { success: "ok", running: "info", interrupted: "warn", error: "error" }[status] ?? "info";
+}
+
+/**
+ * Runs newest first; the list route already sorts, but events and fetches can interleave.
+ * @param {RunSummary[]} runs
+ */
+export function sortRunsNewestFirst(runs) {
+  return [...runs].sort((a, b) => (b.started_unix_s ?? 0) - (a.started_unix_s ?? 0));
+}
+
+/**
+ * Insert or replace one run summary (from a `pipeline_monitor.run` event), newest first, bounded.
+ * @param {RunSummary[]} runs
+ * @param {RunSummary} run
+ * @param {number} max
+ */
+export function upsertRun(runs, run, max = 200) {
+  if (!run || typeof run.prompt_id !== "string") return runs;
+  return sortRunsNewestFirst([run, ...runs.filter((r) => r.prompt_id !== run.prompt_id)]).slice(0, max);
+}
+
+/** @param {NodeProfile} node */
+export function nodeGpuPeak(node) {
+  const values = (node.gpu_peaks ?? []).map((p) => p.peak_allocated_bytes).filter(isNumber);
+  return values.length ? Math.max(...values) : null;
+}
+
+/**
+ * @typedef {{nodeId: string, label: string, classType: string, status: string, cached: boolean,
+ *   durationS: number | null, peakRssBytes: number | null, peakGpuBytes: number | null,
+ *   rssChangeBytes: number | null, slowest: boolean, hungriest: boolean}} NodeRow
+ */
+
+/**
+ * Per-node rows with the slowest and the most memory-hungry executed node flagged (memory: peak
+ * GPU allocated where any node has one, else peak RSS).
+ * @param {RunReport} report
+ * @returns {NodeRow[]}
+ */
+export function nodeRows(report) {
+  /** @type {NodeRow[]} */
+  const rows = (report.nodes ?? []).map((n) => ({
+    nodeId: String(n.node_id),
+    label: n.title || n.class_type || "",
+    classType: n.class_type ?? "",
+    status: n.status,
+    cached: Boolean(n.cached),
+    durationS: isNumber(n.duration_s) ? n.duration_s : null,
+    peakRssBytes: isNumber(n.peak_rss_bytes) ? n.peak_rss_bytes : null,
+    peakGpuBytes: nodeGpuPeak(n),
+    rssChangeBytes: isNumber(n.rss_change_bytes) ? n.rss_change_bytes : null,
+    slowest: false,
+    hungriest: false,
+  }));
+  const executed = rows.filter((r) => !r.cached);
+  const top = (/** @type {(r: NodeRow) => number | null} */ get) => {
+    let best = null;
+    for (const row of executed) {
+      const v = get(row);
+      if (v !== null && (best === null || v > /** @type {number} */ (get(best)))) best = row;
+    }
+    return best;
+  };
+  const slowest = top((r) => r.durationS);
+  if (slowest) slowest.slowest = true;
+  const useGpu = executed.some((r) => r.peakGpuBytes !== null);
+  const hungriest = top((r) => (useGpu ? r.peakGpuBytes : r.peakRssBytes));
+  if (hungriest) hungriest.hungriest = true;
+  return rows;
+}
+
+/**
+ * Sort rows by a key; unknown values always last, ties keep their order.
+ * @template {Record<string, any>} T
+ * @param {T[]} rows
+ * @param {keyof T & string} key
+ * @param {"asc" | "desc"} direction
+ * @returns {T[]}
+ */
+export function sortRows(rows, key, direction = "desc") {
+  const sign = direction === "asc" ? 1 : -1;
+  return rows
+    .map((row, index) => ({ row, index }))
+    .sort((a, b) => {
+      const x = a.row[key];
+      const y = b.row[key];
+      const xMissing = x === null || x === undefined;
+      const yMissing = y === null || y === undefined;
+      if (xMissing || yMissing) return xMissing === yMissing ? a.index - b.index : xMissing ? 1 : -1;
+      if (typeof x === "number" && typeof y === "number") return sign * (x - y) || a.index - b.index;
+      const byText = String(x).localeCompare(String(y), undefined, { numeric: true });
+      return sign * byText || a.index - b.index;
+    })
+    .map((entry) => entry.row);
+}
+
+const LEVEL_ORDER = /** @type {Record<string, number>} */ ({ error: 0, warning: 1, info: 2 });
+
+/**
+ * Errors first, then warnings (suggestions), then notes: the run's error, every step's findings
+ * and monitoring problems, the run's monitoring problems.
+ * @param {RunReport} report
+ * @returns {{level: string, where: string, message: string}[]}
+ */
+export function problems(report) {
+  const items = [];
+  const error = report.error;
+  if (error) {
+    let message = `node ${error.node_id ?? "?"} (${error.node_type ?? "?"}): ${error.exception_type ?? "error"}`;
+    if (error.exception_message) message += `: ${error.exception_message}`;
+    items.push({ level: "error", where: "run", message });
+  }
+  for (const step of report.steps ?? []) {
+    const where = `${kindInfo(step.kind).title} #${step.node_id ?? "?"}`;
+    for (const f of step.findings ?? []) {
+      items.push({ level: f.level in LEVEL_ORDER ? f.level : "info", where, message: String(f.message) });
+    }
+    for (const m of step.monitor_errors ?? []) items.push({ level: "warning", where, message: `monitoring: ${m}` });
+  }
+  for (const m of report.monitor_errors ?? []) items.push({ level: "info", where: "monitor", message: String(m) });
+  return items
+    .map((item, index) => ({ item, index }))
+    .sort((a, b) => LEVEL_ORDER[a.item.level] - LEVEL_ORDER[b.item.level] || a.index - b.index)
+    .map((e) => e.item);
+}
+
+/**
+ * Summary keys in display order: the kind's chosen keys first (those present), then the rest.
+ * @param {string} kind
+ * @param {Record<string, unknown>} summary
+ */
+export function orderedSummaryKeys(kind, summary) {
+  const keys = Object.keys(summary ?? {});
+  const first = kindInfo(kind).first.filter((k) => keys.includes(k));
+  return [...first, ...keys.filter((k) => !first.includes(k))];
+}
+
+/**
+ * What a step card shows.
+ * @param {StepReport} step
+ */
+export function stepCard(step) {
+  const info = kindInfo(step.kind);
+  const summary = step.summary ?? {};
+  const keys = orderedSummaryKeys(step.kind, summary);
+  let badges = [];
+  try {
+    badges = info.badges ? info.badges(summary) : [];
+  } catch {
+    badges = []; // a summary of an unexpected shape still renders, without badges
+  }
+  if (step.cached) badges.push({ text: "cached", tone: "info", title: "the node was cached; this step is from the run that executed it" });
+  const levels = (step.findings ?? []).map((f) => f.level);
+  return {
+    kind: step.kind,
+    title: info.title,
+    nodeId: step.node_id,
+    badges,
+    keyFigures: keys.slice(0, Math.max(info.first.length, 6)),
+    moreFigures: keys.slice(Math.max(info.first.length, 6)),
+    summary,
+    details: step.details ?? {},
+    findings: step.findings ?? [],
+    monitorErrors: step.monitor_errors ?? [],
+    worst: levels.includes("error") ? "error" : levels.includes("warning") ? "warning" : (step.monitor_errors ?? []).length ? "warning" : "info",
+  };
+}
+
+/**
+ * Whether `after` is worse than `before` for a time or memory figure.
+ * @param {"seconds" | "bytes"} unit
+ * @param {number | null | undefined} before
+ * @param {number | null | undefined} after
+ */
+export function isRegression(unit, before, after) {
+  if (!isNumber(before) || !isNumber(after)) return false;
+  const delta = after - before;
+  return delta > REGRESSION[unit] && delta > REGRESSION.relative * Math.abs(before);
+}
+
+/** @param {string} key */
+function unitOfKey(key) {
+  if (key.endsWith("_bytes")) return "bytes";
+  if (key.endsWith("_s") && !key.endsWith("_per_s") && !key.endsWith("_at_s")) return "seconds";
+  return null;
+}
+
+/** @param {NodeProfile} n */
+function nodeMemory(n) {
+  return nodeGpuPeak(n) ?? (isNumber(n.peak_rss_bytes) ? n.peak_rss_bytes : null);
+}
+
+/**
+ * Compare a base run with a candidate run, per node (by id and class) and per step (by kind and
+ * node id); `regression` marks a candidate that is slower or needs more memory beyond REGRESSION.
+ * @param {RunReport} base
+ * @param {RunReport} candidate
+ */
+export function compareRuns(base, candidate) {
+  const key = (/** @type {NodeProfile} */ n) => `${n.node_id}\u0000${n.class_type ?? ""}`;
+  const baseNodes = new Map((base.nodes ?? []).map((n) => [key(n), n]));
+  const candNodes = new Map((candidate.nodes ?? []).map((n) => [key(n), n]));
+  const nodeKeys = [...new Set([...baseNodes.keys(), ...candNodes.keys()])];
+  const nodes = nodeKeys.map((k) => {
+    const a = baseNodes.get(k);
+    const b = candNodes.get(k);
+    const any = /** @type {NodeProfile} */ (a ?? b);
+    const durA = a && isNumber(a.duration_s) ? a.duration_s : null;
+    const durB = b && isNumber(b.duration_s) ? b.duration_s : null;
+    const memA = a ? nodeMemory(a) : null;
+    const memB = b ? nodeMemory(b) : null;
+    const timeRegression = isRegression("seconds", durA, durB);
+    const memoryRegression = isRegression("bytes", memA, memB);
+    return {
+      nodeId: String(any.node_id),
+      label: any.title || any.class_type || "",
+      presence: a && b ? "both" : a ? "base only" : "candidate only",
+      cachedA: a ? Boolean(a.cached) : null,
+      cachedB: b ? Boolean(b.cached) : null,
+      durationA: durA,
+      durationB: durB,
+      durationDelta: durA !== null && durB !== null ? durB - durA : null,
+      durationPct: relativeChange(durA, durB),
+      memoryA: memA,
+      memoryB: memB,
+      memoryDelta: memA !== null && memB !== null ? memB - memA : null,
+      timeRegression,
+      memoryRegression,
+      regression: timeRegression || memoryRegression,
+    };
+  });
+  const stepKey = (/** @type {StepReport} */ s) => `${s.kind}\u0000${s.node_id ?? ""}`;
+  const baseSteps = new Map((base.steps ?? []).map((s) => [stepKey(s), s]));
+  const candSteps = new Map((candidate.steps ?? []).map((s) => [stepKey(s), s]));
+  const steps = [...new Set([...baseSteps.keys(), ...candSteps.keys()])].map((k) => {
+    const a = baseSteps.get(k);
+    const b = candSteps.get(k);
+    const any = /** @type {StepReport} */ (a ?? b);
+    const sa = a?.summary ?? {};
+    const sb = b?.summary ?? {};
+    const keys = orderedSummaryKeys(any.kind, { ...sa, ...sb });
+    const figures = [];
+    for (const name of keys) {
+      const va = sa[name];
+      const vb = sb[name];
+      const unit = unitOfKey(name);
+      const numeric = isNumber(va) && isNumber(vb);
+      const changed = JSON.stringify(va) !== JSON.stringify(vb);
+      if (!changed && !unit) continue; // unchanged plain values add nothing to a comparison
+      figures.push({
+        key: name,
+        a: va,
+        b: vb,
+        delta: numeric ? /** @type {number} */ (vb) - /** @type {number} */ (va) : null,
+        changed,
+        regression: unit !== null && isRegression(unit, /** @type {any} */ (va), /** @type {any} */ (vb)),
+      });
+    }
+    return {
+      kind: any.kind,
+      title: kindInfo(any.kind).title,
+      nodeId: any.node_id,
+      presence: a && b ? "both" : a ? "base only" : "candidate only",
+      figures,
+      regression: figures.some((f) => f.regression),
+    };
+  });
+  const peakA = base.span?.peak_rss_bytes ?? null;
+  const peakB = candidate.span?.peak_rss_bytes ?? null;
+  const totals = {
+    durationA: base.duration_s ?? null,
+    durationB: candidate.duration_s ?? null,
+    peakRssA: peakA,
+    peakRssB: peakB,
+    timeRegression: isRegression("seconds", base.duration_s, candidate.duration_s),
+    memoryRegression: isRegression("bytes", peakA, peakB),
+  };
+  const regression =
+    totals.timeRegression || totals.memoryRegression || nodes.some((n) => n.regression) || steps.some((s) => s.regression);
+  return { base: base.prompt_id, candidate: candidate.prompt_id, totals, nodes, steps, regression };
+}
+
+/**
+ * Base (older) and candidate (newer) of two reports.
+ * @param {RunReport} x
+ * @param {RunReport} y
+ */
+export function orderForCompare(x, y) {
+  return (x.started_unix_s ?? 0) <= (y.started_unix_s ?? 0) ? [x, y] : [y, x];
+}

@@ -1,0 +1,218 @@
+// The panel's views of runs: the list, one run (problems, per-node table, step cards) and the
+// comparison of two runs. Each returns a fresh element; `actions` carries what the user can do.
+import { h } from "./dom.mjs";
+import { MISSING, clip, formatBytes, formatDelta, formatSeconds, formatTime, formatValue, labelFromKey } from "./format.mjs";
+import { compareRuns, nodeRows, orderForCompare, problems, sortRows, statusTone, stepCard } from "./report_view.mjs";
+
+/**
+ * @typedef {import("./report_view.mjs").RunReport} RunReport
+ * @typedef {import("./report_view.mjs").RunSummary} RunSummary
+ * @typedef {{openRun: (id: string) => void, back: () => void, compare: (a: string, b: string) => void,
+ *   download: (id: string, format: "json" | "html") => void, sort: (key: string) => void, refresh: () => void}} Actions
+ */
+
+/** @param {string} text @param {string} tone @param {string} [title] */
+export function badge(text, tone, title) {
+  return h("span", { class: `pm-badge pm-tone-${tone}`, text, title });
+}
+
+/**
+ * @param {RunSummary[]} runs
+ * @param {Actions} actions
+ */
+export function runsListView(runs, actions) {
+  const head = h("div", { class: "pm-section-head" },
+    h("span", { class: "pm-section-title", text: "Runs" }),
+    h("button", { class: "pm-button pm-refresh", text: "Refresh", title: "Reload the list of runs", onclick: () => actions.refresh() }));
+  if (!runs.length) {
+    return h("section", { class: "pm-runs" }, head,
+      h("p", { class: "pm-muted", text: "No runs yet: queue a prompt and its report appears here." }));
+  }
+  const showGpu = runs.some((r) => r.peak_gpu_allocated_bytes != null);
+  const rows = runs.map((r) =>
+    h("tr", { class: "pm-run-row", tabindex: "0", dataset: { promptId: r.prompt_id }, title: `prompt ${r.prompt_id}`,
+      onclick: () => actions.openRun(r.prompt_id),
+      onkeydown: (/** @type {KeyboardEvent} */ e) => { if (e.key === "Enter") actions.openRun(r.prompt_id); } },
+      h("td", { text: formatTime(r.started_unix_s) }),
+      h("td", { class: "pm-num", text: formatSeconds(r.duration_s) }),
+      h("td", { class: "pm-num", text: formatBytes(r.peak_rss_bytes) }),
+      showGpu ? h("td", { class: "pm-num", text: formatBytes(r.peak_gpu_allocated_bytes) }) : null,
+      h("td", {}, badge(r.status, statusTone(r.status)),
+        r.step_kinds?.length ? h("span", { class: "pm-muted pm-kinds", text: ` ${r.step_kinds.join(", ")}` }) : null)));
+  return h("section", { class: "pm-runs" }, head,
+    h("table", { class: "pm-table" },
+      h("thead", {}, h("tr", {}, h("th", { text: "Time" }), h("th", { class: "pm-num", text: "Duration" }),
+        h("th", { class: "pm-num", text: "Peak RSS" }), showGpu ? h("th", { class: "pm-num", text: "Peak GPU" }) : null,
+        h("th", { text: "Status" }))),
+      h("tbody", {}, rows)));
+}
+
+/** @param {RunReport} report */
+function runHead(report) {
+  const nodes = report.nodes ?? [];
+  return h("div", { class: "pm-run-head" },
+    badge(report.status, statusTone(report.status)),
+    h("span", { text: ` ${formatTime(report.started_unix_s)} · ${formatSeconds(report.duration_s)} · peak RSS ${formatBytes(report.span?.peak_rss_bytes)} · ${nodes.length} nodes (${nodes.filter((n) => n.cached).length} cached)` }),
+    report.profile_enabled === false ? badge("profile off", "warn") : null);
+}
+
+/** @param {RunReport} report */
+function problemsSection(report) {
+  const items = problems(report);
+  if (!items.length) return h("p", { class: "pm-muted pm-problems-none", text: "No errors or suggestions." });
+  return h("ul", { class: "pm-problems" }, items.map((p) =>
+    h("li", { class: `pm-level-${p.level}` }, badge(p.level, p.level === "warning" ? "warn" : p.level === "error" ? "error" : "info"),
+      h("span", { class: "pm-muted", text: ` ${p.where}: ` }), h("span", { text: p.message }))));
+}
+
+const NODE_COLUMNS = [
+  { key: "nodeId", label: "Node" },
+  { key: "durationS", label: "Time", num: true },
+  { key: "peakRssBytes", label: "Peak RSS", num: true },
+  { key: "peakGpuBytes", label: "Peak GPU", num: true },
+  { key: "cached", label: "Cached" },
+];
+
+/**
+ * @param {RunReport} report
+ * @param {{key: string, dir: "asc" | "desc"}} sort
+ * @param {Actions} actions
+ */
+function nodesTable(report, sort, actions) {
+  const rows = sortRows(nodeRows(report), /** @type {any} */ (sort.key), sort.dir);
+  if (!rows.length) return h("p", { class: "pm-muted", text: report.profile_enabled === false ? "The per-node profile was off for this run." : "No nodes profiled." });
+  const hasGpu = rows.some((r) => r.peakGpuBytes !== null);
+  const columns = NODE_COLUMNS.filter((c) => c.key !== "peakGpuBytes" || hasGpu);
+  return h("table", { class: "pm-table pm-nodes" },
+    h("thead", {}, h("tr", {}, columns.map((c) => h("th", {
+      class: `pm-sortable${c.num ? " pm-num" : ""}${sort.key === c.key ? " pm-sorted" : ""}`,
+      dataset: { key: c.key }, title: "Sort", onclick: () => actions.sort(c.key),
+      text: `${c.label}${sort.key === c.key ? (sort.dir === "desc" ? " ▾" : " ▴") : ""}` })))),
+    h("tbody", {}, rows.map((r) => h("tr", {
+      class: [r.slowest ? "pm-slowest" : "", r.hungriest ? "pm-hungriest" : "", r.cached ? "pm-cached" : ""].join(" ").trim(),
+      dataset: { nodeId: r.nodeId } },
+      h("td", { title: `${r.classType} (${r.status})` }, h("span", { class: "pm-muted", text: `#${r.nodeId} ` }), clip(r.label, 32),
+        r.slowest ? badge("slowest", "warn") : null, r.hungriest ? badge("most memory", "warn") : null,
+        r.status === "error" || r.status === "interrupted" ? badge(r.status, "error") : null),
+      h("td", { class: "pm-num", text: formatSeconds(r.durationS) }),
+      h("td", { class: "pm-num", text: formatBytes(r.peakRssBytes) }),
+      hasGpu ? h("td", { class: "pm-num", text: formatBytes(r.peakGpuBytes) }) : null,
+      h("td", { text: r.cached ? "cached" : "" })))));
+}
+
+/** @param {Record<string, unknown>} summary @param {string[]} keys */
+function figures(summary, keys) {
+  return h("dl", { class: "pm-figures" }, keys.map((k) => h("div", { class: "pm-figure", dataset: { key: k } },
+    h("dt", { text: labelFromKey(k), title: k }), h("dd", { text: formatValue(k, summary[k]), title: typeof summary[k] === "string" ? String(summary[k]) : null }))));
+}
+
+/** Details as indented JSON text, built only when opened (reports can be large). @param {Record<string, unknown>} details */
+function detailsBlock(details) {
+  const pre = h("pre", { class: "pm-json" });
+  const block = h("details", { class: "pm-details" }, h("summary", { text: "Details" }), pre);
+  block.addEventListener("toggle", () => {
+    if (block.open && !pre.textContent) pre.textContent = JSON.stringify(details, null, 1);
+  });
+  return block;
+}
+
+/** @param {import("./report_view.mjs").StepReport} step */
+export function stepCardView(step) {
+  const card = stepCard(step);
+  return h("article", { class: `pm-step pm-worst-${card.worst}`, dataset: { kind: card.kind, nodeId: card.nodeId ?? "" } },
+    h("header", { class: "pm-step-head" }, h("span", { class: "pm-step-title", text: card.title }),
+      h("span", { class: "pm-muted", text: ` #${card.nodeId ?? "?"}` }),
+      card.badges.map((b) => badge(b.text, b.tone, b.title))),
+    card.findings.length || card.monitorErrors.length
+      ? h("ul", { class: "pm-findings" },
+        card.findings.map((f) => h("li", { class: `pm-level-${f.level}`, text: f.message })),
+        card.monitorErrors.map((m) => h("li", { class: "pm-level-warning", text: `monitoring: ${m}` })))
+      : null,
+    figures(card.summary, card.keyFigures),
+    card.moreFigures.length
+      ? h("details", { class: "pm-more" }, h("summary", { text: `${card.moreFigures.length} more figures` }), figures(card.summary, card.moreFigures))
+      : null,
+    detailsBlock(card.details));
+}
+
+/**
+ * @param {RunReport} report
+ * @param {RunSummary[]} runs for the compare choice
+ * @param {{key: string, dir: "asc" | "desc"}} sort
+ * @param {Actions} actions
+ */
+export function runView(report, runs, sort, actions) {
+  const others = runs.filter((r) => r.prompt_id !== report.prompt_id);
+  const select = h("select", { class: "pm-compare-select", title: "Run to compare with" },
+    others.map((r) => h("option", { value: r.prompt_id, text: `${formatTime(r.started_unix_s)} · ${formatSeconds(r.duration_s)} · ${r.status}` })));
+  const steps = report.steps ?? [];
+  return h("section", { class: "pm-run", dataset: { promptId: report.prompt_id } },
+    h("div", { class: "pm-toolbar" },
+      h("button", { class: "pm-button pm-back", text: "← Runs", onclick: () => actions.back() }),
+      h("button", { class: "pm-button pm-export-json", text: "JSON", title: "Download the JSON report", onclick: () => actions.download(report.prompt_id, "json") }),
+      h("button", { class: "pm-button pm-export-html", text: "HTML", title: "Download the HTML report", onclick: () => actions.download(report.prompt_id, "html") })),
+    h("div", { class: "pm-mono pm-muted pm-prompt-id", text: `prompt ${report.prompt_id}` }),
+    runHead(report),
+    others.length
+      ? h("div", { class: "pm-toolbar" }, h("span", { class: "pm-muted", text: "Compare with " }), select,
+        h("button", { class: "pm-button pm-compare", text: "Compare", onclick: () => actions.compare(report.prompt_id, select.value) }))
+      : null,
+    h("h4", { text: "Errors and suggestions" }), problemsSection(report),
+    h("h4", { text: "Nodes" }), nodesTable(report, sort, actions),
+    h("h4", { text: `Monitor steps (${steps.length})` }),
+    steps.length ? h("div", { class: "pm-steps" }, steps.map(stepCardView))
+      : h("p", { class: "pm-muted", text: "No monitor nodes in this prompt." }));
+}
+
+/** @param {boolean} flag @param {string} [title] */
+function flagCell(flag, title) {
+  return h("td", {}, flag ? badge("regression", "error", title) : null);
+}
+
+/**
+ * @param {RunReport} x
+ * @param {RunReport} y
+ * @param {Actions} actions
+ */
+export function compareView(x, y, actions) {
+  const [base, candidate] = orderForCompare(x, y);
+  const c = compareRuns(base, candidate);
+  const t = c.totals;
+  const deltaText = (/** @type {string} */ key, /** @type {any} */ a, /** @type {any} */ b) =>
+    typeof a === "number" && typeof b === "number" ? formatDelta(key, b - a) : MISSING;
+  return h("section", { class: "pm-compare" },
+    h("div", { class: "pm-toolbar" },
+      h("button", { class: "pm-button pm-back", text: "← Back", onclick: () => actions.back() }),
+      c.regression ? badge("regression", "error", "the newer run is slower or needs more memory") : badge("no regression", "ok")),
+    h("p", { class: "pm-muted" }, "base ", h("span", { class: "pm-mono", text: clip(base.prompt_id, 14) }), ` (${formatTime(base.started_unix_s)}) → newer `,
+      h("span", { class: "pm-mono", text: clip(candidate.prompt_id, 14) }), ` (${formatTime(candidate.started_unix_s)})`),
+    h("table", { class: "pm-table pm-compare-totals" },
+      h("thead", {}, h("tr", {}, h("th", { text: "" }), h("th", { class: "pm-num", text: "base" }), h("th", { class: "pm-num", text: "newer" }), h("th", { class: "pm-num", text: "Δ" }), h("th", { text: "" }))),
+      h("tbody", {},
+        h("tr", {}, h("td", { text: "duration" }), h("td", { class: "pm-num", text: formatSeconds(t.durationA) }), h("td", { class: "pm-num", text: formatSeconds(t.durationB) }),
+          h("td", { class: "pm-num", text: deltaText("duration_s", t.durationA, t.durationB) }), flagCell(t.timeRegression)),
+        h("tr", {}, h("td", { text: "peak RSS" }), h("td", { class: "pm-num", text: formatBytes(t.peakRssA) }), h("td", { class: "pm-num", text: formatBytes(t.peakRssB) }),
+          h("td", { class: "pm-num", text: deltaText("peak_bytes", t.peakRssA, t.peakRssB) }), flagCell(t.memoryRegression)))),
+    h("h4", { text: "Per node" }),
+    h("table", { class: "pm-table pm-compare-nodes" },
+      h("thead", {}, h("tr", {}, h("th", { text: "Node" }), h("th", { class: "pm-num", text: "time" }), h("th", { class: "pm-num", text: "Δ time" }),
+        h("th", { class: "pm-num", text: "memory" }), h("th", { class: "pm-num", text: "Δ mem" }), h("th", { text: "" }))),
+      h("tbody", {}, c.nodes.map((n) => h("tr", { class: n.regression ? "pm-regressed" : "", dataset: { nodeId: n.nodeId }, title: n.presence },
+        h("td", {}, h("span", { class: "pm-muted", text: `#${n.nodeId} ` }), clip(n.label, 24)),
+        h("td", { class: "pm-num", text: n.cachedB ? "cached" : formatSeconds(n.durationB) }),
+        h("td", { class: "pm-num", text: formatDelta("duration_s", n.durationDelta) }),
+        h("td", { class: "pm-num", text: formatBytes(n.memoryB) }),
+        h("td", { class: "pm-num", text: formatDelta("peak_bytes", n.memoryDelta) }),
+        flagCell(n.regression, n.timeRegression ? "slower" : "more memory"))))),
+    h("h4", { text: "Per step" }),
+    c.steps.length ? c.steps.map((s) => h("article", { class: `pm-step pm-compare-step${s.regression ? " pm-regressed" : ""}`, dataset: { kind: s.kind } },
+      h("header", { class: "pm-step-head" }, h("span", { class: "pm-step-title", text: s.title }), h("span", { class: "pm-muted", text: ` #${s.nodeId ?? "?"} ${s.presence === "both" ? "" : `(${s.presence})`}` }),
+        s.regression ? badge("regression", "error") : null),
+      s.figures.length
+        ? h("table", { class: "pm-table" }, h("tbody", {}, s.figures.map((f) => h("tr", { class: f.regression ? "pm-regressed" : "" },
+          h("td", { text: labelFromKey(f.key), title: f.key }), h("td", { class: "pm-num", text: formatValue(f.key, f.a) }),
+          h("td", { class: "pm-num", text: formatValue(f.key, f.b) }),
+          h("td", { class: "pm-num", text: f.delta !== null ? formatDelta(f.key, f.delta) : f.changed ? "changed" : "" })))))
+        : h("p", { class: "pm-muted", text: "No differences in the key figures." })))
+      : h("p", { class: "pm-muted", text: "Neither run has monitor steps." }));
+}
