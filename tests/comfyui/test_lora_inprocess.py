@@ -18,6 +18,8 @@ from lora_support import (
     PLANTED_UNMATCHED,
     kohya_lora,
     lora_graph,
+    planted,
+    rand,
     run_monitor,
     write_lora,
 )
@@ -112,6 +114,49 @@ def test_each_lora_style_norms_and_coverage_match_comfyui(
     assert "lora_keys_unmatched" in [f["code"] for f in step["findings"]]
     assert summary["success"] is True
     json.dumps(step, allow_nan=False)
+
+
+def test_sdxl_style_clip_lora_on_both_text_encoders(comfy, tiny, pack_runtime, loras_dir, caplog):
+    """lora_te1_* (CLIP-L, 32 wide) and lora_te2_* (CLIP-G, 64 wide) on a tiny SDXL-class CLIP."""
+    from testing_pack.conditioning_nodes import make_tiny_clip
+
+    sdxl_clip = make_tiny_clip("sdxl", seed=11)
+    sd = {}
+    for i, (prefix, width) in enumerate((("lora_te1", 32), ("lora_te2", 64))):
+        for j, layer in enumerate(("self_attn_q_proj", "self_attn_out_proj", "mlp_fc2")):
+            in_dim = 2 * width if layer == "mlp_fc2" else width
+            name = f"{prefix}_text_model_encoder_layers_1_{layer}"
+            sd[f"{name}.lora_down.weight"] = rand(4, in_dim, seed=10 * i + j)
+            sd[f"{name}.lora_up.weight"] = rand(width, 4, seed=10 * i + j + 5)
+            sd[f"{name}.alpha"] = torch.tensor(2.0)
+    sd.update(planted())
+    write_lora(loras_dir, "pm_sdxl_te.safetensors", sd)
+    caplog.set_level(logging.WARNING)
+    model, clip = comfy.nodes.NODE_CLASS_MAPPINGS["LoraLoader"]().load_lora(
+        tiny.model, sdxl_clip, "pm_sdxl_te.safetensors", 1.0, 0.6
+    )
+    assert not_loaded(caplog) == set(PLANTED_UNMATCHED)
+    _, step, _ = run_monitor(
+        comfy, pack_runtime, lora_graph("pm_sdxl_te.safetensors", 1.0, 0.6), model=model, clip=clip
+    )
+    rows = rows_of(step, "clip")
+    assert {r["key"].split(".")[0] for r in rows} == {"clip_l", "clip_g"} and len(rows) == 6
+    for row in rows:
+        assert row["delta_norm"] == pytest.approx(reference_norm(clip.patcher, row["key"]), rel=1e-4), row[
+            "key"
+        ]
+    assert step["summary"]["n_matched_keys"] == 18 and step["summary"]["n_unmatched_keys"] == len(
+        PLANTED_UNMATCHED
+    )
+    assert (
+        step["summary"]["model_n_patch_keys_added"] == 0 and step["summary"]["clip_n_patch_keys_added"] == 6
+    )
+    blocks = step["details"]["clip"]["overall"]["by_block"]
+    assert set(blocks) == {
+        "clip_l.transformer.text_model.encoder.layers.1",
+        "clip_g.transformer.text_model.encoder.layers.1",
+    }
+    assert step["details"]["clip"]["after"]["module_class"] == "SDXLClipModel"
 
 
 def test_kohya_rows_carry_rank_alpha_and_scale(comfy, tiny, pack_runtime, loras_dir):
