@@ -22,10 +22,11 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from .dump_collect import CollectedTensors
 from .report import format_bytes
 
 log = logging.getLogger(__name__)
@@ -38,9 +39,6 @@ FORMAT = "pipeline_monitor.dump"
 FORMAT_VERSION = "1"
 MAX_FILE_NAME_LENGTH = 160
 MAX_DUMP_NAME_LENGTH = 100
-MAX_DEPTH = 4  # nesting followed inside conditioning dicts and lists
-MAX_ITEMS = 256  # entries followed per list or dict
-MAX_EXTRA_CHARS = 500
 
 _ALLOWED = re.compile(r"[A-Za-z0-9._-]+")
 _RESERVED = (
@@ -138,109 +136,6 @@ def max_dump_bytes() -> int:
             "pipeline monitor: %s=%r is not a byte count, using %d", ENV_MAX_BYTES, raw, DEFAULT_MAX_BYTES
         )
         return DEFAULT_MAX_BYTES
-
-
-# -- collecting tensors --------------------------------------------------------------------------
-
-
-def _is_tensor(value: Any) -> bool:
-    return all(hasattr(value, a) for a in ("shape", "dtype", "device", "numel", "element_size", "detach"))
-
-
-@dataclass
-class CollectedTensors:
-    tensors: dict[str, Any] = field(default_factory=dict)  # stable name -> tensor
-    extras: dict[str, str] = field(default_factory=dict)  # name -> short text of a plain value
-    skipped: dict[str, str] = field(default_factory=dict)  # name -> type of what was not dumped
-
-    def _unique(self, name: str) -> str:
-        if name not in self.tensors and name not in self.extras and name not in self.skipped:
-            return name
-        n = 2
-        while f"{name}_{n}" in self.tensors or f"{name}_{n}" in self.extras or f"{name}_{n}" in self.skipped:
-            n += 1
-        return f"{name}_{n}"
-
-    def add(self, name: str, value: Any, depth: int = 0) -> None:
-        if value is None:
-            return
-        if _is_tensor(value):
-            self.tensors[self._unique(name)] = value
-        elif getattr(value, "is_nested", False) is True and isinstance(getattr(value, "tensors", None), list):
-            for i, part in enumerate(value.tensors[:MAX_ITEMS]):
-                self.add(f"{name}.{i}", part, depth + 1)
-        elif isinstance(value, (bool, int, float, str)):
-            self.extras[self._unique(name)] = str(value)[:MAX_EXTRA_CHARS]
-        elif isinstance(value, (list, tuple)) and all(isinstance(v, (bool, int, float, str)) for v in value):
-            self.extras[self._unique(name)] = json.dumps(list(value))[:MAX_EXTRA_CHARS]
-        elif isinstance(value, (list, tuple)) and depth < MAX_DEPTH:
-            for i, item in enumerate(value[:MAX_ITEMS]):
-                self.add(f"{name}.{i}", item, depth + 1)
-        elif isinstance(value, Mapping) and depth < MAX_DEPTH:
-            for key, item in list(value.items())[:MAX_ITEMS]:
-                self.add(f"{name}.{safe_key(key)}", item, depth + 1)
-        else:
-            self.skipped[self._unique(name)] = type(value).__name__
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(int(t.numel()) * int(t.element_size()) for t in self.tensors.values())
-
-
-def safe_key(key: object) -> str:
-    """A dict key as a name part: letters, digits and '_' only (names also become .npy file names)."""
-    text = re.sub(r"[^A-Za-z0-9_]", "_", str(key))[:64]
-    return text or "_"
-
-
-def collect_tensors(conditioning=None, latent=None, image=None) -> CollectedTensors:
-    """Every tensor of the values, named cond.<i>.tensor, cond.<i>.<key>, latent.<key>, image."""
-    collected = CollectedTensors()
-    if conditioning is not None:
-        if isinstance(conditioning, (list, tuple)):
-            for i, entry in enumerate(conditioning[:MAX_ITEMS]):
-                if isinstance(entry, (list, tuple)) and len(entry) >= 2 and isinstance(entry[1], Mapping):
-                    collected.add(f"cond.{i}.tensor", entry[0])
-                    for key, value in list(entry[1].items())[:MAX_ITEMS]:
-                        collected.add(f"cond.{i}.{safe_key(key)}", value, depth=1)
-                else:
-                    collected.skipped[f"cond.{i}"] = type(entry).__name__
-        else:
-            collected.skipped["cond"] = type(conditioning).__name__
-    if latent is not None:
-        if isinstance(latent, Mapping):
-            for key, value in list(latent.items())[:MAX_ITEMS]:
-                collected.add(f"latent.{safe_key(key)}", value, depth=1)
-        else:
-            collected.skipped["latent"] = type(latent).__name__
-    if image is not None:
-        if _is_tensor(image):
-            collected.tensors["image"] = image
-        else:
-            collected.skipped["image"] = type(image).__name__
-    return collected
-
-
-def guess_encoder_family(conditioning) -> str | None:
-    """Text-encoder family of the first conditioning entry, from its shape (conditioning_family);
-    None when unknown or not a CONDITIONING."""
-    try:
-        from .conditioning_family import family_from_shape
-
-        cond, extras = conditioning[0][0], conditioning[0][1]
-        pooled = extras.get("pooled_output")
-        guess = family_from_shape(
-            int(cond.shape[-1]),
-            int(pooled.shape[-1]) if _is_tensor(pooled) else None,
-            int(cond.shape[-2]) if len(cond.shape) >= 2 else None,
-            [str(k) for k in extras],
-        )
-    except Exception as exc:  # anything unexpected in the value: the family stays unknown
-        log.debug("pipeline monitor: no encoder family for the dump: %s", exc)
-        return None
-    if guess.get("confidence") == "unknown":
-        return None
-    return f"{guess['family']} ({guess['confidence']})"
 
 
 # -- writing -------------------------------------------------------------------------------------
@@ -494,53 +389,3 @@ def load_dump(directory: str, name: str) -> tuple[dict, dict]:
     """(tensors, metadata) of a whole dump; for small dumps and tests."""
     with open_dump(directory, name) as reader:
         return {t: reader.get(t) for t in reader.names}, reader.metadata
-
-
-# -- comparing -----------------------------------------------------------------------------------
-
-
-def _dump_side(reader: DumpReader, directory: str) -> dict:
-    meta = reader.metadata
-    return {
-        "name": reader.name,
-        "size_bytes": os.path.getsize(os.path.join(directory, reader.name)),
-        "created_utc": meta.get("created_utc"),
-        "prompt_id": meta.get("prompt_id"),
-        "dump_node_id": meta.get("dump_node_id"),
-        "source_nodes": meta.get("source_nodes"),
-        "encoder_family": meta.get("encoder_family"),
-        "n_tensors": len(reader.names),
-    }
-
-
-def compare_dumps(directory: str, name_a: str, name_b: str, rtol: float, atol: float) -> dict:
-    """Compare two dumps tensor by tensor (a is the reference); DumpError if one is unusable."""
-    from .tensor_compare import compare_sets
-
-    with open_dump(directory, name_a) as a, open_dump(directory, name_b) as b:
-        result = compare_sets(
-            {n: (lambda n=n: a.get(n)) for n in a.names},
-            {n: (lambda n=n: b.get(n)) for n in b.names},
-            rtol,
-            atol,
-        )
-        result["a"], result["b"] = _dump_side(a, directory), _dump_side(b, directory)
-    return result
-
-
-def compare_dump_with(
-    directory: str, name_a: str, tensors: Mapping[str, Any], rtol: float, atol: float
-) -> dict:
-    """Compare a dump (the reference) with live tensors named as collect_tensors names them."""
-    from .tensor_compare import compare_sets
-
-    with open_dump(directory, name_a) as a:
-        result = compare_sets(
-            {n: (lambda n=n: a.get(n)) for n in a.names},
-            {n: (lambda t=t: t) for n, t in tensors.items()},
-            rtol,
-            atol,
-        )
-        result["a"] = _dump_side(a, directory)
-    result["b"] = {"name": None, "live": True, "n_tensors": len(tensors)}
-    return result

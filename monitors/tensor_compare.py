@@ -4,13 +4,17 @@ mean absolute difference, relative error, cosine similarity, allclose; and a one
 `a` is the reference. allclose follows torch.allclose(b, a, rtol, atol): |b - a| <= atol + rtol*|a|,
 with NaN equal to NaN and an Inf equal only to the same Inf. Work is chunked in float64, so extra
 memory is bounded whatever the tensor size; tensors are fetched one pair at a time.
+compare_dumps / compare_dump_with open dumps (safetensors only, see dumps.py) and compare them.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from .dumps import DumpReader, open_dump
 
 CHUNK_ELEMENTS = 1 << 22
 STATUSES = ("identical", "close", "different", "incompatible", "nothing_to_compare")
@@ -178,3 +182,49 @@ def _max_known(values):
 def _min_known(values):
     known = [v for v in values if v is not None]
     return min(known) if known else None
+
+
+# -- comparing dumps -----------------------------------------------------------------------------
+
+
+def _dump_side(reader: DumpReader, directory: str) -> dict:
+    meta = reader.metadata
+    return {
+        "name": reader.name,
+        "size_bytes": os.path.getsize(os.path.join(directory, reader.name)),
+        "created_utc": meta.get("created_utc"),
+        "prompt_id": meta.get("prompt_id"),
+        "dump_node_id": meta.get("dump_node_id"),
+        "source_nodes": meta.get("source_nodes"),
+        "encoder_family": meta.get("encoder_family"),
+        "n_tensors": len(reader.names),
+    }
+
+
+def compare_dumps(directory: str, name_a: str, name_b: str, rtol: float, atol: float) -> dict:
+    """Compare two dumps tensor by tensor (a is the reference); DumpError if one is unusable."""
+    with open_dump(directory, name_a) as a, open_dump(directory, name_b) as b:
+        result = compare_sets(
+            {n: (lambda n=n: a.get(n)) for n in a.names},
+            {n: (lambda n=n: b.get(n)) for n in b.names},
+            rtol,
+            atol,
+        )
+        result["a"], result["b"] = _dump_side(a, directory), _dump_side(b, directory)
+    return result
+
+
+def compare_dump_with(
+    directory: str, name_a: str, tensors: Mapping[str, Any], rtol: float, atol: float
+) -> dict:
+    """Compare a dump (the reference) with live tensors named as collect_tensors names them."""
+    with open_dump(directory, name_a) as a:
+        result = compare_sets(
+            {n: (lambda n=n: a.get(n)) for n in a.names},
+            {n: (lambda t=t: t) for n, t in tensors.items()},
+            rtol,
+            atol,
+        )
+        result["a"] = _dump_side(a, directory)
+    result["b"] = {"name": None, "live": True, "n_tensors": len(tensors)}
+    return result

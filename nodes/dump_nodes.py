@@ -14,20 +14,18 @@ import time
 
 from comfy_api.latest import io
 
+from ..monitors.dump_collect import collect_tensors, guess_encoder_family
 from ..monitors.dumps import (
     DumpError,
     DumpNameError,
     DumpTooLargeError,
-    collect_tensors,
-    compare_dump_with,
-    compare_dumps,
     dump_file_name,
-    guess_encoder_family,
     list_dumps,
     write_dump,
 )
 from ..monitors.latent import describe_tensor_bounded
 from ..monitors.report import Finding, StepReport, format_bytes
+from ..monitors.tensor_compare import compare_dump_with, compare_dumps
 from . import dump_paths
 from .node_support import record_step, upstream_node_ids
 from .runtime import get_runtime

@@ -9,20 +9,19 @@ import pytest
 import torch
 
 from monitors import dumps
+from monitors.dump_collect import collect_tensors
 from monitors.dumps import (
     DumpCorruptError,
     DumpError,
     DumpNameError,
     DumpNotFoundError,
     DumpTooLargeError,
-    collect_tensors,
-    compare_dump_with,
-    compare_dumps,
     dump_file_name,
     list_dumps,
     load_dump,
     write_dump,
 )
+from monitors.tensor_compare import compare_dump_with, compare_dumps
 
 
 class HookGroup:  # a non-tensor conditioning extra, like comfy.hooks.HookGroup
