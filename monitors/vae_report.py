@@ -219,6 +219,7 @@ def build_step(
     frames = (pixels.get("shape") or [None])[0]
     direct_prediction = result.predictions.get("direct")
     direct_attempt = _attempt(result, "direct")
+    used_attempt = _attempt(result, result.strategy_used) if result.strategy_used else None
     summary = {
         "strategy_requested": result.requested,
         "strategy_used": result.strategy_used,
@@ -240,6 +241,7 @@ def build_step(
         "direct_free_bytes": None if direct_prediction is None else direct_prediction.free_bytes,
         "direct_predicted_to_fit": None if direct_prediction is None else direct_prediction.fits,
         "direct_prediction_held": None if direct_attempt is None else direct_attempt.prediction_held,
+        "used_prediction_held": None if used_attempt is None else used_attempt.prediction_held,
     }
     if latent is not None:
         summary.update(geometry(pixels.get("shape"), latent))

@@ -78,13 +78,16 @@ def comfy_cleanup() -> None:
 def encode_on_cpu(vae, pixels):
     """Encode on the CPU without leaving the VAE moved or duplicated.
 
-    A shallow copy of the VAE (same weights module) gets a clone of its patcher whose load device
-    is the CPU, and encodes with ComfyUI's own code. Loading the clone detaches the original from
-    its device (ComfyUI unloads other patchers of the same module); afterwards the clone is
-    unloaded, so the weights sit on the VAE's offload device, as after any ComfyUI unload, and the
-    next encode loads the VAE as usual. The VAE object itself is never changed.
+    The VAE is unloaded first, as ComfyUI unloads any model (weights to its offload device): a
+    patcher that is still loaded would keep its weights where they are when a clone loads (ComfyUI
+    skips loading a module it finds fully loaded), and the encode would mix devices. Then a
+    shallow copy of the VAE (same weights module) gets a clone of its patcher whose load device is
+    the CPU, and encodes with ComfyUI's own code; afterwards the clone is unloaded too. The VAE
+    object itself is never changed, and the next encode loads it onto its device as usual.
+    The encode runs in the VAE's dtype (half precision on the CPU is slow).
     """
     cpu = torch.device("cpu")
+    unload_patcher(vae.patcher)
     view = copy.copy(vae)
     view.device = cpu
     view.patcher = vae.patcher.clone()
@@ -106,7 +109,7 @@ def unload_patcher(patcher) -> None:
             try:
                 loaded.model_unload()
             except Exception as exc:
-                log.warning("pipeline monitor: unloading the temporary CPU VAE failed: %s", exc)
+                log.warning("pipeline monitor: unloading a VAE patcher failed: %s", exc)
 
 
 def chain_options(vae, strategy, allow_dummy, tiles: TileSettings) -> ChainOptions:

@@ -128,12 +128,28 @@ def vae_state(vae):
 
 
 @pytest.mark.parametrize("which", ["kl", "wan"])
-def test_cpu_strategy_leaves_the_vae_unmoved_and_not_duplicated(comfy, tiny, wan_vae, pack_runtime, which):
+def test_cpu_strategy_leaves_the_vae_unmoved_and_not_duplicated(
+    comfy, tiny, wan_vae, pack_runtime, monkeypatch, which
+):
+    import comfy.model_patcher as model_patcher
+
     vae = tiny.vae if which == "kl" else wan_vae
     pixels = noise_image(9 if which == "wan" else 1, 64, 64, seed=5)
-    expected = core_encode(comfy, vae, pixels)
+    expected = core_encode(comfy, vae, pixels)  # leaves the VAE loaded, as on a GPU before a fallback
     before = vae_state(vae)
+    loads = []
+    original_load = model_patcher.ModelPatcher.load
+
+    def spy_load(patcher, device_to=None, *args, **kwargs):
+        loads.append((patcher is not vae.patcher and patcher.is_clone(vae.patcher), str(device_to)))
+        return original_load(patcher, device_to, *args, **kwargs)
+
+    monkeypatch.setattr(model_patcher.ModelPatcher, "load", spy_load)
     output, step = run_node(comfy, pack_runtime, pixels=pixels, vae=vae, strategy="cpu")
+    monkeypatch.undo()
+    # The clone really moved the weights to the CPU: ComfyUI skips loading a module it finds fully
+    # loaded by another patcher, which on a GPU would leave the weights there and mix devices.
+    assert (True, "cpu") in loads, loads
     assert step["summary"]["strategy_used"] == "cpu"
     assert torch.equal(latent_of(output), expected)
     after = vae_state(vae)

@@ -444,3 +444,11 @@ def test_an_overlap_the_tiler_cannot_run_is_reduced_with_a_warning():
     video = FakeVAE(video=True)
     run_chain(video, pixels(9), options(strategy="tiled", tiles=TileSettings(tile_size=64, overlap=32)))
     assert video.tiled_kwargs["overlap"] == 32  # video VAEs tile without half-size passes
+
+
+def test_default_free_memory_reading():
+    from monitors.vae_chain import read_free_memory
+
+    free = read_free_memory("cpu")
+    assert isinstance(free, int) and free > 0
+    assert read_free_memory("meta") is None

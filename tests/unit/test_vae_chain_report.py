@@ -113,6 +113,7 @@ def test_predicted_skip_gives_the_suggestion_with_both_figures():
     assert step.summary["direct_needed_bytes"] == 100_000 * 256 * 256 + 100 * MiB
     assert step.summary["direct_free_bytes"] == 6 * GiB and step.summary["direct_predicted_to_fit"] is False
     assert step.summary["direct_prediction_held"] is None  # skipped: never tested
+    assert step.summary["used_prediction_held"] is True
     lines = ui_lines(step)
     assert lines[0].startswith("tiled in ") and any(
         line.startswith("direct: skipped (predicted") for line in lines
