@@ -19,7 +19,7 @@ from typing import Any
 from .lora_norms import frobenius_norm, kron_norm, loha_norm, lora_norm
 
 MAX_HOPS = 64  # parent-chain walk limit: far more than any real stack of loaders
-MAX_LISTED_KEYS = 2000  # per-key rows kept in a report per side
+MAX_LISTED_KEYS = 1000  # per-key rows kept in a report per side (totals cover every key)
 # Base-weight elements read per side for relative changes: reading is O(weight size), so a big
 # LoRA gets relative figures for its first keys only (rows say why the others have none).
 BASE_NORM_ELEMENT_BUDGET = 1 << 27
@@ -147,16 +147,19 @@ def analyse_entry(entry) -> dict[str, Any]:
     strength_model = _float_or_none(strength_model)
     rank = alpha = raw = scale = None
     reason = WITHOUT_NORM.get(patch_type)
-    if patch_type in ADAPTER_INFO:
-        rank, alpha, raw, reason = ADAPTER_INFO[patch_type](value.weights)
-        scale = _scale(alpha, rank)
-    elif patch_type in ("glora", "oft", "boft"):
-        alpha = _float_or_none(_padded(value.weights, 5)[4 if patch_type == "glora" else 2])
-    elif patch_type == "diff":
-        tensor = _diff_tensor(value)
-        raw = frobenius_norm(tensor) if _is_tensor(tensor) else None
-        reason = None if raw is not None else "diff without a tensor"
-        scale = 1.0
+    try:
+        if patch_type in ADAPTER_INFO:
+            rank, alpha, raw, reason = ADAPTER_INFO[patch_type](value.weights)
+            scale = _scale(alpha, rank)
+        elif patch_type in ("glora", "oft", "boft"):
+            alpha = _float_or_none(_padded(value.weights, 5)[4 if patch_type == "glora" else 2])
+        elif patch_type == "diff":
+            tensor = _diff_tensor(value)
+            raw = frobenius_norm(tensor) if _is_tensor(tensor) else None
+            reason = None if raw is not None else "diff without a tensor"
+            scale = 1.0
+    except Exception as exc:  # a malformed patch is reported on its row, the others still count
+        raw, reason = None, f"unreadable patch: {type(exc).__name__}: {exc}"
     effective = None if scale is None or strength is None else strength * scale
     delta = None if raw is None or effective is None else abs(effective) * raw
     if strength == 0.0 and patch_type in ("lora", "loha", "lokr", "diff"):

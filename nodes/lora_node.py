@@ -14,6 +14,7 @@ from ..monitors.probes import get_probes
 from ..monitors.report import Finding, StepReport
 from .lora_keys import lora_path, recompute_coverage
 from .node_support import record_step
+from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +24,11 @@ def analyse_loaders(node_id, prompt, model, clip, errors: list) -> list[dict]:
     model_loaders = upstream_loaders(prompt, node_id, "model")
     clip_loaders = upstream_loaders(prompt, node_id, "clip") if clip is not None else []
     loaders = merge_loaders(model_loaders, clip_loaders)
+    recorder = get_runtime().recorder
     for loader in loaders:
         loader["file"], loader["coverage"] = None, None
+        profile = recorder.node_profile(loader["node_id"])  # the loader's time and peaks, if profiled
+        loader["profile"] = None if profile is None else profile.to_dict()
         try:
             status, index = lora_file_status(loader["lora_name"], lora_path(loader["lora_name"]))
             loader["file"] = status
@@ -35,7 +39,6 @@ def analyse_loaders(node_id, prompt, model, clip, errors: list) -> list[dict]:
                     status["path"],
                     index,
                 )
-            del index
         except Exception as exc:
             errors.append(f"loader {loader['node_id']}: {type(exc).__name__}: {exc}")
             log.warning("pipeline monitor: LoRA file check of node %s failed: %s", loader["node_id"], exc)

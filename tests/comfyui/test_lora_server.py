@@ -156,6 +156,7 @@ def test_report_counts_equal_the_planted_truth(server, lora_runs):
         LORA,
     )
     assert loader["strength_model"] == 0.75 and loader["model_hop_index"] == 0
+    assert loader["profile"]["node_id"] == "2" and loader["profile"]["duration_s"] > 0
     assert loader["file"]["exists"] and loader["file"]["size_bytes"] > 0
     assert loader["file"]["network"]["base_model"] == "wan_2.1"
     coverage = loader["coverage"]

@@ -212,6 +212,14 @@ def test_entries_without_a_cheap_norm_say_why(value, kind, reason):
     assert reason in row["delta_norm_unavailable"]
 
 
+def test_malformed_patch_is_reported_on_its_row():
+    row = analyse_entry(entry(Adapter("lora", (rand(4, 2), rand(3, 4), 1.0, None, None, None))))
+    assert row["type"] == "lora" and row["delta_norm"] is None
+    assert row["delta_norm_unavailable"].startswith("unreadable patch: ValueError: rank mismatch")
+    row = analyse_entry(entry(Adapter("lokr", (None, None, 1.0))))
+    assert row["delta_norm"] is None and row["delta_norm_unavailable"].startswith("unreadable patch")
+
+
 def test_strength_zero_is_no_change_even_for_dora():
     dora = Adapter("lora", (rand(4, 2), rand(2, 4), 1.0, None, torch.ones(4), None))
     for value in (dora, ("diff", (rand(4, 4),))):
