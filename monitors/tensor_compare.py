@@ -54,31 +54,20 @@ def compare_pair(a, b, rtol: float, atol: float) -> dict[str, Any]:
         return row
 
     flat_a, flat_b = a.detach().reshape(-1), b.detach().reshape(-1)
-    max_diff, sum_diff, n_finite_diff = 0.0, 0.0, 0
-    dot = norm_a2 = norm_b2 = diff2 = 0.0
-    n_not_close = n_nan_mismatch = 0
+    totals = dict.fromkeys(("sum_diff", "dot", "norm_a2", "norm_b2", "diff2"), 0.0)
+    totals.update(max_diff=0.0, n_finite_diff=0, n_not_close=0, n_nan_mismatch=0)
     with torch.no_grad():
         for start in range(0, n, CHUNK_ELEMENTS):
             ca = flat_a[start : start + CHUNK_ELEMENTS].to("cpu", torch.float64)
             cb = flat_b[start : start + CHUNK_ELEMENTS].to("cpu", torch.float64)
-            nan_a, nan_b = torch.isnan(ca), torch.isnan(cb)
-            n_nan_mismatch += int((nan_a ^ nan_b).sum())
-            same_special = (nan_a & nan_b) | (torch.isinf(ca) & (ca == cb))
-            diff = torch.where(same_special, torch.zeros_like(ca), (cb - ca).abs())
-            finite_diff = torch.isfinite(diff)
-            close = finite_diff & (diff <= atol + rtol * ca.abs().nan_to_num(posinf=0.0))
-            n_not_close += int((~close).sum())
-            if bool(finite_diff.any()):
-                d = diff[finite_diff]
-                max_diff = max(max_diff, float(d.max()))
-                sum_diff += float(d.sum())
-                n_finite_diff += int(d.numel())
             both_finite = torch.isfinite(ca) & torch.isfinite(cb)
-            fa, fb = ca[both_finite], cb[both_finite]
-            dot += float((fa * fb).sum())
-            norm_a2 += float((fa * fa).sum())
-            norm_b2 += float((fb * fb).sum())
-            diff2 += float(((fb - fa) ** 2).sum())
+            if bool(both_finite.all()):
+                _add_finite_chunk(totals, ca, cb, rtol, atol)
+            else:
+                _add_chunk_with_specials(totals, ca, cb, both_finite, rtol, atol)
+    max_diff, sum_diff, n_finite_diff = totals["max_diff"], totals["sum_diff"], totals["n_finite_diff"]
+    dot, norm_a2, norm_b2, diff2 = totals["dot"], totals["norm_a2"], totals["norm_b2"], totals["diff2"]
+    n_not_close, n_nan_mismatch = totals["n_not_close"], totals["n_nan_mismatch"]
     row["n_not_close"] = n_not_close
     row["n_nan_mismatch"] = n_nan_mismatch
     row["allclose"] = n_not_close == 0
@@ -95,6 +84,44 @@ def compare_pair(a, b, rtol: float, atol: float) -> dict[str, Any]:
     if not row["allclose"]:
         row["reason"] = f"{n_not_close} of {n} elements outside tolerance"
     return row
+
+
+def _add_finite_chunk(totals: dict, ca, cb, rtol: float, atol: float) -> None:
+    """The common case, in few passes: every value of both chunks is finite."""
+    import torch
+
+    diff = (cb - ca).abs_()
+    totals["n_not_close"] += int((diff > ca.abs().mul_(rtol).add_(atol)).sum())
+    totals["max_diff"] = max(totals["max_diff"], float(diff.max()))
+    totals["sum_diff"] += float(diff.sum())
+    totals["n_finite_diff"] += int(diff.numel())
+    totals["dot"] += float(torch.dot(ca, cb))
+    totals["norm_a2"] += float(torch.dot(ca, ca))
+    totals["norm_b2"] += float(torch.dot(cb, cb))
+    totals["diff2"] += float(torch.dot(diff, diff))
+
+
+def _add_chunk_with_specials(totals: dict, ca, cb, both_finite, rtol: float, atol: float) -> None:
+    """NaN equals NaN, an Inf equals the same Inf; norms and cosine use the finite pairs only."""
+    import torch
+
+    nan_a, nan_b = torch.isnan(ca), torch.isnan(cb)
+    totals["n_nan_mismatch"] += int((nan_a ^ nan_b).sum())
+    same_special = (nan_a & nan_b) | (torch.isinf(ca) & (ca == cb))
+    diff = torch.where(same_special, torch.zeros_like(ca), (cb - ca).abs())
+    finite_diff = torch.isfinite(diff)
+    close = finite_diff & (diff <= atol + rtol * ca.abs().nan_to_num(posinf=0.0))
+    totals["n_not_close"] += int((~close).sum())
+    if bool(finite_diff.any()):
+        d = diff[finite_diff]
+        totals["max_diff"] = max(totals["max_diff"], float(d.max()))
+        totals["sum_diff"] += float(d.sum())
+        totals["n_finite_diff"] += int(d.numel())
+    fa, fb = ca[both_finite], cb[both_finite]
+    totals["dot"] += float(torch.dot(fa, fb))
+    totals["norm_a2"] += float(torch.dot(fa, fa))
+    totals["norm_b2"] += float(torch.dot(fb, fb))
+    totals["diff2"] += float(torch.dot(fb - fa, fb - fa))
 
 
 def compare_sets(
