@@ -282,3 +282,12 @@ def test_nodes_keep_no_tensor_alive(comfy, pack_runtime):
     del samples, cond
     gc.collect()
     assert [r() for r in refs] == [None, None, None]
+
+
+def test_huge_expanded_latent_is_described_and_refused_without_allocation(comfy, pack_runtime):
+    huge = {"samples": torch.zeros(1).expand(1, 16, 1000, 1000, 1000)}  # 64 GB as float32
+    before = files_under(output_dir().parent)
+    output, step = dump(comfy, pack_runtime, unique("pm_huge"), latent=huge)
+    assert output.result[1] is huge
+    assert step["details"]["tensors"]["latent.samples"]["stats_skipped"] is True
+    assert "too_large" in codes(step, "error") and files_under(output_dir().parent) == before
