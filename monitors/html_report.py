@@ -34,7 +34,7 @@ h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 28px 0 8p
 .muted { color: var(--muted); } .mono { font-family: ui-monospace, monospace; }
 table { border-collapse: collapse; width: 100%; font-size: 13px; }
 th, td { text-align: left; padding: 3px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
-td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .card { background: var(--card); border: 1px solid var(--line); border-radius: 6px; padding: 10px 12px;
   margin: 10px 0; }
 .badge { display: inline-block; padding: 0 6px; border-radius: 8px; font-size: 12px;

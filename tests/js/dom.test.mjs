@@ -80,3 +80,10 @@ test("node summary lines come only from a list of text", () => {
   assert.deepEqual(summaryLines("abc"), [], "a string is not a ui list");
   assert.deepEqual(summaryLines(undefined), []);
 });
+
+test("wrapped summary lines grow with the text and shrink with the width", async () => {
+  const { wrappedLineCount } = await import("../../web/lib/node_summary.mjs");
+  assert.equal(wrappedLineCount(["short"], 300), 1);
+  assert.equal(wrappedLineCount(["x".repeat(100)], 335), 2);
+  assert.equal(wrappedLineCount(["a", "x".repeat(100)], 67), 11);
+});

@@ -69,3 +69,10 @@ test("clip and safe file names", () => {
   assert.equal(safeFileName('<img src=x onerror="a">'), "_img_src_x_onerror_a_");
   assert.equal(safeFileName(""), "report");
 });
+
+test("byte labels say size unless the name says what it measures", () => {
+  assert.equal(labelFromKey("latent_bytes"), "latent size");
+  assert.equal(labelFromKey("total_size_bytes"), "total size");
+  assert.equal(labelFromKey("peak_gpu_allocated_bytes"), "peak gpu allocated");
+  assert.equal(labelFromKey("rss_change_bytes"), "rss change");
+});

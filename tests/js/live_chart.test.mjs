@@ -49,3 +49,14 @@ test("the byte axis ends at a round value above the maximum", () => {
   assert.equal(niceBytesMax(900 * 1024 ** 2), 1024 * 1024 ** 2);
   assert.ok(niceBytesMax(17 * GiB) >= 17 * GiB * 1.05);
 });
+
+test("the chart window grows with the data, up to five minutes", async () => {
+  const { chartWindow } = await import("../../web/lib/live_chart.mjs");
+  const buffer = new SampleBuffer();
+  buffer.extend([sample(0), sample(5)]);
+  assert.equal(chartWindow(buffer.points), 30);
+  buffer.push(sample(100));
+  assert.equal(chartWindow(buffer.points), 120);
+  for (let t = 110; t <= 1000; t += 10) buffer.push(sample(t));
+  assert.equal(chartWindow(buffer.window()), 300);
+});

@@ -75,6 +75,10 @@ export function formatValue(key, value) {
  */
 export function labelFromKey(key) {
   let k = key;
+  // "latent_bytes" -> "latent size"; names that already say what they measure stay as they are
+  if (key.endsWith("_bytes") && !/size|peak|rss|memory|free|used|change|increase|needed|reclaimed|total/.test(key)) {
+    k = `${key.slice(0, -"_bytes".length)}_size_bytes`;
+  }
   for (const suffix of ["_bytes", "_pct", "_s"]) {
     if (suffix === "_s" && k.endsWith("_per_s")) break;
     if (k.endsWith(suffix) && k.length > suffix.length) {

@@ -11,6 +11,17 @@ import { formatBytes, isNumber } from "./format.mjs";
  */
 
 export const WINDOW_S = 300;
+const WINDOW_STEPS_S = [30, 60, 120, 300];
+
+/**
+ * The time span to show: the smallest step that covers the data (at most WINDOW_S), so a chart
+ * opened a few seconds ago is not a sliver at the right edge.
+ * @param {Point[]} points
+ */
+export function chartWindow(points) {
+  const span = points.length > 1 ? points[points.length - 1].t - points[0].t : 0;
+  return WINDOW_STEPS_S.find((s) => s >= span) ?? WINDOW_S;
+}
 export const MAX_POINTS = 3000;
 
 /**

@@ -5,6 +5,7 @@
 const WIDGET_NAME = "pipeline_monitor_summary";
 const LINE_HEIGHT = 15;
 const MAX_LINES = 12;
+const MARGIN = 4; // the frontend insets a DOM widget by this on each side
 
 /**
  * ui.text -> lines; anything else -> none.
@@ -14,6 +15,16 @@ const MAX_LINES = 12;
 export function summaryLines(text) {
   if (!Array.isArray(text)) return [];
   return text.flatMap((t) => String(t ?? "").split("\n")).filter((line) => line.trim() !== "");
+}
+
+/**
+ * Lines after wrapping at a width in pixels (11 px monospace: about 6.7 px a character).
+ * @param {string[]} lines
+ * @param {number} widthPx
+ */
+export function wrappedLineCount(lines, widthPx) {
+  const perLine = Math.max(10, Math.floor(widthPx / 6.7));
+  return lines.reduce((n, line) => n + Math.max(1, Math.ceil(line.length / perLine)), 0);
 }
 
 /**
@@ -31,15 +42,17 @@ export function showNodeSummary(node, text) {
     widget = node.addDOMWidget(WIDGET_NAME, "pm_summary", element, {
       serialize: false,
       hideOnZoom: true,
-      getMinHeight: () => widget.pmHeight ?? LINE_HEIGHT + 8,
-      getMaxHeight: () => widget.pmHeight ?? LINE_HEIGHT + 8,
+      margin: MARGIN,
+      getMinHeight: () => widget.pmHeight ?? LINE_HEIGHT + 10 + 2 * MARGIN,
+      getMaxHeight: () => widget.pmHeight ?? LINE_HEIGHT + 10 + 2 * MARGIN,
     });
     widget.serialize = false; // not part of the workflow's widgets_values
   }
   widget.element.textContent = lines.join("\n");
   widget.element.title = lines.join("\n");
-  widget.pmHeight = Math.min(lines.length, MAX_LINES) * LINE_HEIGHT + 8;
+  const nodeWidth = Math.max(node.size?.[0] ?? 0, 280);
+  widget.pmHeight = Math.min(wrappedLineCount(lines, nodeWidth - 2 * MARGIN - 12), MAX_LINES) * LINE_HEIGHT + 10 + 2 * MARGIN;
   const [width, height] = node.computeSize?.() ?? node.size;
-  node.setSize?.([Math.max(node.size?.[0] ?? 0, width, 280), Math.max(node.size?.[1] ?? 0, height)]);
+  node.setSize?.([Math.max(nodeWidth, width), Math.max(node.size?.[1] ?? 0, height)]);
   node.setDirtyCanvas?.(true, true);
 }

@@ -3,7 +3,7 @@
 // is closed nothing runs: no timer, no animation frame, and the server is told to stop pushing.
 import { clear, h } from "./dom.mjs";
 import { formatBytes, formatPercent, safeFileName } from "./format.mjs";
-import { SampleBuffer, WINDOW_S, drawChart, presentSeries, seriesValue } from "./live_chart.mjs";
+import { SampleBuffer, WINDOW_S, chartWindow, drawChart, presentSeries, seriesValue } from "./live_chart.mjs";
 import { sortRunsNewestFirst, upsertRun } from "./report_view.mjs";
 import { compareView, runView, runsListView } from "./run_views.mjs";
 
@@ -144,10 +144,12 @@ export class MonitorPanel {
     this.stats.draws += 1;
     const style = getComputedStyle(this.root);
     const color = (/** @type {string} */ name, /** @type {string} */ fallback) => style.getPropertyValue(name).trim() || fallback;
-    drawChart(this.canvas, this.buffer.window(WINDOW_S), {
+    const points = this.buffer.window(WINDOW_S);
+    drawChart(this.canvas, points, {
       fg: color("--fg-color", "#ddd"),
       muted: color("--descrip-text", "#999"),
       grid: color("--border-color", "#444"),
+      windowS: chartWindow(points),
     });
     this.renderValues();
   }
@@ -164,7 +166,7 @@ export class MonitorPanel {
         h("i", { class: "pm-swatch", style: `background:${s.color}` }), `${s.name} `, h("b", { text }));
     });
     const node = last?.node;
-    chips.push(h("span", { class: "pm-chip pm-executing", title: node ? `node ${node.id}` : "" },
+    chips.push(h("span", { class: `pm-chip ${node ? "pm-executing" : "pm-idle"}`, title: node ? `node ${node.id}` : "" },
       node ? "running " : "", h("b", { text: node ? `#${node.id} ${node.label}` : "idle" })));
     clear(this.values);
     this.values.append(...chips);
