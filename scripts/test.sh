@@ -26,6 +26,20 @@ PYEOF
 echo "== ruff"
 "$PY" -m ruff check .
 
+# -- JavaScript (web/): the panel's unit tests and the JSDoc type check --------------------------
+# Runs when package.json exists and node/npm are installed; a failure fails the run (set -e).
+if [ -f package.json ] && command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+  echo "== npm ci"
+  npm ci --no-audit --no-fund --loglevel=error
+  echo "== node --test"
+  node --test tests/js/*.test.mjs
+  echo "== tsc"
+  npx --no-install tsc -p jsconfig.json
+else
+  echo "== JavaScript checks skipped: node or npm not found" >&2
+fi
+# ------------------------------------------------------------------------------------------------
+
 echo "== pytest"
 set +e
 "$PY" -m pytest "$@"
