@@ -172,6 +172,12 @@ def test_kohya_rows_carry_rank_alpha_and_scale(comfy, tiny, pack_runtime, loras_
     assert "diffusion_model.input_blocks.1" in step["details"]["model"]["overall"]["by_block"]
     assert step["details"]["model"]["identity"]["cloned"] is True
     assert step["details"]["clip"]["identity"]["n_patches_after"] == 2
+    # A LoRA loader moves nothing; the loaded CLIP's weights are patched (with no patches), its
+    # LoRA clone's are not yet: ComfyUI applies the LoRA when it next loads the text encoder.
+    assert step["details"]["model"]["placement_changes"] == {}
+    assert step["details"]["clip"]["placement_changes"] == {
+        "weights_patched": {"before": True, "after": False}
+    }
 
 
 def test_monitor_logs_nothing_for_a_good_lora(comfy, tiny, pack_runtime, loras_dir, caplog):
