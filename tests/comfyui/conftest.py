@@ -14,6 +14,7 @@ import asyncio
 import importlib
 import importlib.util
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -209,7 +210,9 @@ def pack_runtime(comfy, tmp_path):
 
 
 def free_port() -> int:
-    for port in PORTS:
+    # A random order makes two test sessions started together unlikely to pick the same port
+    # (ComfyUI binds it only after loading, ~15 s later).
+    for port in random.sample(PORTS, len(PORTS)):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("127.0.0.1", port))
@@ -253,7 +256,9 @@ class ComfyServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"ComfyUI exited with {self.process.returncode}:\n{self.log()[-4000:]}")
             try:
-                if self.get("/system_stats", timeout=2).status_code == 200:
+                # The answer must come from this process: ComfyUI logs the URL once it has bound.
+                bound = f"127.0.0.1:{self.port}" in self.log()
+                if bound and self.get("/system_stats", timeout=2).status_code == 200:
                     return self
             except Exception:
                 pass
