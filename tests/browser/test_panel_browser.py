@@ -119,10 +119,19 @@ def test_only_the_entry_is_loaded_as_an_extension(page, server):
 
 
 def test_tab_and_settings_are_registered_and_settings_reach_the_server(page, server):
+    import requests
+
     tabs = page.evaluate("window.app.extensionManager.getSidebarTabs().map((t) => t.id)")
     assert "pipeline-monitor" in tabs
     assert page.evaluate("window.app.extensionManager.setting.get('PipelineMonitor.SampleIntervalMs')") == 500
     page.evaluate("window.app.extensionManager.setting.set('PipelineMonitor.HistoryLength', 77)")
+    deadline = time.monotonic() + 10
+    while server.get_json("/pipeline_monitor/settings")["max_runs"] != 77 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert server.get_json("/pipeline_monitor/settings")["max_runs"] == 77
+    # a restarted server forgets; the next page load sends the user's stored non-default values
+    requests.post(server.url + "/pipeline_monitor/settings", json={"max_runs": 50}, timeout=10)
+    open_app(page, server.url)  # loads the page again
     deadline = time.monotonic() + 10
     while server.get_json("/pipeline_monitor/settings")["max_runs"] != 77 and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -268,22 +277,39 @@ def test_monitor_nodes_show_their_summary_on_the_node(page, server, shots):
     page.screenshot(path=str(shots / "9_node_summary.png"))
 
 
-def test_every_example_workflow_appears_as_a_template_and_loads(page, server, shots):
+def test_every_example_workflow_loads_from_the_template_browser(page, server, shots):
+    """ComfyUI 0.8 serves a pack's `workflows/` folder as templates (app/custom_node_manager.py);
+    each one is opened the way a user does: Browse Templates -> the pack -> the card."""
     files = sorted((REPO / "workflows").glob("*.json"))
     assert len(files) >= 4
     templates = server.get_json("/workflow_templates")
-    assert sorted(templates[PACK_FOLDER]) == sorted(f.stem for f in files)
-    for path in files:
-        workflow = server.get_json(f"/api/workflow_templates/{PACK_FOLDER}/{path.name}")
-        assert workflow == json.loads(path.read_text())
-        page.evaluate("(wf) => window.app.loadGraphData(wf)", workflow)
-        page.wait_for_timeout(300)
+    assert sorted(templates[PACK_FOLDER]) == sorted(f.stem for f in files), "each listed once"
+    for i, path in enumerate(files):
+        workflow = json.loads(path.read_text())
+        assert server.get_json(f"/api/workflow_templates/{PACK_FOLDER}/{path.name}") == workflow
+        page.evaluate("window.app.extensionManager.command.execute('Comfy.BrowseTemplates')")
+        dialog = page.locator(".p-dialog")
+        dialog.get_by_text(PACK_FOLDER, exact=True).first.click()
+        dialog.get_by_text(path.stem, exact=True).first.wait_for()
+        if i == 0:
+            page.screenshot(path=str(shots / "10_template_browser.png"))
+        dialog.get_by_text(path.stem, exact=True).first.click()
+        page.wait_for_selector(".p-dialog", state="detached", timeout=20_000)
+        page.wait_for_function(f"window.app.graph.nodes.length === {len(workflow['nodes'])}", timeout=20_000)
+        types = page.evaluate("window.app.graph.nodes.map((n) => n.type)")
+        assert sorted(types) == sorted(n["type"] for n in workflow["nodes"]), path.name
         missing = page.evaluate(
             "window.app.graph.nodes.filter((n) => !window.LiteGraph.registered_node_types[n.type]).map((n) => n.type)"
         )
         assert missing == [], (path.name, missing)
-        assert page.evaluate("window.app.graph.nodes.length") == len(workflow["nodes"])
-        dialogs = page.locator(".p-dialog:visible")
-        assert dialogs.count() == 0, (path.name, dialogs.all_inner_texts())
-        page.screenshot(path=str(shots / f"10_workflow_{path.stem}.png"))
+        links = page.evaluate(
+            "Object.keys(window.app.graph.links ?? {}).length || window.app.graph.links.size"
+        )
+        assert links == len(workflow["links"]), path.name
+        page.wait_for_timeout(300)
+        assert page.locator(".p-dialog:visible").count() == 0, (
+            path.name,
+            page.locator(".p-dialog").all_inner_texts(),
+        )
+        page.screenshot(path=str(shots / f"11_workflow_{path.stem}.png"))
     assert page.errors == []
