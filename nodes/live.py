@@ -73,6 +73,9 @@ class LiveWatchers:
                     wanted.add_sink(self.on_sample)
                 self._sampler = wanted
 
+    def connected(self, client_id: str) -> bool | None:
+        return self._connected(client_id)
+
     def clients(self) -> list[str]:
         """Watchers still renewing and connected; drops the others."""
         now = self._clock()
@@ -193,6 +196,8 @@ async def post_live(request: web.Request) -> web.Response:
         return _json({"error": "watching must be true or false"}, 400)
     runtime = get_runtime()
     watchers = get_watchers()
+    if watching and watchers.connected(client_id) is False:
+        return _json({"error": "no websocket is open with this client_id"}, 404)
     watchers.watch(client_id, watching, runtime.sampler, runtime.recorder)
     result = {**watchers.status(), "sample_interval_ms": round(runtime.sampler.interval_s * 1000)}
     if watching and body.get("backfill", True) is not False:

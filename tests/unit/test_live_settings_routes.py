@@ -101,7 +101,9 @@ async def client(aiohttp_client, tmp_path):
     runtime = runtime_mod.Runtime(store, recorder, sampler)
     previous = runtime_mod.set_runtime(runtime)
     sent = []
-    previous_watchers = live.set_watchers(live.LiveWatchers(lambda e, d, sid: sent.append((e, sid))))
+    previous_watchers = live.set_watchers(
+        live.LiveWatchers(lambda e, d, sid: sent.append((e, sid)), lambda sid: sid != "gone")
+    )
     table = web.RouteTableDef()
     routes_mod.register(table)
     app = web.Application()
@@ -127,6 +129,12 @@ async def test_live_route_validates(client, body):
     response = await client.post("/pipeline_monitor/live", json=body)
     assert response.status == 400 and "error" in await response.json()
     assert runtime.sampler.sink_count() == 0
+
+
+async def test_live_route_refuses_a_client_without_a_websocket(client):
+    client, runtime, _ = client
+    response = await client.post("/pipeline_monitor/live", json={"client_id": "gone", "watching": True})
+    assert response.status == 404 and runtime.sampler.sink_count() == 0
 
 
 async def test_live_route_watch_backfill_and_stop(client):
