@@ -129,6 +129,7 @@ class RunRecorder:
             for node_id in cached_node_ids:
                 if str(node_id) not in seen:
                     self._append_node(run, self._profile(run, str(node_id), "cached", None))
+                    self._repeat_cached_step(run, str(node_id))
         open_status = "interrupted" if status == "interrupted" else "error"
         for node_id in list(run.open_nodes):
             self._close_node(run, node_id, open_status)

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.comfyui.conftest import server  # noqa: F401  (the one session server, reused)
-
 HERE = Path(__file__).resolve().parent
 CHROMIUM = "/usr/bin/chromium"
 

@@ -312,8 +312,9 @@ class ComfyServer:
         return prompt_id, self.wait(prompt_id)
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory):
+def session_server(tmp_path_factory):
+    """The `server` fixture's body; the fixture lives in tests/conftest.py so that the comfyui and
+    browser tests share one server per session."""
     base = tmp_path_factory.mktemp("comfy_base")
     for sub in ("custom_nodes", "models", "input", "output", "user"):
         (base / sub).mkdir()

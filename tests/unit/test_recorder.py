@@ -126,6 +126,8 @@ def test_cached_monitor_node_shows_its_earlier_step(setup):
     recorder.node_finished("2")  # cached this time
     report = recorder.end_run("success")
     assert [(s.kind, s.cached, s.summary["n_objects"]) for s in report.steps] == [("models", True, 1)]
+    recorder.begin_run("upstream", PROMPT)  # cached upstream of a cached output: only ComfyUI's list names it
+    assert [s.cached for s in recorder.end_run("success", cached_node_ids=["2"]).steps] == [True]
     other = {"2": {"class_type": "SomethingElse", "inputs": {}}}
     recorder.begin_run("third", other)
     recorder.node_finished("2")
