@@ -256,4 +256,20 @@ def test_example_workflow_is_valid_against_object_info(server):
     }
     assert sources == {"model": "LoraLoader", "clip": "LoraLoader"}
     users = {nodes[links[link][3]]["type"] for output in monitor["outputs"] for link in output["links"]}
-    assert users == {"KSampler", "CLIPTextEncode"}
+    assert users == {"KSampler", "CLIPTextEncode", "PipelineMonitorConditioning"}
+
+    def feeders(node_type):
+        node = next(n for n in nodes.values() if n["type"] == node_type)
+        return {
+            item["name"]: nodes[links[item["link"]][1]]["type"] for item in node["inputs"] if item["link"]
+        }
+
+    assert feeders("PipelineMonitorModels") == dict.fromkeys(
+        ("model", "clip", "vae"), "CheckpointLoaderSimple"
+    )
+    assert feeders("PipelineMonitorConditioning") == {
+        "positive": "CLIPTextEncode",
+        "negative": "CLIPTextEncode",
+        "clip": "PipelineMonitorLora",
+    }
+    assert feeders("KSampler")["positive"] == "PipelineMonitorConditioning"
