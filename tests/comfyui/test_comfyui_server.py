@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 
 pytestmark = pytest.mark.comfyui
 
-WAN = "pm_tiny_wan21.safetensors"
-WAN_VAE = "pm_tiny_wan21_vae.safetensors"
+# Copies of the tiny files under names no other test uses: the session server is shared, and a
+# loader another test already ran with the same file would be served from ComfyUI's cache.
+WAN = "pm_tiny_wan21_server_test.safetensors"
+WAN_VAE = "pm_tiny_wan21_vae_server_test.safetensors"
 # 4 sees the monitor's outputs, 5 the loaders' outputs directly: equal ids = same objects.
 PIPELINE = {
     "1": {"class_type": "UNETLoader", "inputs": {"unet_name": WAN, "weight_dtype": "default"}},
@@ -27,6 +30,13 @@ FAILING = {
 @pytest.fixture(scope="session")
 def pipeline_runs(server):
     """The pipeline queued twice in a row (the second run is served from ComfyUI's cache)."""
+    models = server.base / "models"
+    for folder, source, copy in (
+        ("diffusion_models", "pm_tiny_wan21.safetensors", WAN),
+        ("vae", "pm_tiny_wan21_vae.safetensors", WAN_VAE),
+    ):
+        if not (models / folder / copy).exists():
+            shutil.copyfile(models / folder / source, models / folder / copy)
     runs = []
     for _ in range(2):
         prompt_id, history = server.run(PIPELINE)
@@ -193,9 +203,9 @@ def test_demo_workflow_runs_and_matches_its_ui_copy(server):
 
 
 def test_cached_loader_is_reported_as_cached_in_the_models_step(server, pipeline_runs):
-    # The loaders ran in pipeline_runs; a new monitor over them runs while the loaders are cached.
+    # The loader runs in the first prompt; a new monitor over it runs while it is cached.
+    server.run({"2": PIPELINE["2"], "30": {"class_type": "PMTestObjectId", "inputs": {"vae": ["2", 0]}}})
     prompt = {
-        "1": PIPELINE["1"],
         "2": PIPELINE["2"],
         "31": {"class_type": "PipelineMonitorModels", "inputs": {"vae": ["2", 0]}},
     }
