@@ -15,7 +15,7 @@ from .conditioning_family import families_from_encoder_class, family_from_shape,
 from .model_state import describe_clip
 from .prompt_text import attach_texts
 from .report import Finding, StepReport
-from .tensor_stats import describe_tensor
+from .latent import STATS_MAX_ELEMENTS, describe_tensor_bounded
 
 SIDES = ("positive", "negative")
 MAX_ENTRIES = 64  # entries described per side; the count of the rest is reported
@@ -40,7 +40,7 @@ def _tensor_brief(tensor) -> dict:
 
 def _describe_extra(key: str, value) -> dict:
     if is_tensor(value):
-        return describe_tensor(value) if key.startswith(STATS_EXTRA_PREFIX) else _tensor_brief(value)
+        return describe_tensor_bounded(value) if key.startswith(STATS_EXTRA_PREFIX) else _tensor_brief(value)
     info = {"type": type(value).__name__}
     if value is None or isinstance(value, (bool, int, float)):
         info["value"] = value
@@ -83,9 +83,16 @@ def describe_entry(
             "error", f"{where}: entry {index} holds a {type(cond).__name__}, not a tensor", "cond_not_tensor"
         )
         return info
-    stats = describe_tensor(cond)
+    # Bounded: a huge (or expanded) tensor gets metadata only instead of minutes of statistics.
+    stats = describe_tensor_bounded(cond)
     shape = stats["shape"]
     info.update(stats)
+    if stats["stats_skipped"]:
+        findings.add(
+            "info",
+            f"{where}: entry {index} has {stats['n_elements']} values: statistics skipped",
+            "stats_skipped",
+        )
     info["valid"] = True
     info["batch_size"] = shape[0] if len(shape) == 3 else None
     info["n_tokens"] = shape[-2] if len(shape) >= 2 else None
@@ -122,7 +129,7 @@ def describe_entry(
     info["pooled_shape"] = None
     info["pooled_size"] = None
     if is_tensor(pooled):
-        info["pooled"] = describe_tensor(pooled)
+        info["pooled"] = describe_tensor_bounded(pooled)
         info["pooled_shape"] = info["pooled"]["shape"]
         info["pooled_size"] = info["pooled_shape"][-1] if info["pooled_shape"] else None
         if info["pooled"]["n_nan"] or info["pooled"]["n_inf"]:
@@ -151,7 +158,10 @@ def describe_entry(
                 "error", f"{where}: entry {index} extra {key!r} has NaN or infinite values", "nan_values"
             )
     mask = extras.get("attention_mask")
-    info["n_attended_tokens"] = int((mask != 0).sum()) if is_tensor(mask) and mask.numel() else None
+    countable = (
+        is_tensor(mask) and 0 < mask.numel() <= STATS_MAX_ELEMENTS and str(mask.device) != "meta"
+    )
+    info["n_attended_tokens"] = int((mask != 0).sum()) if countable else None
     info["total_bytes"] = (
         stats["bytes"]
         + (info["pooled"]["bytes"] if info["pooled"] else 0)
@@ -189,7 +199,8 @@ def describe_side(conditioning, where: str, encoder_families: tuple[str, ...], f
         side[key] = first.get(key)
     side["family"] = first.get("family")
     side["total_bytes"] = sum(e["total_bytes"] for e in valid) if valid else None
-    side["n_nan"] = sum(e["n_nan"] for e in valid) if valid else None
+    nan_counts = [e["n_nan"] for e in valid]  # None where statistics were skipped
+    side["n_nan"] = sum(nan_counts) if valid and None not in nan_counts else None
     hidden_sizes = sorted({e["hidden_size"] for e in valid if e["hidden_size"] is not None})
     if len(hidden_sizes) > 1:
         findings.add(
