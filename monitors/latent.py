@@ -204,6 +204,10 @@ def analyse_latent(latent) -> tuple[dict, dict, list[Finding]]:
         details["noise_mask"] = (
             describe_tensor_bounded(mask) if is_tensor(mask) else {"type": type(mask).__name__}
         )
+        if not is_tensor(mask):
+            findings.append(
+                Finding("warning", f"noise_mask is a {type(mask).__name__}, not a tensor.", "bad_noise_mask")
+            )
     batch_index = latent.get("batch_index")
     if batch_index is not None:
         try:
@@ -212,6 +216,9 @@ def analyse_latent(latent) -> tuple[dict, dict, list[Finding]]:
             details["n_batch_index"] = len(indices)
         except (TypeError, ValueError):
             details["batch_index"] = str(batch_index)[:200]
+            findings.append(
+                Finding("warning", "batch_index is not a list of integers.", "bad_batch_index")
+            )
     for key, value in latent.items():
         if key not in ("samples", "noise_mask", "batch_index", "type"):
             details.setdefault("extras", {})[str(key)] = (

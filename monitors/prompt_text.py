@@ -129,6 +129,9 @@ def _text_entry(prompt: Mapping, name: str, value, input_types: InputTypes | Non
     if isinstance(value, str):
         entry.update(text_stats(value))
         return entry
+    if not is_link(value):  # e.g. bytes from a broken API client: say so instead of guessing
+        entry["note"] = f"the input holds a {type(value).__name__}, not text"
+        return entry
     source_id = str(value[0])
     source = prompt.get(source_id)
     entry.update(source="linked", source_node_id=source_id)
@@ -149,7 +152,7 @@ def _encoder_entry(prompt, node_id, class_type, inputs, types, input_types) -> d
     texts = [
         _text_entry(prompt, name, value, input_types)
         for name, value in inputs.items()
-        if types.get(name) == "STRING" and (isinstance(value, str) or is_link(value))
+        if types.get(name) == "STRING" and value is not None
     ]
     return {"node_id": node_id, "class_type": class_type, "texts": texts}
 
