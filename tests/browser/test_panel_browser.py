@@ -176,7 +176,13 @@ def test_run_list_run_view_and_step_cards(page, runs, shots):
     page.screenshot(path=str(shots / "4_run_top.png"))
     # the hostile title and prompt text are shown as text and never run
     page.click('.pm-step[data-kind="conditioning"] .pm-details summary')
-    assert "a cat 0 <img src=x onerror=" in page.inner_text('.pm-step[data-kind="conditioning"] .pm-json')
+    details = '.pm-step[data-kind="conditioning"] .pm-json'
+    # The details are rendered when opened: wait for the text instead of reading at once.
+    page.wait_for_function(
+        "([selector, text]) => (document.querySelector(selector)?.innerText || '').includes(text)",
+        arg=[details, "a cat 0 <img src=x onerror="],
+        timeout=10_000,
+    )
     assert page.evaluate("window.__pmXss") is None
     assert page.locator(f"{PANEL} img").count() == 0
     page.locator('.pm-step[data-kind="lora"]').scroll_into_view_if_needed()
