@@ -1,0 +1,206 @@
+"""The report of a profiled session: a RunReport like a ComfyUI prompt's, and its files.
+
+Rows: one NodeProfile per stage call (class_type = stage name, title = e.g. "step 3"), so the
+panel, the HTML report, the trace export and the CLI read both kinds of report alike. The
+profiling API's own figures go into one step of kind `profiling` (summary: throughput and totals;
+details: phases, diffusion steps, blocks, models, events, samples, config; findings: suggestions).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+
+from . import usage
+from .html_report import render_html
+from .report import Finding, RunReport, StepReport, format_run_summary, write_json_atomic
+from .suggestions import suggest
+from .trace import reports_to_trace
+
+log = logging.getLogger(__name__)
+
+STEP_KIND = "profiling"
+
+
+def _rate(count, seconds) -> float | None:
+    return count / seconds if count and seconds else None
+
+
+def _gpu_utilisation(snapshot) -> list | None:
+    if snapshot is None or not snapshot.gpus:
+        return None
+    return [g.utilization_pct for g in snapshot.gpus]
+
+
+def _max_gpu_peak(span_result) -> int | None:
+    if span_result is None:
+        return None
+    values = [
+        p.value
+        for m, p in span_result.peaks.items()
+        if m.endswith(".allocated_bytes") and p.value is not None
+    ]
+    return int(max(values)) if values else None
+
+
+def _system(session) -> dict:
+    system = {}
+    try:
+        system = dict(session.probes.system_info())
+    except Exception as exc:
+        session.note(f"system info unavailable: {type(exc).__name__}: {exc}")
+    torch = sys.modules.get("torch")
+    try:
+        system["torch_num_threads"] = int(torch.get_num_threads()) if torch is not None else None
+    except Exception:
+        system["torch_num_threads"] = None
+    system.update(session.distributed)
+    system["host"] = session.host_name()
+    system["pid"] = os.getpid()
+    system["source"] = "profiling_api"
+    return system
+
+
+def device_name(system: dict) -> str:
+    names = [g.get("name") or g.get("device") for g in system.get("gpus") or []]
+    if names:
+        return ", ".join(str(n) for n in names)
+    return f"CPU ({system.get('cpu_count') or '?'} logical cores)"
+
+
+def build_report(session, status: str, error: dict | None, span_result, duration_s: float) -> RunReport:
+    totals = session.totals
+    with session._lock:
+        rows = tuple(sorted(session.rows, key=lambda r: int(r.node_id)))
+        samples = {name: list(column) for name, column in session.samples.items()}
+        diffusion_steps, blocks = list(session.diffusion_steps), list(session.blocks)
+        events, stage_threads = list(session.events), dict(session.stage_threads)
+        monitor_errors = list(session.monitor_errors)
+    system = _system(session)
+    phases = session.phases.rows(duration_s)
+    models = usage.tracker.models()
+    summary = {
+        "session": session.name,
+        "rank": session.distributed["rank"],
+        "world_size": session.distributed["world_size"],
+        "n_stage_calls": sum(p["n_calls"] for p in phases),
+        "n_stages": len(phases),
+        "slowest_stage": next((p["stage"] for p in phases if p["depth"] == 0), None),
+        "n_steps": totals["n_steps"],
+        "steps_s": totals["steps_s"] if totals["n_steps"] else None,
+        "steps_per_s": _rate(totals["n_steps"], totals["steps_s"]),
+        "n_blocks": totals["n_blocks"],
+        "blocks_per_s": _rate(totals["n_blocks"], totals["blocks_s"]),
+        "n_frames": totals["n_frames"] or None,
+        "frames_per_s": _rate(totals["n_frames"], totals["blocks_s"]),
+        "n_events": len(events),
+        "n_models": len(models),
+        "model_init_s": sum(m["init_s"] for m in models) if models else None,
+        "n_model_parameters": sum(m.get("n_parameters") or 0 for m in models) if models else None,
+        "model_parameter_bytes": sum(m.get("parameter_bytes") or 0 for m in models) if models else None,
+        "peak_rss_bytes": None if span_result is None else span_result.peak_rss_bytes,
+        "peak_gpu_allocated_bytes": _max_gpu_peak(span_result),
+        "device_name": device_name(system),
+    }
+    details = {
+        "tags": dict(session.tags),
+        "phases": phases,
+        "diffusion_steps": diffusion_steps,
+        "blocks": blocks,
+        "models": models,
+        "events": events,
+        "samples": samples,
+        "stage_threads": stage_threads,
+        "gpu_utilization_before_pct": _gpu_utilisation(None if span_result is None else span_result.baseline),
+        "gpu_utilization_after_pct": _gpu_utilisation(None if span_result is None else span_result.end),
+        "config": session.config.to_dict(),
+    }
+    draft = {
+        "duration_s": duration_s,
+        "system": system,
+        "span": None if span_result is None else span_result.to_dict(),
+        "steps": [{"kind": STEP_KIND, "details": details}],
+    }
+    findings: list[Finding] = []
+    try:
+        findings = suggest(draft, phases)
+    except Exception as exc:  # a rule that trips on odd data must not lose the report
+        session.note(f"suggestions failed: {type(exc).__name__}: {exc}")
+    step = StepReport(
+        kind=STEP_KIND,
+        node_id=None,
+        summary=summary,
+        details=details,
+        findings=tuple(findings),
+        created_unix_s=time.time(),
+    )
+    report = RunReport(
+        prompt_id=session.run_id,
+        status=status,
+        started_unix_s=session.started_unix_s,
+        finished_unix_s=time.time(),
+        duration_s=duration_s,
+        nodes=rows,
+        steps=(step,),
+        span=draft["span"],
+        system=system,
+        error=error,
+        monitor_errors=tuple(monitor_errors),
+        profile_enabled=True,
+    )
+    usage.tracker.record_generation(
+        name=session.name,
+        run_id=session.run_id,
+        duration_s=duration_s,
+        status=status,
+        peak_rss_bytes=summary["peak_rss_bytes"],
+        peak_gpu_allocated_bytes=summary["peak_gpu_allocated_bytes"],
+        gpu_utilization_before_pct=details["gpu_utilization_before_pct"],
+        gpu_utilization_after_pct=details["gpu_utilization_after_pct"],
+        device_name=summary["device_name"],
+    )
+    log.info("%s", format_run_summary(report))
+    return report
+
+
+def write_report_files(session, report: RunReport) -> dict[str, str]:
+    """JSON, HTML and trace files as configured; a failed write is logged, never raised."""
+    cfg = session.config.report
+    base = os.path.join(cfg.output_dir, report.prompt_id)
+    data = report.to_dict()
+    writers = []
+    if session.config.writes_json:
+        writers.append(("json", base + ".json", lambda path: write_json_atomic(path, data)))
+    if session.config.writes_html:
+        writers.append(("html", base + ".html", lambda path: _write_text(path, render_html(data))))
+    if cfg.trace:
+        writers.append(
+            ("trace", base + ".trace.json", lambda path: write_json_atomic(path, reports_to_trace([data])))
+        )
+    paths = {}
+    for kind, path, write in writers:
+        try:
+            write(path)
+            paths[kind] = path
+        except Exception as exc:
+            log.warning(
+                "pipeline monitor: could not write the %s report %s: %s: %s",
+                kind,
+                path,
+                type(exc).__name__,
+                exc,
+            )
+    if paths:
+        log.info("pipeline monitor: session %s reports: %s", session.name, ", ".join(paths.values()))
+    return paths
+
+
+def _write_text(path: str, text: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".tmp-{os.getpid()}-{os.path.basename(path)}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)

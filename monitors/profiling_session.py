@@ -1,0 +1,330 @@
+"""One profiled generation: its stages, steps, blocks, events and samples, and its report files.
+
+The profiling API (profiling.py) opens a ProfileSession per `profile_session(...)`; the session
+measures each stage with a Span (exact peaks, nesting), keeps bounded lists, and at the end builds
+the same RunReport as a ComfyUI prompt: one NodeProfile row per stage call (class_type = stage
+name) and one step of kind `profiling` with throughput, phases, suggestions and the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from collections import deque
+
+from .config import ProfilingConfig
+from .phases import PhaseAccumulator
+from .probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
+from .profiling_report import build_report, write_report_files
+from .report import GpuPeak, NodeProfile, format_bytes, to_jsonable
+from .sampler import Sampler
+from .span import Span
+
+log = logging.getLogger(__name__)
+
+MAX_MONITOR_ERRORS = 50
+MAX_EVENTS = 1000
+
+
+def distributed_info() -> dict:
+    """rank / world size / local rank of a torchrun or torch.distributed job; None outside one."""
+    info = {"rank": None, "world_size": None, "local_rank": None}
+    for key, env in (("rank", "RANK"), ("world_size", "WORLD_SIZE"), ("local_rank", "LOCAL_RANK")):
+        try:
+            info[key] = int(os.environ[env])
+        except (KeyError, ValueError):
+            pass
+    dist = getattr(sys.modules.get("torch"), "distributed", None)
+    try:
+        if info["rank"] is None and dist is not None and dist.is_available() and dist.is_initialized():
+            info["rank"], info["world_size"] = dist.get_rank(), dist.get_world_size()
+    except Exception:  # a half-initialised process group: rank stays unknown
+        pass
+    return info
+
+
+def make_run_id(name: str, rank: int | None) -> str:
+    """A file-name-safe id (the store's pattern): name, UTC time, pid, rank."""
+    safe = re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-")[:60] or "session"
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    run_id = f"{safe}-{stamp}-{os.getpid()}-{int(time.monotonic_ns() % 1_000_000):06d}"
+    return run_id + (f"-rank{rank}" if rank is not None else "")
+
+
+class _OpenStage:
+    __slots__ = ("node_id", "stage", "span", "depth", "thread")
+
+    def __init__(self, node_id, stage, span, depth, thread):
+        self.node_id, self.stage, self.span, self.depth, self.thread = node_id, stage, span, depth, thread
+
+
+class ProfileSession:
+    """Use through `profiling.profile_session`; every method is safe to call from the user's code:
+    monitoring failures are recorded in `monitor_errors` and logged, never raised."""
+
+    def __init__(self, name: str, tags: dict | None, config: ProfilingConfig, probes: Probes | None = None):
+        self.name = str(name)
+        self.config = config
+        self.tags = {**config.tags, **(tags or {})}
+        self.distributed = distributed_info()
+        self.run_id = make_run_id(self.name, self.distributed["rank"])
+        self._probes = probes
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._stacks: list[list[_OpenStage]] = []
+        self._seq = 0
+        self._limit = config.max_data_points
+        self.rows: list[NodeProfile] = []
+        self.stage_threads: dict[str, str] = {}
+        self.phases = PhaseAccumulator()
+        self.diffusion_steps: list[dict] = []
+        self.blocks: list[dict] = []
+        self.events: list[dict] = []
+        self.totals = {"n_steps": 0, "steps_s": 0.0, "n_blocks": 0, "blocks_s": 0.0, "n_frames": 0}
+        self.monitor_errors: list[str] = []
+        self.samples: dict[str, deque] = {"t_s": deque(maxlen=self._limit)}
+        self._last_sampled = {"gpu": None, "cpu": None}
+        self._last_display = 0.0
+        self.current_stage: str | None = None
+        self.thread_name = threading.current_thread().name
+        self.span: Span | None = None
+        self.sampler: Sampler | None = None
+        self.started_unix_s = time.time()
+        self._started_monotonic = time.monotonic()
+        self.report = None
+        self.paths: dict[str, str] = {}
+
+    @property
+    def probes(self) -> Probes:
+        return self._probes if self._probes is not None else get_probes()
+
+    def note(self, message: str) -> None:
+        log.warning("pipeline monitor: %s", message)
+        with self._lock:
+            if message not in self.monitor_errors and len(self.monitor_errors) < MAX_MONITOR_ERRORS:
+                self.monitor_errors.append(message)
+
+    def offset_s(self) -> float:
+        return time.monotonic() - self._started_monotonic
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> ProfileSession:
+        try:
+            self.span = Span(f"session {self.name}", probes=self._probes, detail=DETAIL_FULL).start()
+            self.started_unix_s = self.span._start_unix
+        except Exception as exc:
+            self.note(f"session span failed to start: {type(exc).__name__}: {exc}")
+        try:
+            gpu = self.probes.gpu_count() > 0
+            s = self.config.sampling
+            interval = min(s.gpu_interval_s, s.cpu_interval_s) if gpu else s.cpu_interval_s
+            self.sampler = Sampler(interval_s=interval, max_points=self._limit, probes=self._probes)
+            self.sampler.add_sink(self._on_sample)
+        except Exception as exc:
+            self.note(f"sampler failed to start: {type(exc).__name__}: {exc}")
+        return self
+
+    def finish(self, status: str, error: dict | None = None):
+        """Stop measuring, build the report, write the configured files; returns the RunReport."""
+        if self.sampler is not None:
+            try:
+                self.sampler.stop()
+            except Exception as exc:
+                self.note(f"sampler failed to stop: {type(exc).__name__}: {exc}")
+        with self._lock:
+            stacks = list(self._stacks)
+        for stack in stacks:
+            for record in reversed(list(stack)):  # stages still open (e.g. in a thread still running)
+                self.close_stage(record, "interrupted", stack=stack)
+        span_result = None
+        if self.span is not None:
+            try:
+                span_result = self.span.stop()
+            except Exception as exc:
+                self.note(f"session span failed to stop: {type(exc).__name__}: {exc}")
+        self.report = build_report(
+            self, status, error, span_result, time.monotonic() - self._started_monotonic
+        )
+        self.paths = write_report_files(self, self.report)
+        return self.report
+
+    # -- stages -------------------------------------------------------------------------------
+    def _stack(self) -> list[_OpenStage]:
+        """This thread's open stages, innermost last (stages nest per thread)."""
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+            with self._lock:
+                self._stacks.append(stack)
+        return stack
+
+    def open_stage(self, stage: str) -> _OpenStage | None:
+        stack = self._stack()
+        with self._lock:
+            self._seq += 1
+            node_id = str(self._seq)
+        try:
+            span = Span(f"stage {stage}", probes=self._probes, detail=DETAIL_LIGHT).start()
+        except Exception as exc:
+            self.note(f"stage {stage}: span failed to start: {type(exc).__name__}: {exc}")
+            return None
+        record = _OpenStage(node_id, stage, span, len(stack), threading.current_thread().name)
+        stack.append(record)
+        self.current_stage = stage
+        return record
+
+    def close_stage(
+        self, record: _OpenStage | None, status: str = "executed", title: str | None = None, stack=None
+    ):
+        """Close a stage; returns its duration in seconds (None when it could not be measured)."""
+        if record is None:
+            return None
+        stack = self._stack() if stack is None else stack
+        if record in stack:
+            stack.remove(record)
+        elif record.span.result is not None:
+            return record.span.result.duration_s  # already closed (by finish)
+        self.current_stage = stack[-1].stage if stack else None
+        try:
+            result = record.span.stop()
+        except Exception as exc:
+            self.note(f"stage {record.stage}: span failed to stop: {type(exc).__name__}: {exc}")
+            return None
+        rss_change = result.changes.get("process_rss_bytes")
+        devices = sorted({m.split(".")[0] for m in result.peaks if m.startswith("cuda:")})
+        gpu_peaks = tuple(
+            GpuPeak(d, result.peak(f"{d}.allocated_bytes"), result.peak(f"{d}.reserved_bytes"))
+            for d in devices
+        )
+        gpu_values = [p.peak_allocated_bytes for p in gpu_peaks if p.peak_allocated_bytes is not None]
+        self.phases.add(
+            record.stage,
+            result.duration_s,
+            result.peak_rss_bytes,
+            None if rss_change is None else rss_change.delta,
+            max(gpu_values) if gpu_values else None,
+            depth=record.depth,
+            error=status != "executed",
+        )
+        row = NodeProfile(
+            node_id=record.node_id,
+            class_type=record.stage,
+            title=title or record.stage,
+            status=status,
+            cached=False,
+            start_offset_s=result.start_unix_s - self.started_unix_s,
+            duration_s=result.duration_s,
+            peak_rss_bytes=result.peak_rss_bytes,
+            peak_rss_method=result.peak_rss_method,
+            rss_change_bytes=None if rss_change is None else rss_change.delta,
+            gpu_peaks=gpu_peaks,
+        )
+        with self._lock:
+            if len(self.rows) < self._limit:
+                self.rows.append(row)
+                if record.thread != self.thread_name:
+                    self.stage_threads[record.node_id] = record.thread
+            elif len(self.rows) == self._limit:
+                self._note_once_locked(
+                    f"more than {self._limit} stage calls: later rows not kept (phases stay exact)"
+                )
+        return result.duration_s
+
+    def _note_once_locked(self, message: str) -> None:
+        if message not in self.monitor_errors and len(self.monitor_errors) < MAX_MONITOR_ERRORS:
+            self.monitor_errors.append(message)
+            log.warning("pipeline monitor: %s", message)
+
+    # -- steps, blocks, events ----------------------------------------------------------------
+    def add_diffusion_step(self, duration_s: float | None, info: dict) -> None:
+        with self._lock:
+            self.totals["n_steps"] += 1
+            self.totals["steps_s"] += duration_s or 0.0
+            if len(self.diffusion_steps) < self._limit:
+                self.diffusion_steps.append({"n": self.totals["n_steps"], "duration_s": duration_s, **info})
+
+    def add_block(self, duration_s: float | None, info: dict) -> None:
+        frames = info.get("n_frames")
+        with self._lock:
+            self.totals["n_blocks"] += 1
+            self.totals["blocks_s"] += duration_s or 0.0
+            if isinstance(frames, (int, float)) and not isinstance(frames, bool):
+                self.totals["n_frames"] += frames
+            if len(self.blocks) < self._limit:
+                self.blocks.append({"n": self.totals["n_blocks"], "duration_s": duration_s, **info})
+
+    def add_event(self, name: str, data) -> None:
+        event = {"name": name, "t_s": self.offset_s(), "thread": threading.current_thread().name}
+        event["data"] = to_jsonable(data)
+        with self._lock:
+            if len(self.events) < min(self._limit, MAX_EVENTS):
+                self.events.append(event)
+
+    # -- samples ------------------------------------------------------------------------------
+    def _due(self, kind: str, t: float, interval: float) -> bool:
+        last = self._last_sampled[kind]
+        if last is None or t - last >= interval * 0.95:
+            self._last_sampled[kind] = t
+            return True
+        return False
+
+    def _on_sample(self, snapshot) -> None:
+        """Sampler sink: keep the configured metrics, each at its own interval; live lines."""
+        m, s = self.config.metrics, self.config.sampling
+        t = snapshot.unix_time_s - self.started_unix_s
+        row = {}
+        if self._due("cpu", t, s.cpu_interval_s):
+            if m.system_memory:
+                row.update(
+                    process_rss_bytes=snapshot.process_rss_bytes, ram_used_bytes=snapshot.ram_used_bytes
+                )
+            if m.cpu:
+                row["cpu_pct"] = snapshot.cpu_pct
+        if snapshot.gpus and self._due("gpu", t, s.gpu_interval_s):
+            wanted = {
+                "allocated_bytes": m.gpu_memory,
+                "reserved_bytes": m.gpu_memory,
+                "nvml_used_bytes": m.gpu_memory,
+                "utilization_pct": m.gpu_utilization,
+                "temperature_c": m.gpu_temperature,
+                "power_w": m.gpu_power,
+            }
+            for gpu in snapshot.gpus:
+                for name, on in wanted.items():
+                    if on:
+                        row[f"{gpu.device}.{name}"] = getattr(gpu, name)
+        if row:
+            with self._lock:
+                n = len(self.samples["t_s"])
+                self.samples["t_s"].append(t)
+                for name, value in row.items():
+                    if name not in self.samples:
+                        self.samples[name] = deque([None] * n, maxlen=self._limit)
+                    self.samples[name].append(value)
+                for column in self.samples.values():
+                    if len(column) < len(self.samples["t_s"]):
+                        column.append(None)
+        if self.config.display.realtime and t - self._last_display >= self.config.display.interval_s:
+            self._last_display = t
+            gpus = ", ".join(
+                f"{g.device} {format_bytes(g.allocated_bytes)}"
+                + ("" if g.utilization_pct is None else f" {g.utilization_pct:.0f} %")
+                for g in snapshot.gpus
+            )
+            log.info(
+                "pipeline monitor [%s] %.1f s: stage %s, RSS %s, CPU %s%s",
+                self.name,
+                t,
+                self.current_stage or "-",
+                format_bytes(snapshot.process_rss_bytes),
+                "n/a" if snapshot.cpu_pct is None else f"{snapshot.cpu_pct:.0f} %",
+                f", {gpus}" if gpus else "",
+            )
+
+    def host_name(self) -> str:
+        return socket.gethostname()
