@@ -12,10 +12,10 @@ import time
 from collections.abc import Mapping
 
 from .conditioning_family import families_from_encoder_class, family_from_shape, identify_family
+from .latent import STATS_MAX_ELEMENTS, describe_tensor_bounded
 from .model_state import describe_clip
 from .prompt_text import attach_texts
 from .report import Finding, StepReport
-from .latent import STATS_MAX_ELEMENTS, describe_tensor_bounded
 
 SIDES = ("positive", "negative")
 MAX_ENTRIES = 64  # entries described per side; the count of the rest is reported
@@ -158,9 +158,7 @@ def describe_entry(
                 "error", f"{where}: entry {index} extra {key!r} has NaN or infinite values", "nan_values"
             )
     mask = extras.get("attention_mask")
-    countable = (
-        is_tensor(mask) and 0 < mask.numel() <= STATS_MAX_ELEMENTS and str(mask.device) != "meta"
-    )
+    countable = is_tensor(mask) and 0 < mask.numel() <= STATS_MAX_ELEMENTS and str(mask.device) != "meta"
     info["n_attended_tokens"] = int((mask != 0).sum()) if countable else None
     info["total_bytes"] = (
         stats["bytes"]

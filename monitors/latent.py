@@ -216,9 +216,7 @@ def analyse_latent(latent) -> tuple[dict, dict, list[Finding]]:
             details["n_batch_index"] = len(indices)
         except (TypeError, ValueError):
             details["batch_index"] = str(batch_index)[:200]
-            findings.append(
-                Finding("warning", "batch_index is not a list of integers.", "bad_batch_index")
-            )
+            findings.append(Finding("warning", "batch_index is not a list of integers.", "bad_batch_index"))
     for key, value in latent.items():
         if key not in ("samples", "noise_mask", "batch_index", "type"):
             details.setdefault("extras", {})[str(key)] = (
