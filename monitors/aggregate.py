@@ -1,0 +1,298 @@
+"""Merge and compare run reports: ranks of a distributed job, or runs before and after a change.
+
+Inputs are report JSON files (schemas/run_report.schema.json). A file that is not valid JSON, not
+a run report, or of another schema_version is named with the reason and skipped: reports are
+never silently merged across formats. Works on ComfyUI prompt reports and profiling API reports
+alike (stages are the profiling API's phases, or the node classes of a ComfyUI run).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+
+from .phases import node_gpu_peak, profiling_step, report_phases
+from .report import SCHEMA_VERSION
+
+AGGREGATE_KIND = "pipeline_monitor.aggregate"
+COMPARE_KIND = "pipeline_monitor.compare"
+OUTPUT_VERSION = 1
+THROUGHPUT_KEYS = ("steps_per_s", "blocks_per_s", "frames_per_s")
+DEFAULT_THRESHOLD_PCT = 10.0
+DEFAULT_MIN_SECONDS = 0.05
+DEFAULT_MIN_BYTES = 64 * 1024**2
+
+
+class ReportError(ValueError):
+    """A file that cannot be used as a run report; the message says why."""
+
+
+def load_report(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as exc:
+        raise ReportError(f"cannot read: {exc.strerror or exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ReportError(f"not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ReportError(f"not a run report: the top level is a {type(data).__name__}")
+    if "schema_version" not in data:
+        raise ReportError("not a run report: no schema_version")
+    if data["schema_version"] != SCHEMA_VERSION:
+        raise ReportError(f"schema_version {data['schema_version']!r}; this tool reads {SCHEMA_VERSION}")
+    checks = {
+        "prompt_id": lambda v: isinstance(v, str),
+        "status": lambda v: isinstance(v, str),
+        "started_unix_s": lambda v: isinstance(v, (int, float)),
+        "duration_s": lambda v: v is None or isinstance(v, (int, float)),
+        "nodes": lambda v: isinstance(v, list) and all(isinstance(n, dict) for n in v),
+        "steps": lambda v: isinstance(v, list) and all(isinstance(s, dict) for s in v),
+        "system": lambda v: isinstance(v, dict),
+    }
+    for key, ok in checks.items():
+        if key not in data or not ok(data[key]):
+            raise ReportError(f"malformed run report: {key!r} missing or of the wrong type")
+    return data
+
+
+def load_reports(paths: Sequence[str]) -> tuple[list[tuple[str, dict]], list[dict]]:
+    """(path, report) for every usable file, and {"path", "reason"} for every skipped one."""
+    loaded, skipped = [], []
+    for path in paths:
+        try:
+            loaded.append((path, load_report(path)))
+        except ReportError as exc:
+            skipped.append({"path": path, "reason": str(exc)})
+    return loaded, skipped
+
+
+# -- figures of one report -------------------------------------------------------------------------
+
+
+def peak_gpu(report: Mapping) -> int | None:
+    values = [node_gpu_peak(n) for n in report.get("nodes") or []]
+    summary = (profiling_step(report) or {}).get("summary") or {}
+    values.append(summary.get("peak_gpu_allocated_bytes"))
+    values = [v for v in values if isinstance(v, (int, float))]
+    return max(values) if values else None
+
+
+def run_figures(report: Mapping) -> dict[str, float | None]:
+    summary = (profiling_step(report) or {}).get("summary") or {}
+    figures = {
+        "duration_s": report.get("duration_s"),
+        "peak_rss_bytes": (report.get("span") or {}).get("peak_rss_bytes"),
+        "peak_gpu_allocated_bytes": peak_gpu(report),
+    }
+    for key in THROUGHPUT_KEYS:
+        figures[key] = summary.get(key)
+    return {
+        k: v if isinstance(v, (int, float)) and not isinstance(v, bool) else None for k, v in figures.items()
+    }
+
+
+def rank_of(report: Mapping, index: int) -> int:
+    rank = (report.get("system") or {}).get("rank")
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) else index
+
+
+def top_level(phases: list[dict]) -> list[dict]:
+    """Top-level phases where nesting is known (so a parent and its children are not both 'slowest')."""
+    tops = [p for p in phases if p.get("depth") in (0, None)]
+    return tops or phases
+
+
+def spread(values: Sequence[float]) -> dict:
+    return {
+        "n": len(values),
+        "min": min(values),
+        "max": max(values),
+        "mean": statistics.fmean(values),
+        "std": statistics.pstdev(values) if len(values) > 1 else 0.0,
+    }
+
+
+# -- aggregate -------------------------------------------------------------------------------------
+
+
+def aggregate(loaded: list[tuple[str, dict]], skipped: list[dict] | None = None) -> dict:
+    """Per-metric min/max/mean/std across reports (ranks), per-rank rows, slowest rank and stage."""
+    ranks, metrics, stages = [], {}, {}
+    for index, (path, report) in enumerate(loaded):
+        rank = rank_of(report, index)
+        figures = run_figures(report)
+        phases = report_phases(report)
+        slowest = max(top_level(phases), key=lambda p: p.get("total_s") or 0.0, default=None)
+        ranks.append(
+            {
+                "rank": rank,
+                "path": path,
+                "run_id": report.get("prompt_id"),
+                "host": (report.get("system") or {}).get("host"),
+                "status": report.get("status"),
+                **figures,
+                "slowest_stage": None if slowest is None else slowest["stage"],
+                "slowest_stage_s": None if slowest is None else slowest.get("total_s"),
+                "stages_s": {p["stage"]: p.get("total_s") for p in phases},
+            }
+        )
+        for key, value in figures.items():
+            if value is not None:
+                metrics.setdefault(key, []).append((value, rank))
+        for phase in phases:
+            if isinstance(phase.get("total_s"), (int, float)):
+                stages.setdefault(phase["stage"], []).append((phase["total_s"], rank, phase.get("depth")))
+    metric_stats = {}
+    for key, pairs in metrics.items():
+        values = [v for v, _ in pairs]
+        metric_stats[key] = {
+            **spread(values),
+            "min_rank": min(pairs, key=lambda p: p[0])[1],
+            "max_rank": max(pairs, key=lambda p: p[0])[1],
+        }
+    stage_stats = {}
+    for stage, triples in stages.items():
+        values = [v for v, _, _ in triples]
+        stats = spread(values)
+        stage_stats[stage] = {
+            **{f"{k}_s" if k != "n" else "n_ranks": v for k, v in stats.items()},
+            "imbalance_pct": 100.0 * (stats["max"] - stats["min"]) / stats["mean"] if stats["mean"] else None,
+            "slowest_rank": max(triples, key=lambda t: t[0])[1],
+            "top_level": any(d in (0, None) for _, _, d in triples),
+        }
+    mean_duration = (metric_stats.get("duration_s") or {}).get("mean")
+    for row in ranks:
+        d = row["duration_s"]
+        row["duration_vs_mean_pct"] = (
+            100.0 * (d - mean_duration) / mean_duration if d is not None and mean_duration else None
+        )
+    timed = [r for r in ranks if r["duration_s"] is not None]
+    slowest_rank = max(timed, key=lambda r: r["duration_s"], default=None)
+    candidates = {s: v for s, v in stage_stats.items() if v["top_level"]} or stage_stats
+    slowest_stage = max(candidates.items(), key=lambda kv: kv[1]["max_s"], default=None)
+    versions = sorted({r.get("schema_version") for _, r in loaded})
+    return {
+        "kind": AGGREGATE_KIND,
+        "version": OUTPUT_VERSION,
+        "schema_version": versions[0] if len(versions) == 1 else versions,
+        "n_reports": len(loaded),
+        "skipped": list(skipped or []),
+        "metrics": metric_stats,
+        "stages": stage_stats,
+        "ranks": ranks,
+        "slowest_rank": None
+        if slowest_rank is None
+        else {k: slowest_rank[k] for k in ("rank", "path", "run_id", "duration_s", "duration_vs_mean_pct")},
+        "slowest_stage": None
+        if slowest_stage is None
+        else {
+            "stage": slowest_stage[0],
+            "rank": slowest_stage[1]["slowest_rank"],
+            "total_s": slowest_stage[1]["max_s"],
+        },
+    }
+
+
+# -- compare ---------------------------------------------------------------------------------------
+
+
+def _diff(a, b, threshold_pct: float, min_abs: float) -> dict:
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return {"a": a, "b": b, "delta": None, "delta_pct": None, "regression": False}
+    delta = b - a
+    pct = 100.0 * delta / a if a else (math.inf if delta > 0 else 0.0)
+    regression = delta > min_abs and pct > threshold_pct
+    return {
+        "a": a,
+        "b": b,
+        "delta": delta,
+        "delta_pct": pct if math.isfinite(pct) else None,
+        "regression": regression,
+    }
+
+
+def compare(
+    a: Mapping,
+    b: Mapping,
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    min_seconds: float = DEFAULT_MIN_SECONDS,
+    min_bytes: int = DEFAULT_MIN_BYTES,
+) -> dict:
+    """B against A: run figures, per stage and per node; a regression is B worse by more than
+    `threshold_pct` and by more than `min_seconds` (times) or `min_bytes` (memory)."""
+
+    def limit(key: str) -> float:
+        return min_bytes if key.endswith("_bytes") else min_seconds
+
+    fa, fb = run_figures(a), run_figures(b)
+    run = {
+        k: _diff(fa[k], fb[k], threshold_pct, limit(k))
+        for k in ("duration_s", "peak_rss_bytes", "peak_gpu_allocated_bytes")
+    }
+    for key in THROUGHPUT_KEYS:  # higher is better: a drop is the regression
+        d = _diff(fb[key], fa[key], threshold_pct, 0.0)
+        run[key] = {
+            "a": fa[key],
+            "b": fb[key],
+            "delta_pct": None if d["delta_pct"] is None else -d["delta_pct"],
+            "regression": d["regression"],
+        }
+    pa = {p["stage"]: p for p in report_phases(a)}
+    pb = {p["stage"]: p for p in report_phases(b)}
+    stages = []
+    for stage in dict.fromkeys([*pa, *pb]):
+        x, y = pa.get(stage) or {}, pb.get(stage) or {}
+        stages.append(
+            {
+                "stage": stage,
+                "only_in": None if x and y else ("a" if x else "b"),
+                "total_s": _diff(x.get("total_s"), y.get("total_s"), threshold_pct, min_seconds),
+                "peak_rss_bytes": _diff(
+                    x.get("peak_rss_bytes"), y.get("peak_rss_bytes"), threshold_pct, min_bytes
+                ),
+            }
+        )
+    na = {(str(n.get("node_id")), n.get("class_type")): n for n in a.get("nodes") or []}
+    nb = {(str(n.get("node_id")), n.get("class_type")): n for n in b.get("nodes") or []}
+    nodes = []
+    for key in dict.fromkeys([*na, *nb]):
+        x, y = na.get(key) or {}, nb.get(key) or {}
+        nodes.append(
+            {
+                "node_id": key[0],
+                "class_type": key[1],
+                "title": y.get("title") or x.get("title"),
+                "only_in": None if x and y else ("a" if x else "b"),
+                "cached": [x.get("cached"), y.get("cached")],
+                "duration_s": _diff(x.get("duration_s"), y.get("duration_s"), threshold_pct, min_seconds),
+                "peak_rss_bytes": _diff(
+                    x.get("peak_rss_bytes"), y.get("peak_rss_bytes"), threshold_pct, min_bytes
+                ),
+            }
+        )
+    regressions = [f"run {k}" for k, v in run.items() if v["regression"]]
+    regressions += [
+        f"stage {s['stage']} {m}" for s in stages for m in ("total_s", "peak_rss_bytes") if s[m]["regression"]
+    ]
+    regressions += [
+        f"node #{n['node_id']} {n['class_type']} {m}"
+        for n in nodes
+        for m in ("duration_s", "peak_rss_bytes")
+        if n[m]["regression"]
+    ]
+    return {
+        "kind": COMPARE_KIND,
+        "version": OUTPUT_VERSION,
+        "a": {"run_id": a.get("prompt_id"), "status": a.get("status")},
+        "b": {"run_id": b.get("prompt_id"), "status": b.get("status")},
+        "threshold_pct": threshold_pct,
+        "min_seconds": min_seconds,
+        "min_bytes": min_bytes,
+        "run": run,
+        "stages": stages,
+        "nodes": nodes,
+        "regressions": regressions,
+    }
