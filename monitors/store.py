@@ -47,6 +47,7 @@ class RunStore:
         self._background_writes = background_writes
         self._write_queue: queue.Queue = queue.Queue()
         self._writer: threading.Thread | None = None
+        self._listeners: list = []  # called with each added RunReport (e.g. the metrics route)
 
     def add(self, report: RunReport) -> str | None:
         """Keep the report; returns the JSON file path, or None when it could not be written."""
@@ -59,6 +60,11 @@ class RunStore:
                 old_id, _ = self._runs.popitem(last=False)
                 self._summaries.pop(old_id, None)
         log.info("%s", format_run_summary(report))
+        for listener in list(self._listeners):
+            try:
+                listener(report)
+            except Exception as exc:  # a listener must never cost the report
+                log.warning("pipeline monitor: run listener %r failed: %s: %s", listener, type(exc).__name__, exc)
         if not self._background_writes:
             return self._write(report.prompt_id, data)
         path = self._path(report.prompt_id)
@@ -66,6 +72,17 @@ class RunStore:
             self._write_queue.put((report.prompt_id, data))
             self._ensure_writer()
         return path
+
+    def add_listener(self, callback) -> None:
+        """Call `callback(report)` after every add (on the adding thread; exceptions are logged)."""
+        with self._lock:
+            if callback not in self._listeners:
+                self._listeners.append(callback)
+
+    def remove_listener(self, callback) -> None:
+        with self._lock:
+            if callback in self._listeners:
+                self._listeners.remove(callback)
 
     def _ensure_writer(self) -> None:
         with self._lock:
