@@ -13,7 +13,7 @@ from aiohttp import web
 
 from ..monitors.dumps import DUMP_SUFFIX, NPY_SUFFIX, DumpError, list_dumps, resolve_file
 from ..monitors.store import is_valid_run_id
-from . import dump_paths, html_report, live, settings
+from . import dump_paths, html_report, live, metrics, settings
 from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,7 @@ def register(routes: web.RouteTableDef) -> None:
     routes.post(f"{ROUTE_PREFIX}/settings")(settings.post_settings)
     routes.get(f"{ROUTE_PREFIX}/dumps")(list_dump_files)
     routes.get(f"{ROUTE_PREFIX}/dumps/{{name}}")(get_dump)
+    routes.get(f"{ROUTE_PREFIX}/metrics")(metrics.get_metrics)
 
 
 def register_with_server() -> bool:
