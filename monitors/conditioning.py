@@ -268,6 +268,12 @@ def describe_clip_input(clip, findings: _Findings, errors: list) -> tuple[dict |
         )
         return None, ()
     module = getattr(clip, "cond_stage_model", None)
+    if module is None:
+        findings.add(
+            "warning",
+            f"the clip input is a {type(clip).__name__} without a text encoder, not a CLIP",
+            "clip_not_a_clip",
+        )
     try:
         info = describe_clip(clip)
     except Exception as exc:

@@ -28,6 +28,15 @@ def analyse_models(node_id: str | None, inputs: dict, prompt) -> StepReport:
             objects[kind] = describe(kind, obj)
         except Exception as exc:
             errors.append(f"{kind}: {type(exc).__name__}: {exc}")
+            continue
+        if not objects[kind].get("n_elements"):  # every real MODEL / CLIP / VAE holds weights
+            findings.append(
+                Finding(
+                    "warning",
+                    f"The {kind} input is a {type(obj).__name__} without weights, not a {kind.upper()}.",
+                    "no_weights",
+                )
+            )
     if not objects:
         findings.append(
             Finding(
