@@ -37,7 +37,8 @@ def test_monitors_imports_no_comfyui_module():
         import importlib, pkgutil, sys
         import monitors
         for info in pkgutil.walk_packages(monitors.__path__, "monitors."):
-            importlib.import_module(info.name)
+            if not info.name.endswith(".__main__"):  # the command line runs when imported
+                importlib.import_module(info.name)
         bad = sorted(m for m in sys.modules if m.split(".")[0] in {COMFY_MODULES!r})
         assert not bad, bad
         print("imported", len([m for m in sys.modules if m.startswith("monitors")]))
