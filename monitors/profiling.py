@@ -154,9 +154,9 @@ class _SessionContext:
         status, error = "success", None
         if exc_type is not None:
             status = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "error"
-            stage = session.current_stage
+            node_id, stage = session.failed_stage or (None, session.current_stage)
             error = {
-                "node_id": None,
+                "node_id": node_id,
                 "node_type": stage,
                 "exception_type": exc_type.__name__,
                 "exception_message": str(exc)[:2000],

@@ -91,6 +91,7 @@ class ProfileSession:
         self._last_sampled = {"gpu": None, "cpu": None}
         self._last_display = 0.0
         self.current_stage: str | None = None
+        self.failed_stage: tuple[str, str] | None = None  # (row id, stage) where an exception began
         self.thread_name = threading.current_thread().name
         self.span: Span | None = None
         self.sampler: Sampler | None = None
@@ -190,6 +191,8 @@ class ProfileSession:
         elif record.span.result is not None:
             return record.span.result.duration_s  # already closed (by finish)
         self.current_stage = stack[-1].stage if stack else None
+        if status == "error" and self.failed_stage is None:
+            self.failed_stage = (record.node_id, record.stage)
         try:
             result = record.span.stop()
         except Exception as exc:

@@ -1,0 +1,90 @@
+"""Usage statistics across generations, and the log summary."""
+
+import logging
+import time
+
+import pytest
+import torch
+
+from monitors import profiling as pm
+from monitors import usage
+from monitors.probes.fake import GiB, fake_probes
+
+
+@pytest.fixture
+def fresh(tmp_path):
+    usage.reset_usage_statistics()
+    yield lambda **keys: pm.configure(report={"output_dir": str(tmp_path), "format": "json", "trace": False}, **keys)
+    pm.configure()
+    usage.reset_usage_statistics()
+
+
+def test_no_generation_yet():
+    usage.reset_usage_statistics()
+    stats = pm.get_usage_statistics()
+    assert stats["n_generations"] == 0 and stats["mean_generation_s"] is None and stats["model_init_s"] is None
+
+
+def test_generations_model_init_totals_and_means_on_cpu(fresh):
+    fresh()
+
+    @pm.profile_model_parameters(name="tiny-unet")
+    def load():
+        time.sleep(0.02)
+        return torch.nn.Conv2d(4, 4, 3)
+
+    load()
+    for pause in (0.01, 0.03):
+        with pm.profile_session("gen"):
+            time.sleep(pause)
+    stats = pm.get_usage_statistics()
+    assert stats["n_models_initialised"] == 1 and stats["model_init_s"] >= 0.02
+    assert stats["models"][0]["name"] == "tiny-unet" and stats["models"][0]["n_parameters"] == 148
+    assert stats["n_generations"] == 2 and stats["n_failed_generations"] == 0
+    durations = [g["duration_s"] for g in stats["generations"]]
+    assert durations[0] >= 0.01 and durations[1] >= 0.03
+    assert stats["total_generation_s"] == pytest.approx(sum(durations))
+    assert stats["mean_generation_s"] == pytest.approx(sum(durations) / 2)
+    assert stats["peak_rss_bytes"] > 0
+    assert stats["device_name"].startswith("CPU (")
+    assert stats["generations"][0]["gpu_utilization_before_pct"] is None  # no GPU: unknown, not 0
+
+
+def test_gpu_utilisation_before_and_after_each_generation(fresh):
+    probes = fake_probes("2 GPUs")
+    fresh(probes=probes)
+    for before, after in ((10.0, 80.0), (5.0, 60.0)):
+        for dev in probes.nvml.devices:
+            dev["utilization_pct"] = before
+        with pm.profile_session("gpu-gen"):
+            probes.torch.allocate(1, 2 * GiB)
+            for dev in probes.nvml.devices:
+                dev["utilization_pct"] = after
+    stats = pm.get_usage_statistics()
+    assert [g["gpu_utilization_before_pct"] for g in stats["generations"]] == [[10.0, 10.0], [5.0, 5.0]]
+    assert [g["gpu_utilization_after_pct"] for g in stats["generations"]] == [[80.0, 80.0], [60.0, 60.0]]
+    assert stats["peak_gpu_allocated_bytes"] == 4 * GiB
+    assert stats["device_name"] == "Fake GPU 0, Fake GPU 1"
+
+
+def test_log_summary(fresh, caplog):
+    fresh()
+    with pm.profile_session("logged"):
+        pass
+    logger = logging.getLogger("usage-test")
+    caplog.set_level(logging.INFO, logger="usage-test")
+    stats = pm.log_usage_summary(logger)
+    text = caplog.text
+    assert stats["n_generations"] == 1
+    assert "generations: 1 (0 failed)" in text and "#1 logged success" in text and "peak RSS" in text
+    assert all(r.name == "usage-test" for r in caplog.records)
+
+
+def test_kept_rows_are_bounded_but_totals_exact(monkeypatch):
+    usage.reset_usage_statistics()
+    monkeypatch.setattr(usage, "MAX_KEPT_GENERATIONS", 3)
+    tracker = usage.UsageTracker()
+    for i in range(5):
+        tracker.record_generation("g", f"r{i}", 1.0, "success", None, None, None, None, None)
+    stats = tracker.statistics()
+    assert stats["n_generations"] == 5 and stats["total_generation_s"] == 5.0 and len(stats["generations"]) == 3
