@@ -35,7 +35,9 @@ def test_yaml_file_then_keywords_win(tmp_path):
         "tags: {run: a}\n"
     )
     config = load_config(str(path), preset="production", report={"format": "json"}, tags={"extra": 1})
-    assert config.sampling.gpu_interval_s == 0.2 and config.sampling.cpu_interval_s == 2.0  # merged key by key
+    assert (
+        config.sampling.gpu_interval_s == 0.2 and config.sampling.cpu_interval_s == 2.0
+    )  # merged key by key
     assert config.metrics.gpu_power and config.report.format == "json" and config.report.output_dir == "out"
     assert not config.stage_enabled("vae_decode") and not config.stage_enabled("my_stage")
     assert config.stage_enabled("text_encoding")

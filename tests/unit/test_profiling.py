@@ -33,20 +33,22 @@ def configured(tmp_path):
     usage.reset_usage_statistics()
 
 
-
-
 @pm.profile_method("text_encoding")
 def encode(x):
     return x * 2
 
 
-@pm.profile_diffusion_step(lambda args, kwargs, result: {"step_index": kwargs["i"], "timestep": 1000 - 100 * kwargs["i"]})
+@pm.profile_diffusion_step(
+    lambda args, kwargs, result: {"step_index": kwargs["i"], "timestep": 1000 - 100 * kwargs["i"]}
+)
 def denoise_step(x, i):
     time.sleep(0.002)
     return x + 1
 
 
-@pm.profile_block_computation(lambda args, kwargs, result: {"block_index": args[1], "n_frames": result.shape[0]})
+@pm.profile_block_computation(
+    lambda args, kwargs, result: {"block_index": args[1], "n_frames": result.shape[0]}
+)
 def compute_block(x, index):
     return torch.cat([x, x])
 
@@ -201,7 +203,10 @@ def test_bare_profile_method_uses_the_function_name(configured):
 def test_stages_from_several_threads(configured):
     configured()
     with pm.profile_session("threads") as session:
-        workers = [threading.Thread(target=lambda: [encode(torch.ones(1)) for _ in range(5)], name=f"w{i}") for i in range(3)]
+        workers = [
+            threading.Thread(target=lambda: [encode(torch.ones(1)) for _ in range(5)], name=f"w{i}")
+            for i in range(3)
+        ]
         for w in workers:
             w.start()
         for w in workers:
@@ -274,7 +279,11 @@ def test_gpu_session_with_fake_probes(configured):
 
 def test_samples_follow_the_metric_choices(configured):
     probes = fake_probes("1 GPU")
-    configured(probes=probes, metrics={"gpu_temperature": False, "cpu": False}, sampling={"gpu_interval_s": 0.01, "cpu_interval_s": 0.01})
+    configured(
+        probes=probes,
+        metrics={"gpu_temperature": False, "cpu": False},
+        sampling={"gpu_interval_s": 0.01, "cpu_interval_s": 0.01},
+    )
     with pm.profile_session("samples") as session:
         time.sleep(0.1)
     samples = session.report.steps[0].details["samples"]

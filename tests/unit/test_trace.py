@@ -11,19 +11,41 @@ from monitors.trace import reports_to_trace, write_trace
 
 
 def node(node_id, class_type, start, duration, **extra):
-    return {"node_id": node_id, "class_type": class_type, "title": None, "status": "executed", "cached": False,
-            "start_offset_s": start, "duration_s": duration, "peak_rss_bytes": 100, "gpu_peaks": [], **extra}
+    return {
+        "node_id": node_id,
+        "class_type": class_type,
+        "title": None,
+        "status": "executed",
+        "cached": False,
+        "start_offset_s": start,
+        "duration_s": duration,
+        "peak_rss_bytes": 100,
+        "gpu_peaks": [],
+        **extra,
+    }
 
 
 def comfy_report(**extra):
     return {
-        "schema_version": 1, "prompt_id": "p1", "status": "success", "started_unix_s": 1000.0,
-        "duration_s": 2.0, "span": {"peak_rss_bytes": 5}, "system": {}, "steps": [],
+        "schema_version": 1,
+        "prompt_id": "p1",
+        "status": "success",
+        "started_unix_s": 1000.0,
+        "duration_s": 2.0,
+        "span": {"peak_rss_bytes": 5},
+        "system": {},
+        "steps": [],
         "nodes": [
             node("1", "CheckpointLoader", 0.0, 0.5),
             node("2", "KSampler", 0.5, 1.0),
             node("3", "VAEDecode", 1.2, 0.6),  # overlaps KSampler without nesting: another lane
-            {"node_id": "4", "class_type": "Cached", "cached": True, "start_offset_s": None, "duration_s": None},
+            {
+                "node_id": "4",
+                "class_type": "Cached",
+                "cached": True,
+                "start_offset_s": None,
+                "duration_s": None,
+            },
         ],
         **extra,
     }
@@ -65,8 +87,11 @@ def test_comfyui_report_timeline():
 
 
 def test_profiling_session_trace_has_counters_events_and_threads(tmp_path):
-    pm.configure(report={"output_dir": str(tmp_path), "format": "json", "trace": True},
-                 sampling={"gpu_interval_s": 0.01, "cpu_interval_s": 0.01}, probes=fake_probes("1 GPU"))
+    pm.configure(
+        report={"output_dir": str(tmp_path), "format": "json", "trace": True},
+        sampling={"gpu_interval_s": 0.01, "cpu_interval_s": 0.01},
+        probes=fake_probes("1 GPU"),
+    )
     try:
         import threading
         import time
@@ -95,7 +120,11 @@ def test_profiling_session_trace_has_counters_events_and_threads(tmp_path):
     assert instant["name"] == "checkpoint" and instant["args"]["data"] == {"i": 1}
     outer = next(e for e in events(trace, "X") if e["name"] == "outer")
     inner = [e for e in events(trace, "X") if e["name"] == "work" and e["tid"] == outer["tid"]]
-    assert inner and outer["ts"] <= inner[0]["ts"] and inner[0]["ts"] + inner[0]["dur"] <= outer["ts"] + outer["dur"]
+    assert (
+        inner
+        and outer["ts"] <= inner[0]["ts"]
+        and inner[0]["ts"] + inner[0]["dur"] <= outer["ts"] + outer["dur"]
+    )
 
 
 def test_ranks_become_processes_on_a_common_time_axis(tmp_path):

@@ -14,7 +14,9 @@ from monitors.probes.fake import GiB, fake_probes
 @pytest.fixture
 def fresh(tmp_path):
     usage.reset_usage_statistics()
-    yield lambda **keys: pm.configure(report={"output_dir": str(tmp_path), "format": "json", "trace": False}, **keys)
+    yield lambda **keys: pm.configure(
+        report={"output_dir": str(tmp_path), "format": "json", "trace": False}, **keys
+    )
     pm.configure()
     usage.reset_usage_statistics()
 
@@ -22,7 +24,9 @@ def fresh(tmp_path):
 def test_no_generation_yet():
     usage.reset_usage_statistics()
     stats = pm.get_usage_statistics()
-    assert stats["n_generations"] == 0 and stats["mean_generation_s"] is None and stats["model_init_s"] is None
+    assert (
+        stats["n_generations"] == 0 and stats["mean_generation_s"] is None and stats["model_init_s"] is None
+    )
 
 
 def test_generations_model_init_totals_and_means_on_cpu(fresh):
@@ -87,4 +91,6 @@ def test_kept_rows_are_bounded_but_totals_exact(monkeypatch):
     for i in range(5):
         tracker.record_generation("g", f"r{i}", 1.0, "success", None, None, None, None, None)
     stats = tracker.statistics()
-    assert stats["n_generations"] == 5 and stats["total_generation_s"] == 5.0 and len(stats["generations"]) == 3
+    assert (
+        stats["n_generations"] == 5 and stats["total_generation_s"] == 5.0 and len(stats["generations"]) == 3
+    )

@@ -1,0 +1,243 @@
+"""`python -m monitors aggregate|compare|trace`: figures, skipped inputs, exit codes, a real 2-rank job."""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from monitors.cli import EXIT_NO_INPUT, EXIT_OK, EXIT_REGRESSION, EXIT_SKIPPED, EXIT_USAGE, main
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def report(
+    run_id, duration, rank=None, stages=(("denoise", 1.0), ("decode", 0.5)), rss=1000, steps_per_s=None
+):
+    nodes, t = [], 0.0
+    for i, (stage, seconds) in enumerate(stages, 1):
+        nodes.append(
+            {
+                "node_id": str(i),
+                "class_type": stage,
+                "title": stage,
+                "status": "executed",
+                "cached": False,
+                "start_offset_s": t,
+                "duration_s": seconds,
+                "peak_rss_bytes": rss,
+                "peak_rss_method": "kernel_hwm",
+                "rss_change_bytes": 0,
+                "gpu_peaks": [],
+            }
+        )
+        t += seconds
+    steps = []
+    if steps_per_s is not None:
+        steps.append(
+            {
+                "kind": "profiling",
+                "node_id": None,
+                "summary": {"steps_per_s": steps_per_s},
+                "details": {},
+                "findings": [],
+                "monitor_errors": [],
+                "created_unix_s": 1.0,
+                "cached": False,
+            }
+        )
+    return {
+        "schema_version": 1,
+        "prompt_id": run_id,
+        "status": "success",
+        "started_unix_s": 100.0,
+        "finished_unix_s": 100.0 + duration,
+        "duration_s": duration,
+        "nodes": nodes,
+        "steps": steps,
+        "span": {"peak_rss_bytes": rss},
+        "system": {} if rank is None else {"rank": rank},
+        "error": None,
+        "monitor_errors": [],
+        "profile_enabled": True,
+    }
+
+
+def write(tmp_path, name, data):
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return str(path)
+
+
+def test_aggregate_figures(tmp_path, capsys):
+    paths = [
+        write(
+            tmp_path,
+            "r0.json",
+            report("a", 2.0, rank=0, stages=(("denoise", 1.0), ("decode", 0.5)), rss=100, steps_per_s=10.0),
+        ),
+        write(
+            tmp_path,
+            "r1.json",
+            report("b", 4.0, rank=1, stages=(("denoise", 3.0), ("decode", 0.5)), rss=300, steps_per_s=5.0),
+        ),
+    ]
+    out = tmp_path / "agg.json"
+    assert main(["aggregate", *paths, "-o", str(out)]) == EXIT_OK
+    result = json.loads(out.read_text())
+    d = result["metrics"]["duration_s"]
+    assert (d["n"], d["min"], d["max"], d["mean"], d["std"]) == (2, 2.0, 4.0, 3.0, 1.0)
+    assert d["min_rank"] == 0 and d["max_rank"] == 1
+    assert result["metrics"]["peak_rss_bytes"]["mean"] == 200
+    assert result["metrics"]["steps_per_s"]["min"] == 5.0
+    assert result["stages"]["denoise"]["slowest_rank"] == 1 and result["stages"]["denoise"]["max_s"] == 3.0
+    assert result["stages"]["denoise"]["imbalance_pct"] == pytest.approx(100.0)
+    assert result["slowest_rank"]["rank"] == 1 and result["slowest_rank"][
+        "duration_vs_mean_pct"
+    ] == pytest.approx(100 / 3)
+    assert result["slowest_stage"] == {"stage": "denoise", "rank": 1, "total_s": 3.0}
+    assert [r["slowest_stage"] for r in result["ranks"]] == ["denoise", "denoise"]
+    text = capsys.readouterr().out
+    assert "slowest rank: 1" in text and "slowest stage: denoise on rank 1" in text
+
+
+def test_aggregate_names_and_skips_bad_inputs(tmp_path, capsys):
+    good = write(tmp_path, "good.json", report("a", 1.0))
+    newer = report("n", 1.0)
+    newer["schema_version"] = 2
+    missing = report("m", 1.0)
+    del missing["nodes"]
+    bad = {
+        "newer.json": newer,
+        "corrupt.json": '{"schema_version": 1, "prompt_id": ',
+        "list.json": "[1, 2]",
+        "other.json": {"traceEvents": []},
+        "missing.json": missing,
+    }
+    paths = [write(tmp_path, name, data) for name, data in bad.items()]
+    out = tmp_path / "agg.json"
+    assert main(["aggregate", good, *paths, str(tmp_path / "absent.json"), "-o", str(out)]) == EXIT_SKIPPED
+    result = json.loads(out.read_text())
+    assert result["n_reports"] == 1 and len(result["skipped"]) == 6
+    reasons = {os.path.basename(s["path"]): s["reason"] for s in result["skipped"]}
+    assert reasons["newer.json"] == "schema_version 2; this tool reads 1"
+    assert reasons["corrupt.json"].startswith("not valid JSON")
+    assert reasons["list.json"] == "not a run report: the top level is a list"
+    assert reasons["other.json"] == "not a run report: no schema_version"
+    assert "'nodes' missing" in reasons["missing.json"] and reasons["absent.json"].startswith("cannot read")
+    err = capsys.readouterr().err
+    assert all(f"skipped {p}" in err for p in paths)
+    assert main(["aggregate", *paths]) == EXIT_NO_INPUT
+
+
+def test_compare_flags_regressions_beyond_threshold(tmp_path, capsys):
+    a = write(
+        tmp_path, "a.json", report("a", 2.0, stages=(("denoise", 1.0), ("decode", 0.5)), steps_per_s=10.0)
+    )
+    slower = report("b", 2.3, stages=(("denoise", 1.3), ("decode", 0.52), ("upscale", 0.1)), steps_per_s=8.0)
+    b = write(tmp_path, "b.json", slower)
+    out = tmp_path / "cmp.json"
+    assert main(["compare", a, b, "--threshold-pct", "10", "-o", str(out)]) == EXIT_REGRESSION
+    result = json.loads(out.read_text())
+    stages = {s["stage"]: s for s in result["stages"]}
+    assert stages["denoise"]["total_s"]["regression"] and stages["denoise"]["total_s"][
+        "delta_pct"
+    ] == pytest.approx(30.0)
+    assert not stages["decode"]["total_s"]["regression"]  # +4 %: below the threshold
+    assert stages["upscale"]["only_in"] == "b"
+    nodes = {n["node_id"]: n for n in result["nodes"]}
+    assert nodes["1"]["duration_s"]["regression"] and not nodes["2"]["duration_s"]["regression"]
+    assert result["run"]["steps_per_s"]["regression"] and result["run"]["duration_s"]["regression"]
+    assert "stage denoise total_s" in result["regressions"]
+    assert "REGRESSION" in capsys.readouterr().out
+    assert main(["compare", a, b, "--threshold-pct", "50"]) == EXIT_OK
+
+
+def test_compare_small_absolute_changes_are_not_regressions(tmp_path):
+    a = write(tmp_path, "a.json", report("a", 0.010, stages=(("tiny", 0.010),)))
+    b = write(tmp_path, "b.json", report("b", 0.020, stages=(("tiny", 0.020),)))
+    assert main(["compare", a, b]) == EXIT_OK  # +100 % but only 10 ms: under --min-seconds
+
+
+def test_compare_refuses_other_schema(tmp_path, capsys):
+    a = write(tmp_path, "a.json", report("a", 1.0))
+    other = copy.deepcopy(report("b", 1.0))
+    other["schema_version"] = 0
+    b = write(tmp_path, "b.json", other)
+    assert main(["compare", a, b]) == EXIT_NO_INPUT
+    assert "schema_version 0" in capsys.readouterr().err
+
+
+def test_bad_command_line_exits_2():
+    with pytest.raises(SystemExit) as info:
+        main(["aggregate"])
+    assert info.value.code == EXIT_USAGE
+    with pytest.raises(SystemExit) as info:
+        main(["compare", "a.json", "b.json", "--threshold-pct", "x"])
+    assert info.value.code == EXIT_USAGE
+
+
+def test_trace_command_merges_reports(tmp_path):
+    a = write(tmp_path, "a.json", report("a", 1.0, rank=0))
+    b = write(tmp_path, "b.json", report("b", 1.0, rank=1))
+    out = tmp_path / "job.trace.json"
+    assert main(["trace", a, b, "-o", str(out)]) == EXIT_OK
+    pids = {e["pid"] for e in json.loads(out.read_text())["traceEvents"]}
+    assert pids == {1, 2}
+
+
+def test_two_rank_torch_distributed_job_aggregated(tmp_path):
+    """A real 2-process torch.distributed job on CPU (gloo): each rank writes its report, then
+    `python -m monitors aggregate` merges them and names rank 1 (slower steps) as the slowest."""
+    import torch.multiprocessing as mp
+
+    from tests.unit.distributed_support import rank_worker
+
+    out_dir = tmp_path / "reports"
+    mp.spawn(rank_worker, args=(2, str(tmp_path / "init"), str(out_dir)), nprocs=2, join=True)
+    reports = sorted(str(p) for p in out_dir.glob("*.json") if not p.name.endswith(".trace.json"))
+    assert len(reports) == 2 and reports[0].endswith("-rank0.json") and reports[1].endswith("-rank1.json")
+    for rank, path in enumerate(reports):
+        data = json.loads(open(path).read())
+        assert data["system"]["rank"] == rank and data["system"]["world_size"] == 2
+        assert {n["class_type"] for n in data["nodes"]} == {
+            "text_encoding",
+            "denoise",
+            "inference_steps",
+            "all_reduce",
+            "vae_decode",
+        }
+    out = tmp_path / "job.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "monitors", "aggregate", *reports, "-o", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == EXIT_OK, done.stdout + done.stderr
+    result = json.loads(out.read_text())
+    assert result["n_reports"] == 2 and result["skipped"] == []
+    assert [r["rank"] for r in result["ranks"]] == [0, 1]
+    assert result["slowest_rank"]["rank"] == 1
+    top = {name: s for name, s in result["stages"].items() if s["top_level"]}
+    slowest = max(top, key=lambda name: top[name]["max_s"])
+    assert result["slowest_stage"] == {
+        "stage": slowest,
+        "rank": top[slowest]["slowest_rank"],
+        "total_s": top[slowest]["max_s"],
+    }
+    assert "inference_steps" not in top  # nested in denoise: not a candidate for the slowest stage
+    assert result["stages"]["vae_decode"]["slowest_rank"] == 1
+    assert result["stages"]["all_reduce"]["slowest_rank"] == 0  # rank 0 waits there for rank 1
+    steps = result["stages"]["inference_steps"]
+    assert (
+        steps["n_ranks"] == 2
+        and steps["slowest_rank"] == 1
+        and steps["min_s"] >= 0.03
+        and steps["max_s"] >= 0.18
+    )
+    assert result["metrics"]["steps_per_s"]["max_rank"] == 0
+    assert "slowest rank: 1" in done.stdout
