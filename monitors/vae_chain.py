@@ -109,6 +109,7 @@ class Attempt:
     prediction_held: bool | None = None
     cleanup_reclaimed_bytes: int | None = None
     notes: tuple[str, ...] = ()  # log lines seen during the attempt that matter (watch_log_messages)
+    memory_snapshot: dict | None = None  # what was loaded when it ran out of memory (options.memory_snapshot)
 
     def to_dict(self) -> dict:
         data = dict(self.__dict__)
@@ -127,6 +128,7 @@ class ChainOptions:
     cpu_encode: Callable[[Any, Any], Any] | None = None  # (vae, pixels) -> latent, run on the CPU
     watch_log_messages: tuple[str, ...] = ()  # e.g. ComfyUI's "retrying with tiled" warning
     probes: Probes | None = None
+    memory_snapshot: Callable[[], dict] | None = None  # plain data on what is loaded, read at an OOM
 
 
 @dataclass
@@ -326,7 +328,7 @@ class VAEChain:
             root.addHandler(watch)
         span = Span(f"vae_encode {strategy}", probes=self.options.probes, detail=DETAIL_LIGHT).start()
         started = time.monotonic()
-        samples, error_type, error_message, outcome = None, None, None, OK
+        samples, error_type, error_message, outcome, snapshot = None, None, None, OK, None
         try:
             samples = self._encode(strategy)
             if samples is None:
@@ -337,6 +339,8 @@ class VAEChain:
             error_message = str(exc)[:MAX_ERROR_MESSAGE_CHARS]
             if outcome == ERROR:
                 self.result.exception = exc  # the chain stops here; the caller re-raises or wraps it
+            else:
+                snapshot = self._memory_snapshot()  # now, before any cleanup changes the picture
         finally:
             duration = time.monotonic() - started
             span_result = span.stop()
@@ -354,6 +358,7 @@ class VAEChain:
             prediction=prediction,
             prediction_held=_held(prediction, outcome, notes),
             notes=notes,
+            memory_snapshot=snapshot,
         )
         if outcome == OK:
             self.result.samples = samples
@@ -361,6 +366,15 @@ class VAEChain:
             self.result.error_kind = "error"
             self.result.error = f"VAE encode ({strategy}) failed with {error_type}: {error_message}"
         return outcome
+
+    def _memory_snapshot(self) -> dict | None:
+        if self.options.memory_snapshot is None:
+            return None
+        try:
+            return self.options.memory_snapshot()
+        except Exception as exc:
+            self.result.monitor_errors.append(f"memory snapshot: {type(exc).__name__}: {exc}")
+            return None
 
     def _record(self, strategy: str, outcome: str, **fields) -> None:
         if fields.get("prediction") is None and outcome == SKIPPED:

@@ -19,6 +19,7 @@ from ..monitors.report import StepReport
 from ..monitors.vae_chain import REQUESTS, ChainOptions, run_chain
 from ..monitors.vae_geometry import TileSettings
 from ..monitors.vae_report import STEP_KIND, build_step, ui_lines
+from .memory_snapshot import loaded_models_snapshot
 from .node_support import record_step
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,7 @@ def chain_options(vae, strategy, allow_dummy, tiles: TileSettings) -> ChainOptio
         cleanup=comfy_cleanup,
         cpu_encode=encode_on_cpu,
         watch_log_messages=(COMFY_TILED_RETRY_WARNING,),
+        memory_snapshot=loaded_models_snapshot,
     )
 
 

@@ -1,0 +1,75 @@
+"""What was loaded when a step ran out of memory: ComfyUI's resident models with their sizes, and the
+torch allocator's state. Plain data only (no reference to a model is kept), read on demand."""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger(__name__)
+
+MAX_MODELS_LISTED = 20
+ALLOCATOR_KEYS = (
+    "allocated_bytes.all.current",
+    "allocated_bytes.all.peak",
+    "reserved_bytes.all.current",
+    "reserved_bytes.all.peak",
+    "inactive_split_bytes.all.current",
+    "num_alloc_retries",
+    "num_ooms",
+)
+
+
+def _int_or_none(read) -> int | None:
+    try:
+        value = read()
+    except Exception:
+        return None
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+def _loaded_model_row(loaded) -> dict:
+    patcher = loaded.model  # a weak reference's target: None once the model was freed
+    module = getattr(patcher, "model", None)
+    return {
+        "patcher_class": None if patcher is None else type(patcher).__name__,
+        "model_class": None if module is None else type(module).__name__,
+        "device": str(getattr(loaded, "device", None)),
+        "loaded_bytes": _int_or_none(loaded.model_loaded_memory),
+        "total_bytes": _int_or_none(loaded.model_memory),
+    }
+
+
+def allocator_state(device) -> dict | None:
+    """The CUDA caching allocator's counters on `device`; None on a CPU or without CUDA."""
+    import torch
+
+    if getattr(device, "type", None) != "cuda" or not torch.cuda.is_available():
+        return None
+    stats = torch.cuda.memory_stats(device)
+    return {key.replace(".all", "").replace(".", "_"): stats.get(key) for key in ALLOCATOR_KEYS}
+
+
+def loaded_models_snapshot() -> dict:
+    """{models resident (newest first), their total, free memory, allocator state} right now."""
+    import comfy.model_management as mm
+
+    rows = []
+    for loaded in list(mm.current_loaded_models):
+        try:
+            rows.append(_loaded_model_row(loaded))
+        except Exception as exc:  # one odd entry must not hide the others
+            rows.append({"error": f"{type(exc).__name__}: {exc}"})
+    device = mm.get_torch_device()
+    allocator = None
+    try:
+        allocator = allocator_state(device)
+    except Exception as exc:
+        log.debug("pipeline monitor: allocator state unreadable: %s", exc)
+    return {
+        "n_models_loaded": len(rows),
+        "models": rows[:MAX_MODELS_LISTED],
+        "loaded_bytes": sum(r.get("loaded_bytes") or 0 for r in rows),
+        "device": str(device),
+        "free_bytes": _int_or_none(lambda: mm.get_free_memory(device)),
+        "allocator": allocator,
+    }
