@@ -329,3 +329,18 @@ def test_rank_from_the_environment(configured, monkeypatch):
         pass
     assert session.run_id.endswith("-rank3")
     assert session.report.system["rank"] == 3 and session.report.system["world_size"] == 4
+
+
+def test_disabled_decorators_cost_under_a_microsecond_per_call():
+    """The same measurement as bench/profiling_overhead.py, smaller: least-disturbed of 5 rounds."""
+    from bench.profiling_overhead import decorated_variants, plain, time_calls
+
+    pm.configure(enabled=False)
+    try:
+        variants = decorated_variants()
+        base = min(time_calls(plain, 20_000) for _ in range(5))
+        for name, fn in variants.items():
+            overhead = min(time_calls(fn, 20_000) for _ in range(5)) - base
+            assert overhead < 1e-6, f"{name}: {overhead * 1e9:.0f} ns per call when disabled"
+    finally:
+        pm.configure()

@@ -1,0 +1,142 @@
+"""Per-call cost of the profiling API's decorators: disabled, and enabled inside a session, next to
+the same function undecorated, in one run.
+
+Run from the repo root:
+
+    python -m bench.profiling_overhead [--calls 200000] [--enabled-calls 2000] [--rounds 5] [--json out.json]
+
+Method: each round times N back-to-back calls of a trivial function (returns its argument), so
+the figure is the decorator's own cost, not the work's. Variants: undecorated; each decorator
+with profiling disabled (`configure(enabled=False)`: the path every call takes outside a session);
+each decorator enabled inside an open session (a Span per call: RSS and allocator readings, the
+kernel's RSS high-water-mark reset). Rounds rotate the order so drift falls on all variants alike;
+the table shows the minimum over rounds (the least disturbed) and the median. Overhead = variant
+minus undecorated, per call; ratio = variant / undecorated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from monitors import profiling as pm  # noqa: E402
+
+
+def plain(x):
+    return x
+
+
+def decorated_variants() -> dict:
+    """name -> a callable of one argument, built once (decoration cost is not per call)."""
+    method = pm.profile_method("stage")(plain)
+    step = pm.profile_diffusion_step(lambda args, kwargs, result: {"step_index": args[0]})(plain)
+    block = pm.profile_block_computation(lambda args, kwargs, result: {"block_index": 0, "n_frames": 1})(
+        plain
+    )
+    model = pm.profile_model_parameters(lambda args, kwargs, result: {})(plain)
+    block_ctx = pm.profile_method("with_block")
+
+    def with_block(x):
+        with block_ctx:
+            return x
+
+    def event(x):
+        pm.add_profiling_event("event", lambda: {"x": x})
+        return x
+
+    return {
+        "profile_method": method,
+        "profile_diffusion_step": step,
+        "profile_block_computation": block,
+        "profile_model_parameters": model,
+        "with profile_method(...)": with_block,
+        "add_profiling_event": event,
+    }
+
+
+def time_calls(fn, calls: int) -> float:
+    """Seconds per call over `calls` back-to-back calls."""
+    started = time.perf_counter()
+    for i in range(calls):
+        fn(i)
+    return (time.perf_counter() - started) / calls
+
+
+def measure(calls: int, enabled_calls: int, rounds: int) -> dict:
+    variants = decorated_variants()
+    results: dict[str, dict[str, list[float]]] = {"undecorated": {"off": []}}
+    for name in variants:
+        results[name] = {"off": [], "on": []}
+    out_dir = tempfile.mkdtemp(prefix="pm_bench_")
+    names = list(variants)
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        pm.configure(enabled=False)
+        results["undecorated"]["off"].append(time_calls(plain, calls))
+        for name in order:
+            results[name]["off"].append(time_calls(variants[name], calls))
+        # Enabled: inside one session per round; production-like sampling, no files kept.
+        pm.configure(
+            preset="production",
+            report={"output_dir": out_dir, "format": "json", "trace": False},
+            max_data_points=100,
+        )
+        with pm.profile_session("bench"):
+            for name in order:
+                if name == "profile_model_parameters":  # records into the usage statistics, bounded
+                    results[name]["on"].append(time_calls(variants[name], min(enabled_calls, 500)))
+                else:
+                    results[name]["on"].append(time_calls(variants[name], enabled_calls))
+    pm.configure()
+    base = min(results["undecorated"]["off"])
+    rows = []
+    for name, modes in results.items():
+        for mode, values in modes.items():
+            best = min(values)
+            rows.append(
+                {
+                    "variant": name,
+                    "profiling": "enabled, in a session" if mode == "on" else "disabled",
+                    "per_call_ns_min": best * 1e9,
+                    "per_call_ns_median": statistics.median(values) * 1e9,
+                    "overhead_ns": (best - base) * 1e9,
+                    "ratio_to_undecorated": best / base,
+                }
+            )
+    return {"calls": calls, "enabled_calls": enabled_calls, "rounds": rounds, "rows": rows}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200_000, help="calls per disabled/undecorated timing")
+    parser.add_argument("--enabled-calls", type=int, default=2_000, help="calls per enabled timing")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", help="write the figures here too")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    result = measure(args.calls, args.enabled_calls, args.rounds)
+    print(f"{'variant':<28}{'profiling':<24}{'ns/call min':>12}{'median':>10}{'overhead':>12}{'ratio':>9}")
+    for row in result["rows"]:
+        print(
+            f"{row['variant']:<28}{row['profiling']:<24}{row['per_call_ns_min']:>12.0f}"
+            f"{row['per_call_ns_median']:>10.0f}{row['overhead_ns']:>12.0f}{row['ratio_to_undecorated']:>9.1f}"
+        )
+    worst_disabled = max(r["overhead_ns"] for r in result["rows"] if r["profiling"] == "disabled")
+    print(f"\nworst disabled overhead: {worst_disabled:.0f} ns per call (target: under 1,000 ns)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
