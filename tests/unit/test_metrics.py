@@ -150,3 +150,29 @@ async def test_own_registry_not_the_global_one(metrics_client):
     client, *_ = metrics_client
     await scrape(client)
     assert not any(name.startswith("pipeline_monitor_") for name in REGISTRY._names_to_collectors)
+
+
+async def test_dashboard_and_docs_use_only_exported_metric_names(metrics_client):
+    import json
+    import os
+    import re
+
+    client, recorder, probes, sampler, report_mod = metrics_client
+    steps = [
+        ("vae_encode", {"strategy_requested": "auto", "strategy_used": "tiled", "n_out_of_memory": 1}),
+        ("lora", {"n_unmatched_keys": 3}),
+    ]
+    run(recorder, report_mod, "p", steps=steps, gpu_bytes=GiB, probes=probes)
+    sampler.sample_once()
+    exported = {name for name, _ in await scrape(client)}
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    dashboard = json.load(open(os.path.join(repo, "docs", "grafana-dashboard.json")))
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs.append(dashboard["templating"]["list"][0]["definition"])
+    used = {name for expr in exprs for name in re.findall(r"pipeline_monitor_[a-z_]+", expr)}
+    assert len(used) >= 10
+    assert used <= exported, used - exported
+    docs = open(os.path.join(repo, "docs", "metrics.md"), encoding="utf-8").read()
+    documented = set(re.findall(r"`(pipeline_monitor_[a-z_]+)`", docs))
+    families = {re.sub(r"_(bucket|sum|count|created)$", "", n) for n in exported}
+    assert documented <= families | exported, documented - families - exported
