@@ -20,6 +20,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -97,6 +98,7 @@ def measure(calls: int, enabled_calls: int, rounds: int) -> dict:
                 else:
                     results[name]["on"].append(time_calls(variants[name], enabled_calls))
     pm.configure()
+    shutil.rmtree(out_dir, ignore_errors=True)
     base = min(results["undecorated"]["off"])
     rows = []
     for name, modes in results.items():
