@@ -89,7 +89,7 @@ def build_report(session, status: str, error: dict | None, span_result, duration
         "n_stages": len(phases),
         "slowest_stage": next((p["stage"] for p in phases if p["depth"] == 0), None),
         "n_steps": totals["n_steps"],
-        "steps_s": totals["steps_s"] if totals["n_steps"] else None,
+        "steps_total_s": totals["steps_s"] if totals["n_steps"] else None,
         "steps_per_s": _rate(totals["n_steps"], totals["steps_s"]),
         "n_blocks": totals["n_blocks"],
         "blocks_per_s": _rate(totals["n_blocks"], totals["blocks_s"]),

@@ -88,7 +88,7 @@ def test_session_report_is_a_run_report_with_stage_rows(configured, tmp_path):
     (step,) = report["steps"]
     assert step["kind"] == "profiling"
     summary, details = step["summary"], step["details"]
-    assert summary["n_steps"] == 4 and summary["steps_per_s"] == pytest.approx(4 / summary["steps_s"])
+    assert summary["n_steps"] == 4 and summary["steps_per_s"] == pytest.approx(4 / summary["steps_total_s"])
     assert summary["n_blocks"] == 3 and summary["n_frames"] == 24
     assert summary["frames_per_s"] == pytest.approx(8 * summary["blocks_per_s"])
     assert [s["timestep"] for s in details["diffusion_steps"]] == [1000, 900, 800, 700]
