@@ -26,12 +26,16 @@ HTML_HEADERS = {
 }
 
 
-def _not_found() -> web.Response:
+def _json_error(status: int, message: str) -> web.Response:
     return web.json_response(
-        {"error": "unknown run id"},
-        status=404,
+        {"error": message},
+        status=status,
         headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"},
     )
+
+
+def _not_found() -> web.Response:
+    return _json_error(404, "unknown run id")
 
 
 async def get_report_html(request: web.Request) -> web.Response:
@@ -42,11 +46,12 @@ async def get_report_html(request: web.Request) -> web.Response:
     if report is None:
         return _not_found()
     try:
-        body = render_html(report)
+        # errors="replace": a prompt with undecodable bytes (lone surrogates) still renders
+        body = render_html(report).encode("utf-8", errors="replace")
     except Exception as exc:  # a malformed report file must not become a 500 with a traceback page
         log.warning("pipeline monitor: HTML report of %s failed: %s: %s", run_id, type(exc).__name__, exc)
-        return web.json_response({"error": "report could not be rendered"}, status=500)
+        return _json_error(500, "report could not be rendered")
     headers = dict(HTML_HEADERS)
     if request.query.get("download") in ("1", "true"):
         headers["Content-Disposition"] = f'attachment; filename="pipeline_monitor_{run_id}.html"'
-    return web.Response(body=body.encode("utf-8"), headers=headers)
+    return web.Response(body=body, headers=headers)

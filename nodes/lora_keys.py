@@ -10,13 +10,11 @@ the consumed keys map back to the names in the file.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from ..monitors.lora_coverage import consumed_keys, key_coverage
 
 VALUE_READ_MAX_ELEMENTS = 16  # alpha scalars, reshape_weight shapes: read for real
-OTHER_FORMAT_MAX_BYTES = 512 * 1024 * 1024  # .ckpt/.pt files must be loaded: only small ones
 SAFETENSORS_DTYPES = {
     "F64": "float64",
     "F32": "float32",
@@ -75,14 +73,10 @@ def recompute_coverage(model, clip, path: str, index: dict[str, dict] | None) ->
     import comfy.lora
     import comfy.lora_convert
 
-    if index is not None:
-        lora = placeholder_state_dict(path, index)
-    elif os.path.getsize(path) <= OTHER_FORMAT_MAX_BYTES:
-        import comfy.utils
-
-        lora = comfy.utils.load_torch_file(path, safe_load=True)
-    else:
-        return {"computed": False, "reason": "not a safetensors file and too large to load for a check"}
+    if index is None:
+        # .ckpt / .pt files are pickles: the pack never unpickles a user's file, even restricted.
+        return {"computed": False, "reason": "not a safetensors file: keys not checked (never unpickled)"}
+    lora = placeholder_state_dict(path, index)
     key_map: dict = {}
     model_module = getattr(model, "model", None) if model is not None else None
     clip_module = getattr(clip, "cond_stage_model", None) if clip is not None else None

@@ -330,14 +330,18 @@ def test_clip_not_connected(comfy, tiny, pack_runtime, loras_dir):
     assert step["details"]["loaders"][0]["coverage"]["clip_checked"] is False
 
 
-def test_non_safetensors_file_is_checked_by_loading_it(comfy, tiny, pack_runtime, loras_dir):
+def test_non_safetensors_file_is_never_unpickled(comfy, tiny, pack_runtime, loras_dir, monkeypatch):
     torch.save(kohya_lora(), loras_dir / "pm_old.pt")
-    model, clip = load(comfy, tiny, "pm_old.pt")
+    model, clip = load(comfy, tiny, "pm_old.pt")  # ComfyUI's loader loads it; the monitor must not
+
+    def no_unpickling(*args, **kwargs):
+        raise AssertionError("the monitor unpickled a LoRA file")
+
+    monkeypatch.setattr(torch, "load", no_unpickling)
     _, step, _ = run_monitor(comfy, pack_runtime, lora_graph("pm_old.pt"), model=model, clip=clip)
     loader = step["details"]["loaders"][0]
-    assert loader["file"]["format"] == "pt" and loader["coverage"]["n_unmatched_keys"] == len(
-        PLANTED_UNMATCHED
-    )
+    assert loader["file"]["format"] == "pt" and loader["coverage"]["computed"] is False
+    assert "never unpickled" in loader["coverage"]["reason"] and step["monitor_errors"] == []
 
 
 def test_monitor_failure_is_recorded_not_raised(comfy, tiny, pack_runtime, monkeypatch):
