@@ -21,7 +21,16 @@ SCHEMA_VERSION = 1
 RUN_STATUSES = ("running", "success", "error", "interrupted")
 NODE_STATUSES = ("executed", "cached", "error", "interrupted")
 FINDING_LEVELS = ("info", "warning", "error")
-STEP_KINDS = ("models", "lora", "conditioning", "vae_encode", "latent", "tensor_dump", "tensor_compare")
+STEP_KINDS = (
+    "models",
+    "lora",
+    "conditioning",
+    "vae_encode",
+    "latent",
+    "tensor_dump",
+    "tensor_compare",
+    "profiling",  # the profiling API's throughput, phases and suggestions (monitors/profiling*.py)
+)
 
 
 def to_jsonable(value: Any) -> Any:

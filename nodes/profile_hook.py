@@ -70,6 +70,18 @@ def on_prompt_start(progress, *args, **kwargs) -> None:
     progress.add_progress_handler(_handler_class(runtime.recorder))
     # Sampled peaks (NVML, and RSS where the kernel refuses exact peaks) need the sampler.
     runtime.sampler.ensure_started()
+    attach_metrics(runtime)
+
+
+def attach_metrics(runtime) -> None:
+    """Count every run in the fleet metrics from the first prompt on, not from the first scrape."""
+    try:
+        from . import metrics
+
+        if not metrics.PROMETHEUS_MISSING:
+            metrics.get_fleet_metrics().attach(runtime.store)
+    except Exception:
+        log.exception("pipeline monitor: fleet metrics not attached")
 
 
 def final_status(executor) -> tuple[str, dict | None]:
