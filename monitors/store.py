@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 DEFAULT_MAX_RUNS = 50
 DEFAULT_MAX_FILES = 500
+WRITER_IDLE_EXIT_S = 5.0
 
 
 def is_valid_run_id(run_id: object) -> bool:
@@ -64,7 +65,9 @@ class RunStore:
             try:
                 listener(report)
             except Exception as exc:  # a listener must never cost the report
-                log.warning("pipeline monitor: run listener %r failed: %s: %s", listener, type(exc).__name__, exc)
+                log.warning(
+                    "pipeline monitor: run listener %r failed: %s: %s", listener, type(exc).__name__, exc
+                )
         if not self._background_writes:
             return self._write(report.prompt_id, data)
         path = self._path(report.prompt_id)
@@ -94,7 +97,16 @@ class RunStore:
 
     def _write_loop(self) -> None:
         while True:
-            run_id, data = self._write_queue.get()
+            try:
+                run_id, data = self._write_queue.get(timeout=WRITER_IDLE_EXIT_S)
+            except queue.Empty:
+                # Idle: end the thread (no thread left behind); add() starts a new one. Decided
+                # under the lock add()'s _ensure_writer takes, so no report is ever stranded.
+                with self._lock:
+                    if self._write_queue.empty():
+                        self._writer = None
+                        return
+                continue
             try:
                 self._write(run_id, data)
             finally:

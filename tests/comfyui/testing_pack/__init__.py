@@ -53,3 +53,7 @@ NODE_CLASS_MAPPINGS["PMTestLatentDigest"] = PMTestLatentDigest
 from .vae_nodes import PMTestNoiseImage  # noqa: E402
 
 NODE_CLASS_MAPPINGS["PMTestNoiseImage"] = PMTestNoiseImage
+
+from .slow_nodes import PMTestSlow  # noqa: E402
+
+NODE_CLASS_MAPPINGS["PMTestSlow"] = PMTestSlow

@@ -1,0 +1,215 @@
+"""Concurrency: prompts queued back to back, a prompt interrupted in the middle of a monitored step,
+a server shut down while the pack's sampler runs, two watchers at once, and no pack thread left
+behind in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import threading
+import time
+import uuid
+
+import pytest
+import requests
+from conftest import ComfyServer
+
+pytestmark = pytest.mark.comfyui
+
+OWN_PORTS = range(8800, 8850)
+
+
+def latent_prompt(batch: int, slow_s: float = 0.0, seed: int = 0) -> dict:
+    prompt = {
+        "1": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": batch}},
+        "2": {"class_type": "PipelineMonitorLatent", "inputs": {"latent": ["1", 0]}},
+    }
+    if slow_s:
+        prompt["3"] = {
+            "class_type": "EmptyImage",
+            "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": seed},
+        }
+        prompt["4"] = {
+            "class_type": "PMTestSlow",
+            "inputs": {"image": ["3", 0], "seconds": slow_s, "seed": seed},
+        }
+        prompt["5"] = {
+            "class_type": "PipelineMonitorTensorDump",
+            "inputs": {"name": "pm_slow", "npy": False, "image": ["4", 0]},
+        }
+    return prompt
+
+
+def test_prompts_queued_back_to_back(server):
+    batches = [1, 2, 3, 4, 5, 6]
+    ids = [server.queue(latent_prompt(b, seed=b)) for b in batches]  # queued without waiting
+    for prompt_id, batch in zip(ids, batches, strict=True):
+        assert server.wait(prompt_id)["status"]["status_str"] == "success"
+        report = server.get_json(f"/pipeline_monitor/runs/{prompt_id}")
+        steps = [s for s in report["steps"] if s["kind"] == "latent"]
+        # Each report has its own prompt's step, not a neighbour's.
+        assert report["status"] == "success" and len(steps) == 1
+        assert steps[0]["summary"]["shape"] == [batch, 4, 8, 8]
+
+
+def wait_until(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise TimeoutError(what)
+
+
+def node_running(server, prompt_id: str, node_id: str) -> bool:
+    queue = server.get_json("/queue")
+    running = [item[1] for item in queue.get("queue_running", [])]
+    if prompt_id not in running:
+        return False
+    # The profile opens the node's span when it starts: the live route names the running node.
+    runs = server.get_json("/pipeline_monitor/runs?limit=1")
+    return runs.get("active_prompt_id") == prompt_id
+
+
+def test_interrupt_in_the_middle_of_a_step_gives_an_interrupted_report(server):
+    seed = uuid.uuid4().int % 10_000
+    prompt_id = server.queue(latent_prompt(1, slow_s=30.0, seed=seed))
+    wait_until(lambda: node_running(server, prompt_id, "4"), 30, "slow node did not start")
+    time.sleep(0.3)  # well inside the slow node
+    started = time.monotonic()
+    assert requests.post(server.url + "/interrupt", timeout=10).status_code == 200
+    history = server.wait(prompt_id, timeout=15)
+    assert time.monotonic() - started < 10
+    assert history["status"]["status_str"] == "error"
+    report = server.get_json(f"/pipeline_monitor/runs/{prompt_id}")
+    assert report["status"] == "interrupted", report["status"]
+    rows = {n["node_id"]: n for n in report["nodes"]}
+    assert rows["4"]["status"] == "interrupted" and "5" not in rows
+    # The server goes on: the next prompt runs and reports normally.
+    _, again = server.run(latent_prompt(2, seed=seed))
+    assert again["status"]["status_str"] == "success"
+
+
+async def _two_watchers(server):
+    import aiohttp
+
+    ids = [f"pm-watch-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    received = {i: [] for i in ids}
+    async with aiohttp.ClientSession() as session:
+        sockets = [await session.ws_connect(f"{server.url}/ws?clientId={i}") for i in ids]
+
+        async def listen(client_id, ws):
+            async for message in ws:
+                if message.type == aiohttp.WSMsgType.TEXT and "pipeline_monitor.sample" in message.data:
+                    received[client_id].append(message.data)
+
+        listeners = [asyncio.create_task(listen(i, ws)) for i, ws in zip(ids, sockets, strict=True)]
+        for client_id in ids:
+            async with session.post(
+                f"{server.url}/pipeline_monitor/live", json={"client_id": client_id, "watching": True}
+            ) as response:
+                assert response.status == 200, await response.text()
+        status = await (await session.get(f"{server.url}/pipeline_monitor/live")).json()
+        # A prompt runs while both watch; both get samples; requests stay fast meanwhile.
+        prompt_id = await asyncio.to_thread(
+            server.queue, latent_prompt(1, slow_s=1.5, seed=uuid.uuid4().int % 9999)
+        )
+        for _ in range(10):
+            started = time.monotonic()
+            async with session.get(f"{server.url}/pipeline_monitor/runs?limit=3") as response:
+                assert response.status == 200
+            assert time.monotonic() - started < 2, "route blocked while watching"
+            await asyncio.sleep(0.2)
+        await asyncio.to_thread(server.wait, prompt_id, 30)
+        deadline = time.monotonic() + 10
+        while not all(received.values()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        for client_id in ids:
+            async with session.post(
+                f"{server.url}/pipeline_monitor/live", json={"client_id": client_id, "watching": False}
+            ) as response:
+                assert response.status == 200
+        for ws in sockets:
+            await ws.close()
+        for task in listeners:
+            task.cancel()
+    return status, received
+
+
+def test_two_watchers_no_deadlock(server):
+    status, received = asyncio.run(asyncio.wait_for(_two_watchers(server), timeout=60))
+    assert all(received.values()), {k: len(v) for k, v in received.items()}
+    assert status  # the live route answered while two clients watched
+
+
+def test_server_exits_quickly_on_sigterm_while_the_sampler_runs(server, tmp_path):
+    """A separate server (own port), killed with SIGTERM in the middle of a slow prompt."""
+    base = tmp_path / "base"
+    for sub in ("input", "output", "user"):
+        (base / sub).mkdir(parents=True)
+    (base / "custom_nodes").symlink_to(server.base / "custom_nodes", target_is_directory=True)
+    (base / "models").symlink_to(server.base / "models", target_is_directory=True)
+    port = next(p for p in OWN_PORTS if _port_free(p))
+    own = ComfyServer(base, port, tmp_path / "server.log")
+    own.start()
+    try:
+        prompt_id = own.queue(latent_prompt(1, slow_s=60.0, seed=1))
+        wait_until(lambda: node_running(own, prompt_id, "4"), 30, "slow node did not start")
+        live = own.get_json("/pipeline_monitor/live")
+        assert "sample_interval_ms" in live
+        time.sleep(1.0)  # the pack's sampler thread is running now (it starts with the first prompt)
+        started = time.monotonic()
+        own.process.send_signal(signal.SIGTERM)
+        own.process.wait(timeout=10)
+        assert time.monotonic() - started < 5
+    finally:
+        if own.process.poll() is None:
+            own.process.kill()
+            own.process.wait(timeout=10)
+        shutil.rmtree(base / "output", ignore_errors=True)
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def pack_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("pipeline-monitor")}
+
+
+def test_no_pack_thread_left_behind(comfy, monkeypatch, tmp_path):
+    sampler_mod = comfy.pack_module("monitors.sampler")
+    store_mod = comfy.pack_module("monitors.store")
+    probes = comfy.pack_module("monitors.probes.fake").fake_probes()
+    before = pack_threads()  # other tests' runtimes may hold theirs
+
+    def new_threads():
+        return {t.name for t in pack_threads() - before}
+
+    sampler = sampler_mod.Sampler(interval_s=0.01, probes=probes)
+    ticks = []
+    sampler.add_sink(ticks.append)
+    assert new_threads() == {"pipeline-monitor-sampler"}
+    wait_until(lambda: len(ticks) >= 3, 5, "sampler did not tick")
+    sampler.stop()
+    assert new_threads() == set()
+    # The background report writer ends itself once idle, and comes back for the next report.
+    monkeypatch.setattr(store_mod, "WRITER_IDLE_EXIT_S", 0.1)
+    recorder_mod = comfy.pack_module("monitors.recorder")
+    store = store_mod.RunStore(str(tmp_path / "reports"), background_writes=True)
+    recorder = recorder_mod.RunRecorder(store, probes=probes)
+    for i in range(2):
+        recorder.begin_run(f"pm-thread-{i}", None)
+        recorder.end_run("success")
+        store.flush()
+        assert os.path.isfile(tmp_path / "reports" / f"pm-thread-{i}.json")
+        wait_until(lambda: new_threads() == set(), 5, f"threads left: {new_threads()}")
