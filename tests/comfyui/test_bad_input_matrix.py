@@ -74,7 +74,7 @@ CASES = [
         "PipelineMonitorLora",
         "lora",
         "tiny_model",
-        lora_prompt("pm_zero.safetensors"),
+        lora_prompt("pm_matrix_zero.safetensors"),
         {"lora_file_corrupt"},
     ),
     (
@@ -82,7 +82,7 @@ CASES = [
         "PipelineMonitorLora",
         "lora",
         "tiny_model",
-        lora_prompt("pm_corrupt.safetensors"),
+        lora_prompt("pm_matrix_corrupt.safetensors"),
         {"lora_file_corrupt"},
     ),
     (
@@ -277,8 +277,8 @@ def bad_files(comfy, tmp_path_factory):
     import folder_paths
 
     folder = tmp_path_factory.mktemp("matrix_loras")
-    (folder / "pm_zero.safetensors").write_bytes(b"")
-    (folder / "pm_corrupt.safetensors").write_bytes(struct.pack("<Q", 1 << 40) + b"{}")
+    (folder / "pm_matrix_zero.safetensors").write_bytes(b"")
+    (folder / "pm_matrix_corrupt.safetensors").write_bytes(struct.pack("<Q", 1 << 40) + b"{}")
     folder_paths.add_model_folder_path("loras", str(folder))
     dumps = output_dir() / PACK_FOLDER / "dumps"
     dumps.mkdir(parents=True, exist_ok=True)

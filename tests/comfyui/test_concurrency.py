@@ -145,7 +145,7 @@ def test_two_watchers_no_deadlock(server):
 
 
 def test_server_exits_quickly_on_sigterm_while_the_sampler_runs(server, tmp_path):
-    """A separate server (own port), killed with SIGTERM in the middle of a slow prompt."""
+    """A separate server (own port), killed with SIGTERM while KSampler steps."""
     base = tmp_path / "base"
     for sub in ("input", "output", "user"):
         (base / sub).mkdir(parents=True)
@@ -155,11 +155,12 @@ def test_server_exits_quickly_on_sigterm_while_the_sampler_runs(server, tmp_path
     own = ComfyServer(base, port, tmp_path / "server.log")
     own.start()
     try:
-        prompt_id = own.queue(latent_prompt(1, slow_s=60.0, seed=1))
-        wait_until(lambda: node_running(own, prompt_id, "4"), 30, "slow node did not start")
-        live = own.get_json("/pipeline_monitor/live")
-        assert "sample_interval_ms" in live
-        time.sleep(1.0)  # the pack's sampler thread is running now (it starts with the first prompt)
+        prompt_id = own.queue(long_sampling_prompt())
+        wait_until(lambda: node_running(own, prompt_id, "5"), 30, "prompt did not start")
+        # KSampler's progress bar in the log: the sampler is stepping (and the pack's background
+        # sampler thread runs: it starts with the first prompt).
+        wait_until(lambda: "/5000" in own.log(), 60, "KSampler did not start stepping")
+        assert "sample_interval_ms" in own.get_json("/pipeline_monitor/live")
         started = time.monotonic()
         own.process.send_signal(signal.SIGTERM)
         own.process.wait(timeout=10)
@@ -169,6 +170,39 @@ def test_server_exits_quickly_on_sigterm_while_the_sampler_runs(server, tmp_path
             own.process.kill()
             own.process.wait(timeout=10)
         shutil.rmtree(base / "output", ignore_errors=True)
+
+
+def long_sampling_prompt() -> dict:
+    """Tiny WAN 2.1 with 5,000 sampler steps behind the models monitor: minutes on a CPU."""
+    conditioning = {"tokens": 16, "hidden": 4096, "pooled_size": 0}
+    return {
+        "1": {
+            "class_type": "UNETLoader",
+            "inputs": {"unet_name": "pm_tiny_wan21.safetensors", "weight_dtype": "default"},
+        },
+        "2": {"class_type": "PipelineMonitorModels", "inputs": {"model": ["1", 0]}},
+        "3": {"class_type": "PMTestConditioning", "inputs": {**conditioning, "seed": 1}},
+        "4": {
+            "class_type": "EmptyHunyuanLatentVideo",
+            "inputs": {"width": 32, "height": 32, "length": 1, "batch_size": 1},
+        },
+        "5": {
+            "class_type": "KSampler",
+            "inputs": {
+                "seed": 7,
+                "steps": 5000,
+                "cfg": 1.0,
+                "sampler_name": "euler",
+                "scheduler": "simple",
+                "denoise": 1.0,
+                "model": ["2", 0],
+                "positive": ["3", 0],
+                "negative": ["3", 0],
+                "latent_image": ["4", 0],
+            },
+        },
+        "6": {"class_type": "PMTestLatentDigest", "inputs": {"samples": ["5", 0]}},  # the output
+    }
 
 
 def _port_free(port: int) -> bool:
