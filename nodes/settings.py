@@ -13,6 +13,7 @@ sends those that differ from the defaults when the page loads.
 from __future__ import annotations
 
 import logging
+import math
 
 from aiohttp import web
 
@@ -50,7 +51,13 @@ def validate(changes: object) -> dict:
         if name in INT_SETTINGS:
             low, high = INT_SETTINGS[name]
             # JSON numbers: integral floats (1000.0) are fine, booleans are not numbers here
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+            # (NaN and Infinity, which Python's JSON parser accepts, are not: int() would raise)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value != int(value)
+            ):
                 raise SettingsError(f"{name} must be an integer")
             if not low <= value <= high:
                 raise SettingsError(f"{name} must be between {low} and {high}")

@@ -318,3 +318,61 @@ def test_bad_input_at_node_level(
         new = tree(root) - before[str(root)]
         outside = [p for p in new if not (root.name == "output" and p.startswith(PACK_FOLDER + os.sep))]
         assert outside == [], (case, outside)
+
+
+# -- routes: bad requests against the real server get a clear 4xx JSON error and change nothing ----
+
+BAD_REQUESTS = [
+    ("POST", "/pipeline_monitor/settings", b"{not json", 400),
+    ("POST", "/pipeline_monitor/settings", b"[1, 2]", 400),
+    ("POST", "/pipeline_monitor/settings", b'{"max_runs": "abc"}', 400),
+    ("POST", "/pipeline_monitor/settings", b'{"max_runs": -1}', 400),
+    ("POST", "/pipeline_monitor/settings", b'{"max_runs": 1e12}', 400),
+    ("POST", "/pipeline_monitor/settings", b'{"max_runs": true}', 400),
+    ("POST", "/pipeline_monitor/settings", b'{"max_runs": null}', 400),
+    ("POST", "/pipeline_monitor/settings", b'{"sample_interval_ms": NaN}', 400),
+    ("POST", "/pipeline_monitor/settings", b'{"max_report_files": Infinity}', 400),
+    ("POST", "/pipeline_monitor/settings", b'{"max_runs": -Infinity}', 400),
+    ("POST", "/pipeline_monitor/settings", b'{"profile_enabled": "yes"}', 400),
+    ("POST", "/pipeline_monitor/settings", b'{"max_runs": 5, "unknown": 1}', 400),
+    ("POST", "/pipeline_monitor/settings", b'{"max_runs": 5, "max_report_files": 0}', 400),
+    ("POST", "/pipeline_monitor/live", b"\xff\xfe not utf-8", 400),
+    ("POST", "/pipeline_monitor/live", b'{"client_id": null, "watching": true}', 400),
+    ("POST", "/pipeline_monitor/live", b'{"client_id": "a\\u0000b", "watching": true}', 400),
+    ("POST", "/pipeline_monitor/live", b'{"client_id": "../x", "watching": true}', 400),
+    ("POST", "/pipeline_monitor/live", ('{"client_id": "%s", "watching": true}' % ("x" * 200)).encode(), 400),
+    ("POST", "/pipeline_monitor/live", b'{"client_id": "abc", "watching": "yes"}', 400),
+    ("POST", "/pipeline_monitor/live", b'{"client_id": "pm-no-such-socket", "watching": true}', 404),
+    ("GET", "/pipeline_monitor/runs?limit=abc", None, 400),
+    ("GET", "/pipeline_monitor/runs/..%2f..%2fetc", None, 404),
+    ("GET", "/pipeline_monitor/runs/%00", None, 404),
+    ("GET", "/pipeline_monitor/runs/" + "x" * 300 + "/report.html", None, 404),
+    ("GET", "/pipeline_monitor/dumps/..%2fsecret.safetensors", None, 404),
+    ("GET", "/pipeline_monitor/dumps/%2Fetc%2Fpasswd", None, 404),
+    ("GET", "/pipeline_monitor/dumps/CON.safetensors", None, 404),
+    ("GET", "/pipeline_monitor/dumps/a%00.safetensors", None, 404),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status"),
+    BAD_REQUESTS,
+    ids=[f"{m} {p[18:50]} {b!r:.30}" for m, p, b, _ in BAD_REQUESTS],
+)
+def test_bad_requests_at_the_routes(server, method, path, body, status):
+    import requests
+
+    roots = [server.base / "output", server.base / "input", server.base / "models"]
+    before = {str(r): tree(r) for r in roots}
+    settings_before = server.get_json("/pipeline_monitor/settings")
+    response = requests.request(
+        method, server.url + path, data=body, headers={"Content-Type": "application/json"}, timeout=10
+    )
+    assert response.status_code == status, response.text[:300]
+    assert response.headers["Content-Type"].startswith("application/json")
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert isinstance(response.json().get("error"), str) and response.json()["error"]
+    assert server.get_json("/pipeline_monitor/settings") == settings_before  # rejected whole
+    for root in roots:
+        new = tree(root) - before[str(root)]
+        assert [p for p in new if not p.startswith(PACK_FOLDER + os.sep)] == [], new
