@@ -1,6 +1,6 @@
 """The pack's HTTP surface against the real session server: only the documented routes exist, ids
 are validated, file-serving routes never reach outside their folder (raw, encoded and
-double-encoded traversal), every pack response has a JSON/HTML/octet-stream content type with
+double-encoded traversal), every pack response has a JSON/HTML/octet-stream (metrics: text) content type with
 `nosniff`, and the HTML report escapes every string from the run. Plus: no pickle anywhere."""
 
 from __future__ import annotations
@@ -39,16 +39,11 @@ def registered_routes(comfy) -> set[tuple[str, str]]:
     return {(r.method, r.path) for r in table}
 
 
-# A contract route (architecture notes) that landed before README.md lists it: remove once it does.
-PENDING_README = {("GET", "/pipeline_monitor/metrics")}
-
-
 def test_only_documented_routes_exist(server, comfy):  # server first: see conftest import order
     documented = documented_routes()
     assert len(documented) >= 9, documented
     registered = registered_routes(comfy)
-    assert documented <= registered, documented - registered
-    assert registered - documented <= PENDING_README, registered - documented
+    assert registered == documented, (registered - documented, documented - registered)
     # What the pack really added to ComfyUI's table at load time (the stub server's RouteTableDef).
     loaded = {(r.method, r.path) for r in comfy.server.routes if r.path.startswith("/pipeline_monitor")}
     assert loaded == registered
@@ -204,6 +199,7 @@ def test_every_pack_response_sets_content_type_and_nosniff(server, xss_run, plan
         "/pipeline_monitor/dumps/pm-none.safetensors": "application/json",
         "/pipeline_monitor/live": "application/json",
         "/pipeline_monitor/settings": "application/json",
+        "/pipeline_monitor/metrics": "text/plain",  # Prometheus text format
     }
     for path, content_type in paths.items():
         for prefix in ("", "/api"):
