@@ -191,12 +191,24 @@ def test_trace_command_merges_reports(tmp_path):
 def test_two_rank_torch_distributed_job_aggregated(tmp_path):
     """A real 2-process torch.distributed job on CPU (gloo): each rank writes its report, then
     `python -m monitors aggregate` merges them and names rank 1 (slower steps) as the slowest."""
-    import torch.multiprocessing as mp
-
-    from tests.unit.distributed_support import rank_worker
-
     out_dir = tmp_path / "reports"
-    mp.spawn(rank_worker, args=(2, str(tmp_path / "init"), str(out_dir)), nprocs=2, join=True)
+    # A job of its own, as torchrun would start it: a fresh interpreter whose path holds only the
+    # repository (the test process may have ComfyUI's folders first on sys.path).
+    job = (
+        "import sys, torch.multiprocessing as mp\n"
+        "from tests.unit.distributed_support import rank_worker\n"
+        "mp.spawn(rank_worker, args=(2, sys.argv[1], sys.argv[2]), nprocs=2, join=True)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(REPO)}
+    ran = subprocess.run(
+        [sys.executable, "-c", job, str(tmp_path / "init"), str(out_dir)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
     reports = sorted(str(p) for p in out_dir.glob("*.json") if not p.name.endswith(".trace.json"))
     assert len(reports) == 2 and reports[0].endswith("-rank0.json") and reports[1].endswith("-rank1.json")
     for rank, path in enumerate(reports):
