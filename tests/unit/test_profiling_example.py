@@ -1,4 +1,4 @@
-"""examples/plain_pipeline.py: a plain torch pipeline on CPU gives JSON, HTML and trace reports."""
+"""example_pipelines/plain_pipeline.py: a plain torch pipeline on CPU gives JSON, HTML and trace reports."""
 
 import importlib.util
 import json
@@ -15,7 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def load_example():
     spec = importlib.util.spec_from_file_location(
-        "pm_plain_pipeline", os.path.join(REPO, "examples", "plain_pipeline.py")
+        "pm_plain_pipeline", os.path.join(REPO, "example_pipelines", "plain_pipeline.py")
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -4,10 +4,10 @@ Text encoding -> a denoising loop -> a block-wise video decode, with tiny random
 download, a few seconds on a laptop CPU). Writes a JSON report, an HTML report and a
 Chrome/Perfetto trace for each generation, then logs the usage statistics.
 
-    python examples/plain_pipeline.py                       # from the pack folder
-    python examples/plain_pipeline.py --preset production --generations 3
-    python examples/plain_pipeline.py --config my_profiling.yaml --output-dir reports/
-    torchrun --nproc-per-node 2 examples/plain_pipeline.py  # one report per rank, then:
+    python example_pipelines/plain_pipeline.py                       # from the pack folder
+    python example_pipelines/plain_pipeline.py --preset production --generations 3
+    python example_pipelines/plain_pipeline.py --config my_profiling.yaml --output-dir reports/
+    torchrun --nproc-per-node 2 example_pipelines/plain_pipeline.py  # one report per rank, then:
     python -m monitors aggregate reports/*-rank*.json -o job.json
 """
 
@@ -21,7 +21,7 @@ import sys
 import torch
 from torch import nn
 
-# The pack folder holds the `monitors` package; a script in examples/ does not see it by itself.
+# The pack folder holds the `monitors` package; a script in example_pipelines/ does not see it by itself.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from monitors import profiling as pm  # noqa: E402
