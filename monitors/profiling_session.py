@@ -21,7 +21,7 @@ from .config import ProfilingConfig
 from .phases import PhaseAccumulator
 from .probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
 from .profiling_report import build_report, write_report_files
-from .report import GpuPeak, NodeProfile, format_bytes, to_jsonable
+from .report import NodeProfile, format_bytes, node_profile_from_span, to_jsonable
 from .sampler import Sampler
 from .span import Span
 
@@ -198,34 +198,18 @@ class ProfileSession:
         except Exception as exc:
             self.note(f"stage {record.stage}: span failed to stop: {type(exc).__name__}: {exc}")
             return None
-        rss_change = result.changes.get("process_rss_bytes")
-        devices = sorted({m.split(".")[0] for m in result.peaks if m.startswith("cuda:")})
-        gpu_peaks = tuple(
-            GpuPeak(d, result.peak(f"{d}.allocated_bytes"), result.peak(f"{d}.reserved_bytes"))
-            for d in devices
+        row = node_profile_from_span(
+            record.node_id, record.stage, title or record.stage, status, result, self.started_unix_s
         )
-        gpu_values = [p.peak_allocated_bytes for p in gpu_peaks if p.peak_allocated_bytes is not None]
+        gpu_values = [p.peak_allocated_bytes for p in row.gpu_peaks if p.peak_allocated_bytes is not None]
         self.phases.add(
             record.stage,
-            result.duration_s,
-            result.peak_rss_bytes,
-            None if rss_change is None else rss_change.delta,
+            row.duration_s,
+            row.peak_rss_bytes,
+            row.rss_change_bytes,
             max(gpu_values) if gpu_values else None,
             depth=record.depth,
             error=status != "executed",
-        )
-        row = NodeProfile(
-            node_id=record.node_id,
-            class_type=record.stage,
-            title=title or record.stage,
-            status=status,
-            cached=False,
-            start_offset_s=result.start_unix_s - self.started_unix_s,
-            duration_s=result.duration_s,
-            peak_rss_bytes=result.peak_rss_bytes,
-            peak_rss_method=result.peak_rss_method,
-            rss_change_bytes=None if rss_change is None else rss_change.delta,
-            gpu_peaks=gpu_peaks,
         )
         with self._lock:
             if len(self.rows) < self._limit:

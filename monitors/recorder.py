@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
-from .report import GpuPeak, NodeProfile, RunReport, StepReport
+from .report import NodeProfile, RunReport, StepReport, node_profile_from_span
 from .span import Span
 from .store import RunStore
 
@@ -218,24 +218,7 @@ class RunRecorder:
             return NodeProfile(
                 node_id=node_id, class_type=class_type, title=title, status=status, cached=status == "cached"
             )
-        rss_change = result.changes.get("process_rss_bytes")
-        devices = sorted({m.split(".")[0] for m in result.peaks if m.startswith("cuda:")})
-        return NodeProfile(
-            node_id=node_id,
-            class_type=class_type,
-            title=title,
-            status=status,
-            cached=False,
-            start_offset_s=result.start_unix_s - run.started_unix_s,
-            duration_s=result.duration_s,
-            peak_rss_bytes=result.peak_rss_bytes,
-            peak_rss_method=result.peak_rss_method,
-            rss_change_bytes=None if rss_change is None else rss_change.delta,
-            gpu_peaks=tuple(
-                GpuPeak(d, result.peak(f"{d}.allocated_bytes"), result.peak(f"{d}.reserved_bytes"))
-                for d in devices
-            ),
-        )
+        return node_profile_from_span(node_id, class_type, title, status, result, run.started_unix_s)
 
     def _append_node(self, run: _RunRecord, profile: NodeProfile) -> None:
         if len(run.nodes) < MAX_NODES_PER_RUN:

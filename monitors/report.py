@@ -146,6 +146,28 @@ class RunReport:
         }
 
 
+def node_profile_from_span(node_id, class_type, title, status, result, run_started_unix_s) -> NodeProfile:
+    """A per-node (or per-stage) row from a closed span (a monitors.span.SpanResult)."""
+    rss_change = result.changes.get("process_rss_bytes")
+    devices = sorted({metric.split(".")[0] for metric in result.peaks if metric.startswith("cuda:")})
+    return NodeProfile(
+        node_id=node_id,
+        class_type=class_type,
+        title=title,
+        status=status,
+        cached=False,
+        start_offset_s=result.start_unix_s - run_started_unix_s,
+        duration_s=result.duration_s,
+        peak_rss_bytes=result.peak_rss_bytes,
+        peak_rss_method=result.peak_rss_method,
+        rss_change_bytes=None if rss_change is None else rss_change.delta,
+        gpu_peaks=tuple(
+            GpuPeak(d, result.peak(f"{d}.allocated_bytes"), result.peak(f"{d}.reserved_bytes"))
+            for d in devices
+        ),
+    )
+
+
 def max_gpu_peak(nodes) -> int | None:
     values = [
         p.peak_allocated_bytes for n in nodes for p in n.gpu_peaks if p.peak_allocated_bytes is not None
