@@ -6,13 +6,13 @@ Run from the repo root:
     python bench/lora_analysis.py
 
 A 1,000-key rank-32 LoRA (fp16 factors, the shapes of SD1.5's attention and feed-forward layers,
-cycled) is analysed the way PipelineMonitorLora does it (monitors.lora.patch_rows: type, rank,
+cycled) is analysed the way PipelineMonitorLora does it (monitors.lora.analysis.patch_rows: type, rank,
 alpha, scale and the exact Frobenius norm of every change from r x r Gram matrices), and the same
 norms are computed naively: scale * (up @ down) in float32, one full delta per key, then its norm.
 Both run in the same process, alternating, median of --repeats; the ratio is analysis / naive.
 Two more analysis figures add the base-weight norms (relative change), which read each base
 weight once, O(weight size) per key: within the node's default read budget
-(monitors.lora.BASE_NORM_ELEMENT_BUDGET), as the node runs, and for every key. To keep memory
+(monitors.lora.analysis.BASE_NORM_ELEMENT_BUDGET), as the node runs, and for every key. To keep memory
 small the keys of one shape share one fp16 base tensor (read once per key all the same). As a check, a sample of keys is materialised
 in float64: the analysis's relative error is printed next to the naive float32 one.
 """
@@ -103,7 +103,7 @@ def timed(fn):
 def run(n_keys: int, rank: int, repeats: int) -> dict:
     import torch
 
-    from monitors.lora import BASE_NORM_ELEMENT_BUDGET, patch_rows
+    from monitors.lora.analysis import BASE_NORM_ELEMENT_BUDGET, patch_rows
 
     patches, bases = make_lora(n_keys, rank)
     shapes = {

@@ -123,8 +123,8 @@ def count_layer_calls(vae, pixels) -> tuple[int, float]:
 def run(frames: int, size: int, repeats: int, oom_at: float) -> dict:
     import torch
 
-    from monitors.vae_chain import ChainOptions, TileSettings, run_chain
-    from monitors.vae_geometry import encode_input_shape, tile_input_shape
+    from monitors.vae.chain import ChainOptions, TileSettings, run_chain
+    from monitors.vae.geometry import encode_input_shape, tile_input_shape
 
     with tempfile.TemporaryDirectory(prefix="pm_bench_vae_") as base:
         vae = load_tiny_wan_vae(base)

@@ -122,7 +122,7 @@ def run(argv=None) -> list:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--config", help="a profiling YAML file (see monitors/presets/)")
+    parser.add_argument("--config", help="a profiling YAML file (see monitors/profiling/presets/)")
     parser.add_argument("--preset", default="development", help="development or production")
     parser.add_argument("--output-dir", help="where reports go (default: the config's report.output_dir)")
     parser.add_argument("--generations", type=int, default=1)

@@ -13,7 +13,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 
-from .phases import node_gpu_peak, profiling_step, report_phases
+from .profiling.phases import node_gpu_peak, profiling_step, report_phases
 from .report import SCHEMA_VERSION
 
 AGGREGATE_KIND = "pipeline_monitor.aggregate"

@@ -28,8 +28,8 @@ from .aggregate import (
     load_report,
     load_reports,
 )
+from .exporters.trace import reports_to_trace
 from .report import format_bytes, write_json_atomic
-from .trace import reports_to_trace
 
 EXIT_OK, EXIT_NO_INPUT, EXIT_USAGE, EXIT_SKIPPED, EXIT_REGRESSION = 0, 1, 2, 3, 4
 

@@ -6,8 +6,8 @@ import logging
 
 from comfy_api.latest import io
 
-from ..monitors.conditioning import analyse_conditioning, ui_lines
-from ..monitors.prompt_text import trace_text_encoders
+from ..monitors.conditioning.analysis import analyse_conditioning, ui_lines
+from ..monitors.conditioning.prompt_text import trace_text_encoders
 from ..monitors.report import StepReport
 from .node_support import record_step
 from .runtime import get_runtime

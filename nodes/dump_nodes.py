@@ -14,8 +14,9 @@ import time
 
 from comfy_api.latest import io
 
-from ..monitors.dump_collect import collect_tensors, guess_encoder_family
-from ..monitors.dumps import (
+from ..monitors.dumps.collect import collect_tensors, guess_encoder_family
+from ..monitors.dumps.compare import compare_dump_with, compare_dumps
+from ..monitors.dumps.files import (
     DumpError,
     DumpNameError,
     DumpTooLargeError,
@@ -23,9 +24,8 @@ from ..monitors.dumps import (
     list_dumps,
     write_dump,
 )
-from ..monitors.latent import describe_tensor_bounded
+from ..monitors.latent.analysis import describe_tensor_bounded
 from ..monitors.report import Finding, StepReport, format_bytes
-from ..monitors.tensor_compare import compare_dump_with, compare_dumps
 from . import dump_paths
 from .node_support import record_step, upstream_node_ids
 from .runtime import get_runtime

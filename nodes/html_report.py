@@ -11,7 +11,7 @@ import logging
 
 from aiohttp import web
 
-from ..monitors.html_report import CSP, render_html
+from ..monitors.exporters.html import CSP, render_html
 from ..monitors.store import is_valid_run_id
 from .runtime import get_runtime
 

@@ -7,7 +7,7 @@ import time
 
 from comfy_api.latest import io
 
-from ..monitors.latent import analyse_latent, latent_ui_text
+from ..monitors.latent.analysis import analyse_latent, latent_ui_text
 from ..monitors.report import StepReport
 from .node_support import loader_profiles, record_step
 

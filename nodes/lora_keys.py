@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..monitors.lora_coverage import consumed_keys, key_coverage
+from ..monitors.lora.coverage import consumed_keys, key_coverage
 
 VALUE_READ_MAX_ELEMENTS = 16  # alpha scalars, reshape_weight shapes: read for real
 SAFETENSORS_DTYPES = {

@@ -7,9 +7,9 @@ import time
 
 from comfy_api.latest import io
 
-from ..monitors.lora_coverage import attribute_hops, loader_findings, merge_loaders, upstream_loaders
-from ..monitors.lora_file import lora_file_status
-from ..monitors.lora_side import analyse_side
+from ..monitors.lora.coverage import attribute_hops, loader_findings, merge_loaders, upstream_loaders
+from ..monitors.lora.file import lora_file_status
+from ..monitors.lora.side import analyse_side
 from ..monitors.probes import get_probes
 from ..monitors.report import Finding, StepReport
 from .lora_keys import lora_path, recompute_coverage

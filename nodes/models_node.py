@@ -7,7 +7,7 @@ import time
 
 from comfy_api.latest import io
 
-from ..monitors.model_state import describe
+from ..monitors.models.state import describe
 from ..monitors.probes import get_probes
 from ..monitors.report import Finding, StepReport, format_bytes
 from .node_support import loader_profiles, record_step

@@ -11,7 +11,7 @@ import os
 
 from aiohttp import web
 
-from ..monitors.dumps import DUMP_SUFFIX, NPY_SUFFIX, DumpError, list_dumps, resolve_file
+from ..monitors.dumps.files import DUMP_SUFFIX, NPY_SUFFIX, DumpError, list_dumps, resolve_file
 from ..monitors.store import is_valid_run_id
 from . import dump_paths, html_report, live, metrics, settings
 from .runtime import get_runtime

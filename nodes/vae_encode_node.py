@@ -1,6 +1,6 @@
 """PipelineMonitorVAEEncode: VAE encode that survives running out of memory (step kind `vae_encode`).
 
-The chain and the report live in monitors/vae_chain.py and monitors/vae_report.py; this file
+The chain and the report live in monitors/vae/chain.py and monitors/vae/report.py; this file
 adds what needs ComfyUI: free memory as ComfyUI's loader sees it, cache cleanup, and encoding on
 the CPU through a temporary CPU view of the VAE.
 """
@@ -14,11 +14,11 @@ import logging
 import torch
 from comfy_api.latest import io
 
-from ..monitors.model_state import describe_vae
+from ..monitors.models.state import describe_vae
 from ..monitors.report import StepReport
-from ..monitors.vae_chain import REQUESTS, ChainOptions, run_chain
-from ..monitors.vae_geometry import TileSettings
-from ..monitors.vae_report import STEP_KIND, build_step, ui_lines
+from ..monitors.vae.chain import REQUESTS, ChainOptions, run_chain
+from ..monitors.vae.geometry import TileSettings
+from ..monitors.vae.report import STEP_KIND, build_step, ui_lines
 from .memory_snapshot import loaded_models_snapshot
 from .node_support import record_step
 

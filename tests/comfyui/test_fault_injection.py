@@ -168,8 +168,8 @@ def setup(comfy, tiny, pack_runtime):
     mappings = comfy.nodes.NODE_CLASS_MAPPINGS
     added = {"PMFaultSources": PMFaultSources, "PMFaultSink": PMFaultSink}
     mappings.update(added)
-    dumps = comfy.pack_module("monitors.dumps")
-    collect = comfy.pack_module("monitors.dump_collect")
+    dumps = comfy.pack_module("monitors.dumps.files")
+    collect = comfy.pack_module("monitors.dumps.collect")
     dumps.write_dump(
         str(dumps_dir()), COMPARED_DUMP, collect.collect_tensors(latent={"samples": torch.zeros(1, 4, 8, 8)})
     )

@@ -254,7 +254,7 @@ def pack_python_files() -> list[Path]:
 
 def test_nothing_in_the_pack_unpickles():
     files = pack_python_files()
-    assert any(p.name == "dumps.py" for p in files) and len(files) > 20
+    assert any(p.name == "files.py" and p.parent.name == "dumps" for p in files) and len(files) > 20
     hits = []
     for path in files:
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):

@@ -19,13 +19,20 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monitors.conditioning import analyse_conditioning
-from monitors.dump_collect import collect_tensors
-from monitors.dumps import DumpCorruptError, DumpError, DumpNameError, load_dump, resolve_file, write_dump
-from monitors.html_report import render_html
-from monitors.latent import analyse_latent
-from monitors.lora_file import lora_file_status
-from monitors.prompt_text import trace_text_encoders
+from monitors.conditioning.analysis import analyse_conditioning
+from monitors.conditioning.prompt_text import trace_text_encoders
+from monitors.dumps.collect import collect_tensors
+from monitors.dumps.files import (
+    DumpCorruptError,
+    DumpError,
+    DumpNameError,
+    load_dump,
+    resolve_file,
+    write_dump,
+)
+from monitors.exporters.html import render_html
+from monitors.latent.analysis import analyse_latent
+from monitors.lora.file import lora_file_status
 from monitors.store import RunStore, is_valid_run_id
 from monitors.tensor_stats import describe_tensor
 

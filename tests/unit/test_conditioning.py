@@ -9,8 +9,8 @@ import weakref
 import pytest
 import torch
 
-from monitors.conditioning import MAX_ENTRIES, MAX_FINDINGS, analyse_conditioning, ui_lines
-from monitors.conditioning_family import families_from_encoder_class, family_from_shape
+from monitors.conditioning.analysis import MAX_ENTRIES, MAX_FINDINGS, analyse_conditioning, ui_lines
+from monitors.conditioning.family import families_from_encoder_class, family_from_shape
 from monitors.report import to_jsonable
 
 
@@ -264,7 +264,7 @@ def test_without_negative():
 
 
 def _trace(*texts, node_id="6", profile=None):
-    from monitors.prompt_text import text_stats
+    from monitors.conditioning.prompt_text import text_stats
 
     entries = [{"input": "text", "source": "widget", "note": None, **text_stats(t)} for t in texts]
     return {
@@ -355,7 +355,7 @@ def test_step_in_a_run_report_is_valid_json_on_disk(tmp_path, probes_for):
 
 
 def test_extras_are_bounded():
-    from monitors.conditioning import MAX_EXTRAS
+    from monitors.conditioning.analysis import MAX_EXTRAS
 
     extras = {f"key_{i:03}": i for i in range(500)}
     step = analyse(conditioning(**extras))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from monitors.prompt_text import MAX_TEXT_CHARS, MAX_WALK_NODES, text_stats, trace_text_encoders
+from monitors.conditioning.prompt_text import MAX_TEXT_CHARS, MAX_WALK_NODES, text_stats, trace_text_encoders
 
 CLIP = ["4", 1]
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from monitors.config import ConfigError, ProfilingConfig, load_config
+from monitors.profiling.config import ConfigError, ProfilingConfig, load_config
 
 
 def test_defaults():

@@ -7,8 +7,8 @@ import pytest
 import torch
 from aiohttp import web
 
-from monitors.dump_collect import collect_tensors
-from monitors.dumps import write_dump
+from monitors.dumps.collect import collect_tensors
+from monitors.dumps.files import write_dump
 from tests.unit.test_routes import PACK, import_pack
 
 

@@ -1,4 +1,4 @@
-"""monitors/dumps.py: collecting, writing, listing and reading dumps; names, cap, corrupt files."""
+"""monitors/dumps/files.py: collecting, writing, listing and reading dumps; names, cap, corrupt files."""
 
 import json
 import os
@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from monitors import dumps
-from monitors.dump_collect import collect_tensors
-from monitors.dumps import (
+from monitors.dumps import files as dumps
+from monitors.dumps.collect import collect_tensors
+from monitors.dumps.compare import compare_dump_with, compare_dumps
+from monitors.dumps.files import (
     DumpCorruptError,
     DumpError,
     DumpNameError,
@@ -21,7 +22,6 @@ from monitors.dumps import (
     load_dump,
     write_dump,
 )
-from monitors.tensor_compare import compare_dump_with, compare_dumps
 
 
 class HookGroup:  # a non-tensor conditioning extra, like comfy.hooks.HookGroup

@@ -1,4 +1,4 @@
-"""monitors/tensor_compare.py: per-tensor figures, allclose semantics, verdicts."""
+"""monitors/dumps/compare.py: per-tensor figures, allclose semantics, verdicts."""
 
 import math
 
@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitors import tensor_compare
-from monitors.tensor_compare import compare_pair, compare_sets
+from monitors.dumps import compare as tensor_compare
+from monitors.dumps.compare import compare_pair, compare_sets
 
 
 def sets(a: dict, b: dict, rtol=1e-5, atol=1e-8):

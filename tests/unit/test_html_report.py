@@ -2,7 +2,7 @@
 
 import re
 
-from monitors.html_report import format_value, label, render_html
+from monitors.exporters.html import format_value, label, render_html
 
 EVIL = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
 

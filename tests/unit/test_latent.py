@@ -1,4 +1,4 @@
-"""monitors/latent.py on plain tensors: kind, family, statistics, masks, bad input."""
+"""monitors/latent/analysis.py on plain tensors: kind, family, statistics, masks, bad input."""
 
 import math
 
@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitors import latent as latent_mod
-from monitors.latent import analyse_latent, latent_ui_text
+from monitors.latent import analysis as latent_mod
+from monitors.latent.analysis import analyse_latent, latent_ui_text
 
 
 def codes(findings):

@@ -1,6 +1,6 @@
 """LoRA loaders in the prompt graph, key coverage set arithmetic, hop attribution, findings."""
 
-from monitors.lora_coverage import (
+from monitors.lora.coverage import (
     attribute_hops,
     consumed_keys,
     key_coverage,

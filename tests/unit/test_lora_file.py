@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from monitors.lora_file import CorruptHeader, lora_file_status, network_info, read_safetensors_header
+from monitors.lora.file import CorruptHeader, lora_file_status, network_info, read_safetensors_header
 
 METADATA = {
     "ss_network_dim": "16",

@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitors.lora import analyse_entry
-from monitors.lora_norms import frobenius_norm, kron_norm, loha_norm, lora_norm
+from monitors.lora.analysis import analyse_entry
+from monitors.lora.norms import frobenius_norm, kron_norm, loha_norm, lora_norm
 
 REL = 1e-4
 
@@ -31,7 +31,7 @@ def close(value, reference):
 
 
 def test_frobenius_norm_matches_torch_and_is_chunked(monkeypatch):
-    import monitors.lora_norms as norms
+    import monitors.lora.norms as norms
 
     t = rand(37, 41, seed=1)
     close(frobenius_norm(t), float(torch.linalg.vector_norm(t.double())))
@@ -82,7 +82,7 @@ def test_loha_norm(m, n, r1, r2):
 
 
 def test_loha_row_blocks_cover_every_row(monkeypatch):
-    import monitors.lora_norms as norms
+    import monitors.lora.norms as norms
 
     monkeypatch.setattr(norms, "CHUNK_ELEMENTS", 7)  # one row per block
     w1a, w1b, w2a, w2b = rand(5, 9, seed=1), rand(9, 4, seed=2), rand(5, 9, seed=3), rand(9, 4, seed=4)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from monitors.lora import (
+from monitors.lora.analysis import (
     added_entries,
     aggregate,
     block_of,
@@ -17,7 +17,7 @@ from monitors.lora import (
     parent_chain,
     patch_rows,
 )
-from monitors.lora_side import analyse_side, placement_changes, weight_modifications
+from monitors.lora.side import analyse_side, placement_changes, weight_modifications
 from monitors.report import to_jsonable
 
 from .test_lora_norms import Adapter, rand
@@ -193,7 +193,7 @@ def test_base_norm_uses_the_backup_while_weights_are_patched():
 
 
 def test_base_norm_budget_and_missing_keys(monkeypatch):
-    import monitors.lora_side as lora_side
+    import monitors.lora.side as lora_side
 
     monkeypatch.setattr(lora_side, "BASE_NORM_ELEMENT_BUDGET", 24 * 16 + 1)
     _, _, second, *_ = stacked()

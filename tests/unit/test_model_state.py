@@ -4,7 +4,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from monitors.model_state import describe, describe_model, module_memory  # noqa: E402
+from monitors.models.state import describe, describe_model, module_memory  # noqa: E402
 
 
 class PatcherLike:

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from monitors import profiling as pm
-from monitors import usage
 from monitors.probes.fake import GiB, fake_probes
+from monitors.profiling import usage
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCHEMA = json.load(open(os.path.join(REPO, "schemas", "run_report.schema.json")))
@@ -294,7 +294,7 @@ def test_samples_follow_the_metric_choices(configured):
 
 
 def test_realtime_display_logs_lines(configured, caplog):
-    caplog.set_level("INFO", logger="monitors.profiling_session")
+    caplog.set_level("INFO", logger="monitors.profiling.session")
     configured(display={"realtime": True, "interval_s": 0.01})
     with pm.profile_session("live"):
         with pm.profile_method("denoise"):

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from monitors import profiling as pm
-from monitors import usage
 from monitors.probes.fake import GiB, fake_probes
+from monitors.profiling import usage
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from monitors.probes.fake import GiB, fake_probes
-from monitors.vae_chain import (
+from monitors.vae.chain import (
     ERROR,
     OK,
     OOM,
@@ -447,7 +447,7 @@ def test_an_overlap_the_tiler_cannot_run_is_reduced_with_a_warning():
 
 
 def test_default_free_memory_reading():
-    from monitors.vae_chain import read_free_memory
+    from monitors.vae.chain import read_free_memory
 
     free = read_free_memory("cpu")
     assert isinstance(free, int) and free > 0

@@ -11,9 +11,9 @@ import torch
 
 from monitors.probes.fake import GiB, fake_probes
 from monitors.report import RunReport, to_jsonable
-from monitors.vae_chain import ChainOptions, TileSettings, run_chain
-from monitors.vae_geometry import encode_input_shape, latent_shape, tile_input_shape
-from monitors.vae_report import STEP_KIND, build_step, ui_lines
+from monitors.vae.chain import ChainOptions, TileSettings, run_chain
+from monitors.vae.geometry import encode_input_shape, latent_shape, tile_input_shape
+from monitors.vae.report import STEP_KIND, build_step, ui_lines
 from tests.unit.test_vae_chain import CUDA_OOM, FakeMemory, FakeVAE, cpu_encode, options, pixels
 
 MiB = 1024**2

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .lora import (
+from ..models.state import describe_clip, describe_model
+from .analysis import (
     BASE_NORM_ELEMENT_BUDGET,
     MAX_LISTED_KEYS,
     added_entries,
@@ -21,7 +22,6 @@ from .lora import (
     patch_rows,
     patches_of,
 )
-from .model_state import describe_clip, describe_model
 
 MAX_LISTED_NAMES = 200  # state-dict key names listed per change kind
 PLACEMENT_FIELDS = (

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .lora_norms import frobenius_norm, kron_norm, loha_norm, lora_norm
+from .norms import frobenius_norm, kron_norm, loha_norm, lora_norm
 
 MAX_HOPS = 64  # parent-chain walk limit: far more than any real stack of loaders
 MAX_LISTED_KEYS = 1000  # per-key rows kept in a report per side (totals cover every key)

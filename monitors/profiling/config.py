@@ -2,7 +2,7 @@
 
     config = load_config("profiling.yaml", preset="development", report={"format": "json"})
 
-Layers, later wins: built-in defaults, the preset (`monitors/presets/<name>.yaml`), the file, the
+Layers, later wins: built-in defaults, the preset (`monitors/profiling/presets/<name>.yaml`), the file, the
 keyword arguments. Sections (sampling, metrics, display, report, stages, tags) merge key by key.
 An unknown key or a wrong type is a ConfigError naming the key (e.g. `report.format`), never a
 silent default: a typo in a production config should fail at start, not profile the wrong thing.

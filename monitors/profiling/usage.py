@@ -13,7 +13,7 @@ import threading
 import time
 from collections import deque
 
-from .report import format_bytes
+from ..report import format_bytes
 
 log = logging.getLogger(__name__)
 

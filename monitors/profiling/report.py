@@ -13,11 +13,11 @@ import os
 import sys
 import time
 
+from ..exporters.html import render_html
+from ..exporters.trace import reports_to_trace
+from ..report import Finding, RunReport, StepReport, format_run_summary, write_json_atomic
 from . import usage
-from .html_report import render_html
-from .report import Finding, RunReport, StepReport, format_run_summary, write_json_atomic
 from .suggestions import suggest
-from .trace import reports_to_trace
 
 log = logging.getLogger(__name__)
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import time
 
-from .report import Finding, StepReport, format_bytes
-from .tensor_stats import describe_tensor
-from .vae_chain import OOM, SKIPPED, ChainResult
-from .vae_geometry import TileSettings
+from ..report import Finding, StepReport, format_bytes
+from ..tensor_stats import describe_tensor
+from .chain import OOM, SKIPPED, ChainResult
+from .geometry import TileSettings
 
 STEP_KIND = "vae_encode"
 MB = 1_000_000

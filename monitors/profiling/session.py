@@ -17,13 +17,13 @@ import threading
 import time
 from collections import deque
 
+from ..probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
+from ..report import NodeProfile, format_bytes, node_profile_from_span, to_jsonable
+from ..sampler import Sampler
+from ..span import Span
 from .config import ProfilingConfig
 from .phases import PhaseAccumulator
-from .probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
-from .profiling_report import build_report, write_report_files
-from .report import NodeProfile, format_bytes, node_profile_from_span, to_jsonable
-from .sampler import Sampler
-from .span import Span
+from .report import build_report, write_report_files
 
 log = logging.getLogger(__name__)
 

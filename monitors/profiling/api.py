@@ -33,10 +33,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from ..probes import Probes
 from . import usage
 from .config import STAGE_INFERENCE_STEPS, ProfilingConfig, load_config
-from .probes import Probes
-from .profiling_session import ProfileSession
+from .session import ProfileSession
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ def _safe_extract(session: ProfileSession, what: str, extract, args, kwargs, res
     if not isinstance(info, Mapping):
         session.note(f"{what}: extract must return a mapping, got {type(info).__name__}")
         return {}
-    from .report import to_jsonable
+    from ..report import to_jsonable
 
     return to_jsonable(dict(info))
 
@@ -375,7 +375,7 @@ def profile_model_parameters(extract: Callable | None = None, name: str | None =
             try:
                 target = extract(args, kwargs, result) if extract is not None else result
                 figures = dict(target) if isinstance(target, Mapping) else describe_parameters(target)
-                from .report import to_jsonable
+                from ..report import to_jsonable
 
                 usage.tracker.record_model_init(label, duration, to_jsonable(figures))
             except Exception as exc:

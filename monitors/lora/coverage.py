@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .report import Finding
+from ..report import Finding
 
 LORA_LOADER_CLASSES = ("LoraLoader", "LoraLoaderModelOnly")
 MAX_WALK = 256  # nodes visited per input walk

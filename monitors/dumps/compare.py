@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .dumps import DumpReader, open_dump
+from .files import DumpReader, open_dump
 
 CHUNK_ELEMENTS = 1 << 22
 STATUSES = ("identical", "close", "different", "incompatible", "nothing_to_compare")

@@ -102,7 +102,7 @@ def guess_encoder_family(conditioning) -> str | None:
     """Text-encoder family of the first conditioning entry, from its shape (conditioning_family);
     None when unknown or not a CONDITIONING."""
     try:
-        from .conditioning_family import family_from_shape
+        from ..conditioning.family import family_from_shape
 
         cond, extras = conditioning[0][0], conditioning[0][1]
         pooled = extras.get("pooled_output")

@@ -15,8 +15,8 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 
-from .report import Finding
-from .tensor_stats import describe_tensor
+from ..report import Finding
+from ..tensor_stats import describe_tensor
 
 log = logging.getLogger(__name__)
 

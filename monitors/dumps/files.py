@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from .dump_collect import CollectedTensors
-from .report import format_bytes
+from ..report import format_bytes
+from .collect import CollectedTensors
 
 log = logging.getLogger(__name__)
 

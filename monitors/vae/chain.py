@@ -26,10 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .probes import DETAIL_FULL, DETAIL_LIGHT, Probes
-from .report import Finding, format_bytes
-from .span import Span, SpanResult
-from .vae_geometry import (
+from ..probes import DETAIL_FULL, DETAIL_LIGHT, Probes
+from ..report import Finding, format_bytes
+from ..span import Span, SpanResult
+from .geometry import (
     Prediction,
     TileSettings,
     check_input,

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from .phases import profiling_step
-from .report import to_jsonable, write_json_atomic
+from ..profiling.phases import profiling_step
+from ..report import to_jsonable, write_json_atomic
 
 US = 1_000_000.0
 

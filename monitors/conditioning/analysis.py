@@ -11,11 +11,11 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from .conditioning_family import families_from_encoder_class, family_from_shape, identify_family
-from .latent import STATS_MAX_ELEMENTS, describe_tensor_bounded
-from .model_state import describe_clip
+from ..latent.analysis import STATS_MAX_ELEMENTS, describe_tensor_bounded
+from ..models.state import describe_clip
+from ..report import Finding, StepReport
+from .family import families_from_encoder_class, family_from_shape, identify_family
 from .prompt_text import attach_texts
-from .report import Finding, StepReport
 
 SIDES = ("positive", "negative")
 MAX_ENTRIES = 64  # entries described per side; the count of the rest is reported

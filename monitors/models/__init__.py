@@ -1,0 +1,3 @@
+"""Models: what MODEL / CLIP / VAE objects are (class, device, dtype, sizes, patches) and the
+models step.
+"""
