@@ -38,28 +38,46 @@ NO_DUMPS = "(no dumps yet)"
 ROUTE = "/pipeline_monitor/dumps/"
 
 
-def current_prompt_id() -> str | None:
+def current_prompt_id() -> tuple[str | None, str | None]:
+    """(prompt id, None), or (None, why it is unknown) for the step's monitor_errors."""
+    reasons = []
     try:
         from comfy_execution.utils import get_executing_context
 
         context = get_executing_context()
         if context is not None:
-            return context.prompt_id
-    except Exception:
-        pass
+            return context.prompt_id, None
+    except Exception as exc:
+        reasons.append(f"executing context: {type(exc).__name__}: {exc}")
     try:
-        return get_runtime().recorder.active_prompt_id
-    except Exception:
-        return None
+        prompt_id = get_runtime().recorder.active_prompt_id
+    except Exception as exc:
+        reasons.append(f"recorder: {type(exc).__name__}: {exc}")
+    else:
+        if prompt_id is not None:
+            return prompt_id, None
+        reasons.append("no executing context and no active run")
+    return None, "prompt id unknown: " + "; ".join(reasons)
+
+
+def list_dump_names() -> tuple[list[str], str | None]:
+    """(names of the existing dumps, None), or ([], why they could not be listed)."""
+    try:
+        return sorted(row["name"] for row in list_dumps(dump_paths.dumps_dir())), None
+    except Exception as exc:  # no output folder yet, or ComfyUI not importable
+        log.debug("pipeline monitor: dumps not listed: %s", exc)
+        return [], f"dumps not listed: {type(exc).__name__}: {exc}"
 
 
 def dump_choices() -> list[str]:
     """Names of the existing dumps for the combo lists, computed each time the schema is asked for."""
-    try:
-        return sorted(row["name"] for row in list_dumps(dump_paths.dumps_dir()))
-    except Exception as exc:  # no output folder yet, or ComfyUI not importable
-        log.debug("pipeline monitor: dumps not listed: %s", exc)
-        return []
+    return list_dump_names()[0]
+
+
+def no_dump_chosen_message(lead: str) -> str:
+    # The combo shows NO_DUMPS both when there is none and when listing failed: say which.
+    _names, reason = list_dump_names()
+    return lead if reason is None else f"{lead} ({reason})"
 
 
 def value_inputs() -> list:
@@ -103,7 +121,7 @@ def dump_step(node_id, prompt, values: dict, name: str, npy: bool) -> StepReport
                     "warning", f"{t} holds {info['n_nan']} NaN and {info['n_inf']} Inf values.", "non_finite"
                 )
             )
-    result = None
+    result, monitor_errors = None, []
     if not connected:
         findings.append(
             Finding(
@@ -113,8 +131,11 @@ def dump_step(node_id, prompt, values: dict, name: str, npy: bool) -> StepReport
             )
         )
     else:
+        prompt_id, prompt_id_unknown_reason = current_prompt_id()
+        if prompt_id_unknown_reason is not None:
+            monitor_errors.append(prompt_id_unknown_reason)
         metadata = {
-            "prompt_id": current_prompt_id(),
+            "prompt_id": prompt_id,
             "dump_node_id": node_id,
             "source_nodes": sources,
             "value_kinds": ",".join(connected),
@@ -156,6 +177,7 @@ def dump_step(node_id, prompt, values: dict, name: str, npy: bool) -> StepReport
         summary=summary,
         details=details,
         findings=tuple(findings),
+        monitor_errors=tuple(monitor_errors),
         created_unix_s=started,
     )
 
@@ -233,7 +255,9 @@ def compare_step(node_id, dump_a: str, dump_b: str, rtol: float, atol: float, va
     try:
         directory = dump_paths.dumps_dir()
         if dump_a == NO_DUMPS:
-            raise DumpError("No dump chosen: write one with Pipeline Monitor: Tensor Dump first.")
+            raise DumpError(
+                no_dump_chosen_message("No dump chosen: write one with Pipeline Monitor: Tensor Dump first.")
+            )
         name_a = dump_file_name(dump_a)
         if dump_b == LIVE_VALUE:
             if not live.tensors:
@@ -283,8 +307,8 @@ def _file_state(name: str) -> str:
     try:
         info = os.stat(os.path.join(dump_paths.dumps_dir(), dump_file_name(name)))
         return f"{name}:{info.st_mtime_ns}:{info.st_size}"
-    except Exception:
-        return f"{name}:missing"
+    except Exception as exc:  # only a cache key: the compare step itself reports why the file is unusable
+        return f"{name}:missing:{type(exc).__name__}"
 
 
 class PipelineMonitorTensorCompare(io.ComfyNode):
@@ -320,7 +344,9 @@ class PipelineMonitorTensorCompare(io.ComfyNode):
         # Replaces ComfyUI's "value not in list" check for these two, so a dump written earlier in
         # the same prompt, or by the API under any valid name, can be compared.
         if dump_a == NO_DUMPS:
-            return "No dump to compare yet: write one with Pipeline Monitor: Tensor Dump first."
+            return no_dump_chosen_message(
+                "No dump to compare yet: write one with Pipeline Monitor: Tensor Dump first."
+            )
         for value in (dump_a,) if dump_b == LIVE_VALUE else (dump_a, dump_b):
             try:
                 dump_file_name(value)

@@ -19,23 +19,30 @@ ALLOCATOR_KEYS = (
 )
 
 
-def _int_or_none(read) -> int | None:
+def _int_or_reason(read) -> tuple[int | None, str | None]:
+    """(bytes, None), or (None, why they are unknown) for a `*_unknown_reason` key beside the figure."""
     try:
         value = read()
-    except Exception:
-        return None
-    return int(value) if isinstance(value, (int, float)) else None
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    if isinstance(value, (int, float)):
+        return int(value), None
+    return None, f"not a number: {type(value).__name__}"
 
 
 def _loaded_model_row(loaded) -> dict:
     patcher = loaded.model  # a weak reference's target: None once the model was freed
     module = getattr(patcher, "model", None)
+    loaded_bytes, loaded_reason = _int_or_reason(loaded.model_loaded_memory)
+    total_bytes, total_reason = _int_or_reason(loaded.model_memory)
     return {
         "patcher_class": None if patcher is None else type(patcher).__name__,
         "model_class": None if module is None else type(module).__name__,
         "device": str(getattr(loaded, "device", None)),
-        "loaded_bytes": _int_or_none(loaded.model_loaded_memory),
-        "total_bytes": _int_or_none(loaded.model_memory),
+        "loaded_bytes": loaded_bytes,
+        "loaded_bytes_unknown_reason": loaded_reason,
+        "total_bytes": total_bytes,
+        "total_bytes_unknown_reason": total_reason,
     }
 
 
@@ -60,16 +67,22 @@ def loaded_models_snapshot() -> dict:
         except Exception as exc:  # one odd entry must not hide the others
             rows.append({"error": f"{type(exc).__name__}: {exc}"})
     device = mm.get_torch_device()
-    allocator = None
+    allocator, allocator_reason = None, None
     try:
         allocator = allocator_state(device)
+        if allocator is None:
+            allocator_reason = f"no CUDA caching allocator on {device}"
     except Exception as exc:
         log.debug("pipeline monitor: allocator state unreadable: %s", exc)
+        allocator_reason = f"{type(exc).__name__}: {exc}"
+    free_bytes, free_reason = _int_or_reason(lambda: mm.get_free_memory(device))
     return {
         "n_models_loaded": len(rows),
         "models": rows[:MAX_MODELS_LISTED],
         "loaded_bytes": sum(r.get("loaded_bytes") or 0 for r in rows),
         "device": str(device),
-        "free_bytes": _int_or_none(lambda: mm.get_free_memory(device)),
+        "free_bytes": free_bytes,
+        "free_bytes_unknown_reason": free_reason,
         "allocator": allocator,
+        "allocator_unknown_reason": allocator_reason,
     }

@@ -44,26 +44,24 @@ class VAEEncodeOutOfMemoryError(torch.cuda.OutOfMemoryError):
 
 def free_memory_reader(vae):
     """device name -> bytes an encode there can get: what is free, plus (on a GPU) what ComfyUI
-    would unload from other models to make room, less the VRAM ComfyUI always keeps in reserve."""
+    would unload from other models to make room, less the VRAM ComfyUI always keeps in reserve.
+    A failed read raises: the chain records why (prediction's free_bytes_unknown_reason, the step's
+    monitor_errors) instead of a bare None."""
 
     def read(device_name: str) -> int | None:
-        try:
-            import comfy.model_management as mm
+        import comfy.model_management as mm
 
-            device = torch.device(device_name)
-            free = int(mm.get_free_memory(device))
-            if device.type == "cpu":
-                return free
-            patcher = getattr(vae, "patcher", None)
-            reclaimable = sum(
-                loaded.model_loaded_memory()
-                for loaded in list(mm.current_loaded_models)
-                if loaded.device == device and loaded.model is not None and loaded.model is not patcher
-            )
-            return max(0, free + int(reclaimable) - int(mm.extra_reserved_memory()))
-        except Exception as exc:
-            log.debug("pipeline monitor: free memory of %s unreadable: %s", device_name, exc)
-            return None
+        device = torch.device(device_name)
+        free = int(mm.get_free_memory(device))
+        if device.type == "cpu":
+            return free
+        patcher = getattr(vae, "patcher", None)
+        reclaimable = sum(
+            loaded.model_loaded_memory()
+            for loaded in list(mm.current_loaded_models)
+            if loaded.device == device and loaded.model is not None and loaded.model is not patcher
+        )
+        return max(0, free + int(reclaimable) - int(mm.extra_reserved_memory()))
 
     return read
 
@@ -76,7 +74,7 @@ def comfy_cleanup() -> None:
     mm.soft_empty_cache()
 
 
-def encode_on_cpu(vae, pixels):
+def encode_on_cpu(vae, pixels, monitor_errors: list[str] | None = None):
     """Encode on the CPU without leaving the VAE moved or duplicated.
 
     The VAE is unloaded first, as ComfyUI unloads any model (weights to its offload device): a
@@ -88,7 +86,7 @@ def encode_on_cpu(vae, pixels):
     The encode runs in the VAE's dtype (half precision on the CPU is slow).
     """
     cpu = torch.device("cpu")
-    unload_patcher(vae.patcher)
+    unload_patcher(vae.patcher, monitor_errors)
     view = copy.copy(vae)
     view.device = cpu
     view.patcher = vae.patcher.clone()
@@ -96,11 +94,12 @@ def encode_on_cpu(vae, pixels):
     try:
         return view.encode(pixels)
     finally:
-        unload_patcher(view.patcher)
+        unload_patcher(view.patcher, monitor_errors)
 
 
-def unload_patcher(patcher) -> None:
-    """Remove a patcher from ComfyUI's loaded models and unload it (weights to its offload device)."""
+def unload_patcher(patcher, monitor_errors: list[str] | None = None) -> None:
+    """Remove a patcher from ComfyUI's loaded models and unload it (weights to its offload device).
+    A failed unload goes to `monitor_errors` (the step's), as the encode itself can go on."""
     import comfy.model_management as mm
 
     for index in range(len(mm.current_loaded_models) - 1, -1, -1):
@@ -111,16 +110,21 @@ def unload_patcher(patcher) -> None:
                 loaded.model_unload()
             except Exception as exc:
                 log.warning("pipeline monitor: unloading a VAE patcher failed: %s", exc)
+                if monitor_errors is not None:
+                    monitor_errors.append(f"unloading a VAE patcher: {type(exc).__name__}: {exc}")
 
 
-def chain_options(vae, strategy, allow_dummy, tiles: TileSettings) -> ChainOptions:
+def chain_options(
+    vae, strategy, allow_dummy, tiles: TileSettings, monitor_errors: list[str] | None = None
+) -> ChainOptions:
+    """`monitor_errors` collects what the CPU encode's cleanup failed to do, for the step."""
     return ChainOptions(
         strategy=strategy,
         allow_dummy=bool(allow_dummy),
         tiles=tiles,
         free_memory=free_memory_reader(vae),
         cleanup=comfy_cleanup,
-        cpu_encode=encode_on_cpu,
+        cpu_encode=lambda vae_, pixels: encode_on_cpu(vae_, pixels, monitor_errors),
         watch_log_messages=(COMFY_TILED_RETRY_WARNING,),
         memory_snapshot=loaded_models_snapshot,
     )
@@ -215,8 +219,10 @@ class PipelineMonitorVAEEncode(io.ComfyNode):
     ) -> io.NodeOutput:
         node_id = getattr(getattr(cls, "hidden", None), "unique_id", None)
         tiles = TileSettings(int(tile_size), int(overlap), int(temporal_size), int(temporal_overlap))
+        cleanup_errors: list[str] = []
         try:
-            result = run_chain(vae, pixels, chain_options(vae, strategy, allow_dummy, tiles))
+            result = run_chain(vae, pixels, chain_options(vae, strategy, allow_dummy, tiles, cleanup_errors))
+            result.monitor_errors.extend(cleanup_errors)
         except Exception as exc:  # the chain's own code failed: encode as core VAEEncode does
             log.exception("pipeline monitor: VAE chain failed, encoding directly")
             record_step(
