@@ -1,0 +1,107 @@
+"""The `conditioning` step's summary fields: the one declaration (see monitors/vocabulary.py)."""
+
+from __future__ import annotations
+
+from ..vocabulary import StepKindVocabulary, SummaryField, sided
+
+SIDES = ("positive", "negative")
+
+# per side: (summary name without the side, key of the side's analysis it is read from)
+SIDE_SOURCES = (
+    ("family", None),  # from the side's family guess, not a plain key
+    ("n_entries", "n_entries"),
+    ("n_tokens", "n_tokens"),
+    ("hidden_size", "hidden_size"),
+    ("pooled_size", "pooled_size"),
+    ("bytes", "total_bytes"),
+    ("n_nan", "n_nan"),
+    ("n_characters", "n_characters"),
+    ("n_words", "n_words"),
+    ("n_special_characters", "n_special_characters"),
+    ("encode_s", "encode_duration_s"),
+    ("characters_per_s", "characters_per_s"),
+    ("bytes_per_character", "bytes_per_character"),
+)
+
+CONDITIONING = StepKindVocabulary(
+    kind="conditioning",
+    title="Conditioning",
+    fields=(
+        SummaryField(
+            "family",
+            "encoder family",
+            None,
+            "text encoder family of the positive side",
+            "string",
+            headline=True,
+        ),
+        SummaryField(
+            "encoder_class",
+            "encoder class",
+            None,
+            "class of the connected CLIP's encoder",
+            "string",
+            headline=True,
+        ),
+        SummaryField(
+            "negative_connected",
+            "negative connected",
+            None,
+            "a negative conditioning is connected",
+            "boolean",
+            headline=True,
+        ),
+        SummaryField(
+            "hidden_size_match",
+            "hidden sizes match",
+            None,
+            "positive and negative hidden sizes agree",
+            "boolean",
+            headline=True,
+        ),
+        SummaryField("clip_n_patches", "CLIP patches", "count", "patches on the connected CLIP", "integer"),
+        *sided(
+            SIDES,
+            (
+                SummaryField(
+                    "family", "family", None, "encoder family guessed from the CLIP or the shapes", "string"
+                ),
+                SummaryField("n_entries", "entries", "count", "conditioning entries", "integer"),
+                SummaryField("n_tokens", "tokens", "count", "tokens of the first entry", "integer"),
+                SummaryField("hidden_size", "hidden size", None, "hidden size of the embeddings", "integer"),
+                SummaryField("pooled_size", "pooled size", None, "size of the pooled output", "integer"),
+                SummaryField("bytes", "size", "bytes", "bytes of all its tensors", "integer"),
+                SummaryField("n_nan", "NaN values", "count", "NaN values in its tensors", "integer"),
+                SummaryField(
+                    "n_characters", "characters", "count", "characters of the prompt text", "integer"
+                ),
+                SummaryField("n_words", "words", "count", "words of the prompt text", "integer"),
+                SummaryField(
+                    "n_special_characters",
+                    "special characters",
+                    "count",
+                    "special characters of the prompt text",
+                    "integer",
+                ),
+                SummaryField("encode_s", "encode time", "s", "time of the text encode node(s)", "number"),
+                SummaryField(
+                    "characters_per_s", "encode rate", "per_s", "characters encoded per second", "number"
+                ),
+                SummaryField(
+                    "bytes_per_character",
+                    "bytes per character",
+                    None,
+                    "tensor bytes per prompt character",
+                    "number",
+                ),
+            ),
+            headline=(
+                "positive_n_tokens",
+                "positive_hidden_size",
+                "positive_pooled_size",
+                "positive_encode_s",
+                "positive_n_nan",
+            ),
+        ),
+    ),
+)

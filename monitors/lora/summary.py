@@ -1,0 +1,86 @@
+"""The `lora` step's summary fields: the one declaration (see monitors/vocabulary.py)."""
+
+from __future__ import annotations
+
+from ..vocabulary import StepKindVocabulary, SummaryField, sided
+
+SIDES = ("model", "clip")
+
+LORA = StepKindVocabulary(
+    kind="lora",
+    title="LoRA",
+    fields=(
+        SummaryField(
+            "success", "applied", None, "patches found and no error-level finding", "boolean", headline=True
+        ),
+        SummaryField(
+            "n_loras", "LoRAs", "count", "LoRA loaders upstream of the monitor", "integer", headline=True
+        ),
+        SummaryField(
+            "n_loras_skipped",
+            "LoRAs skipped",
+            "count",
+            "loaders with both strengths 0 or no file",
+            "integer",
+            headline=True,
+        ),
+        SummaryField(
+            "n_unmatched_keys",
+            "unmatched keys",
+            "count",
+            "file keys ComfyUI's key map does not place on the model",
+            "integer",
+            headline=True,
+        ),
+        SummaryField(
+            "n_matched_keys",
+            "matched keys",
+            "count",
+            "file keys placed on a weight",
+            "integer",
+            headline=True,
+        ),
+        SummaryField("n_file_keys", "file keys", "count", "LoRA keys in the files", "integer", headline=True),
+        *sided(
+            SIDES,
+            (
+                SummaryField(
+                    "relative_change_ratio",
+                    "change of |W|",
+                    "fraction",
+                    "norm of the weight change relative to the base weights' norm",
+                    "number",
+                ),
+                SummaryField(
+                    "n_patch_keys_added",
+                    "patched weights",
+                    "count",
+                    "weights with patches added by the LoRA(s)",
+                    "integer",
+                ),
+                SummaryField(
+                    "n_hops",
+                    "patch hops",
+                    "count",
+                    "clone steps analysed (one per stacked loader)",
+                    "integer",
+                ),
+                SummaryField(
+                    "delta_norm", "change norm", None, "Frobenius norm of the weight change", "number"
+                ),
+                SummaryField("patch_bytes", "patch size", "bytes", "memory held by the patches", "integer"),
+            ),
+            headline=(
+                "model_relative_change_ratio",
+                "clip_relative_change_ratio",
+                "model_n_patch_keys_added",
+                "clip_n_patch_keys_added",
+            ),
+        ),
+        SummaryField("analysis_s", "analysis time", "s", "time the monitor took", "number", headline=True),
+    ),
+    v1_renames={
+        "model_relative_change": "model_relative_change_ratio",
+        "clip_relative_change": "clip_relative_change_ratio",
+    },
+)

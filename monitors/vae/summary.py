@@ -1,0 +1,220 @@
+"""The `vae_encode` step's summary fields: the one declaration (see monitors/vocabulary.py)."""
+
+from __future__ import annotations
+
+from ..vocabulary import StepKindVocabulary, SummaryField
+
+# memory figures per metric: rss always, the GPU ones when the encode ran on a GPU
+MEMORY_METRICS = ("rss", "gpu_allocated", "gpu_reserved")
+_MEMORY_LABELS = {"rss": "RSS", "gpu_allocated": "GPU allocated", "gpu_reserved": "GPU reserved"}
+
+
+def _peak_fields() -> tuple[SummaryField, ...]:
+    return tuple(
+        SummaryField(
+            f"peak_{m}_bytes",
+            f"peak {_MEMORY_LABELS[m]}",
+            "bytes",
+            f"peak {_MEMORY_LABELS[m]} during the encode",
+            "integer",
+            headline=True,
+        )
+        for m in MEMORY_METRICS
+    )
+
+
+def _memory_fields() -> tuple[SummaryField, ...]:
+    out = []
+    for metric in MEMORY_METRICS:
+        what = _MEMORY_LABELS[metric]
+        out += [
+            SummaryField(
+                f"peak_{metric}_at_s",
+                f"peak {what} at",
+                "s",
+                f"when the {what} peak was reached, from the start",
+                "number",
+            ),
+            SummaryField(
+                f"{metric}_peak_increase_bytes",
+                f"{what} peak increase",
+                "bytes",
+                f"peak {what} minus {what} before the encode",
+                "integer",
+            ),
+            SummaryField(
+                f"{metric}_change_bytes", f"{what} change", "bytes", f"{what} after minus before", "integer"
+            ),
+            SummaryField(
+                f"{metric}_change_pct",
+                f"{what} change %",
+                "pct",
+                f"{what} change relative to before",
+                "number",
+            ),
+        ]
+    return tuple(out)
+
+
+VAE_ENCODE = StepKindVocabulary(
+    kind="vae_encode",
+    title="VAE encode",
+    fields=(
+        SummaryField(
+            "strategy_used",
+            "strategy used",
+            None,
+            "direct, tiled, cpu or dummy; null when every strategy failed",
+            "string",
+            headline=True,
+        ),
+        SummaryField(
+            "strategy_requested",
+            "strategy requested",
+            None,
+            "the node's strategy input",
+            "string",
+            headline=True,
+        ),
+        SummaryField("duration_s", "time", "s", "time of the whole chain", "number", headline=True),
+        SummaryField(
+            "latent_type",
+            "latent type",
+            None,
+            "image, video or other (from the latent's rank)",
+            "string",
+            headline=True,
+        ),
+        SummaryField("latent_shape", "latent shape", None, "shape of the latent", "array", headline=True),
+        SummaryField("latent_dtype", "latent dtype", None, "dtype of the latent", "string", headline=True),
+        SummaryField("latent_bytes", "latent size", "bytes", "bytes of the latent", "integer", headline=True),
+        *_peak_fields(),
+        SummaryField(
+            "n_attempts", "attempts", "count", "strategies tried (not skipped)", "integer", headline=True
+        ),
+        SummaryField(
+            "n_out_of_memory",
+            "out of memory",
+            "count",
+            "attempts that ran out of memory",
+            "integer",
+            headline=True,
+        ),
+        SummaryField(
+            "frames_per_s",
+            "frames per second",
+            "per_s",
+            "input frames encoded per second",
+            "number",
+            headline=True,
+        ),
+        SummaryField("error", "error", None, "why the encode failed, if it did", "string", headline=True),
+        SummaryField("dummy_used", "dummy latent", None, "the output is all zeros (allow_dummy)", "boolean"),
+        SummaryField("latent_device", "latent device", None, "device of the latent", "string"),
+        SummaryField("latent_n_elements", "latent elements", "count", "elements of the latent", "integer"),
+        SummaryField("input_bytes", "input size", "bytes", "bytes of the input pixels", "integer"),
+        SummaryField(
+            "input_mb_per_s",
+            "input MB per second",
+            "per_s",
+            "input megabytes (10^6) encoded per second",
+            "number",
+        ),
+        SummaryField(
+            "input_frames", "input frames", "count", "frames (batch) of the input pixels", "integer"
+        ),
+        SummaryField("latent_frames", "latent frames", "count", "frames of a video latent", "integer"),
+        SummaryField(
+            "spatial_compression_ratio", "spatial compression", "ratio", "input H*W per latent H*W", "number"
+        ),
+        SummaryField(
+            "temporal_compression_ratio",
+            "temporal compression",
+            "ratio",
+            "input frames per latent frame",
+            "number",
+        ),
+        SummaryField(
+            "direct_needed_bytes",
+            "direct needs",
+            "bytes",
+            "the VAE's own memory estimate for a direct encode",
+            "integer",
+        ),
+        SummaryField(
+            "direct_free_bytes",
+            "free for direct",
+            "bytes",
+            "free device memory when direct was predicted",
+            "integer",
+        ),
+        SummaryField(
+            "direct_predicted_to_fit",
+            "direct predicted to fit",
+            None,
+            "the estimate said direct fits",
+            "boolean",
+        ),
+        SummaryField(
+            "direct_prediction_held",
+            "direct prediction held",
+            None,
+            "the direct attempt did what was predicted",
+            "boolean",
+        ),
+        SummaryField(
+            "used_prediction_held",
+            "used strategy's prediction held",
+            None,
+            "the strategy used did what was predicted",
+            "boolean",
+        ),
+        *_memory_fields(),
+        SummaryField(
+            "gpu_allocated_reserved_ratio",
+            "GPU allocated of reserved",
+            "fraction",
+            "peak allocated / peak reserved GPU memory",
+            "number",
+        ),
+        SummaryField(
+            "free_memory_before_bytes",
+            "free memory before",
+            "bytes",
+            "free device memory before the encode",
+            "integer",
+        ),
+        SummaryField(
+            "free_memory_after_bytes",
+            "free memory after",
+            "bytes",
+            "free device memory after the encode",
+            "integer",
+        ),
+        SummaryField(
+            "free_memory_change_bytes",
+            "free memory change",
+            "bytes",
+            "free memory after minus before",
+            "integer",
+        ),
+        SummaryField(
+            "free_memory_change_pct",
+            "free memory change %",
+            "pct",
+            "free memory change relative to before",
+            "number",
+        ),
+        SummaryField(
+            "cleanup_reclaimed_bytes",
+            "cleanup reclaimed",
+            "bytes",
+            "memory freed by cleanup after failed attempts",
+            "integer",
+        ),
+    ),
+    v1_renames={
+        "spatial_compression": "spatial_compression_ratio",
+        "temporal_compression": "temporal_compression_ratio",
+    },
+)
