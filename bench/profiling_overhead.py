@@ -12,6 +12,12 @@ each decorator enabled inside an open session (a Span per call: RSS and allocato
 kernel's RSS high-water-mark reset). Rounds rotate the order so drift falls on all variants alike;
 the table shows the minimum over rounds (the least disturbed) and the median. Overhead = variant
 minus undecorated, per call; ratio = variant / undecorated.
+
+Target (README: "disabled, a decorator costs well under a microsecond per call"): each disabled
+variant is timed right after an undecorated timing in the same round (interleaved pairs); its
+overhead per round is the difference within the pair, and one verdict line per variant gives
+PASS when the median paired overhead is at most 1 us, with min/median/max. The exit status stays 0
+(a benchmark reports; it does not gate).
 """
 
 from __future__ import annotations
@@ -31,28 +37,29 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
 
 from monitors import profiling as pm  # noqa: E402
 
+DISABLED_TARGET_S = 1e-6  # README: a disabled decorator costs well under a microsecond per call
+
 
 def plain(x):
     return x
 
 
-def decorated_variants() -> dict:
-    """name -> a callable of one argument, built once (decoration cost is not per call)."""
-    method = pm.profile_method("stage")(plain)
-    step = pm.profile_diffusion_step(lambda args, kwargs, result: {"step_index": args[0]})(plain)
-    block = pm.profile_block_computation(lambda args, kwargs, result: {"block_index": 0, "n_frames": 1})(
-        plain
-    )
-    model = pm.profile_model_parameters(lambda args, kwargs, result: {})(plain)
+def decorated_variants(fn=plain) -> dict:
+    """name -> a callable of one argument that calls `fn` once, built once (decoration cost is not
+    per call). The unit tests pass a spy as `fn` to check what a disabled decorator does."""
+    method = pm.profile_method("stage")(fn)
+    step = pm.profile_diffusion_step(lambda args, kwargs, result: {"step_index": args[0]})(fn)
+    block = pm.profile_block_computation(lambda args, kwargs, result: {"block_index": 0, "n_frames": 1})(fn)
+    model = pm.profile_model_parameters(lambda args, kwargs, result: {})(fn)
     block_ctx = pm.profile_method("with_block")
 
     def with_block(x):
         with block_ctx:
-            return x
+            return fn(x)
 
     def event(x):
         pm.add_profiling_event("event", lambda: {"x": x})
-        return x
+        return fn(x)
 
     return {
         "profile_method": method,
@@ -77,14 +84,17 @@ def measure(calls: int, enabled_calls: int, rounds: int) -> dict:
     results: dict[str, dict[str, list[float]]] = {"undecorated": {"off": []}}
     for name in variants:
         results[name] = {"off": [], "on": []}
+    paired: dict[str, list[float]] = {name: [] for name in variants}  # disabled minus its pair's base
     out_dir = tempfile.mkdtemp(prefix="pm_bench_")
     names = list(variants)
     for r in range(rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
         pm.configure(enabled=False)
-        results["undecorated"]["off"].append(time_calls(plain, calls))
         for name in order:
+            base = time_calls(plain, calls)
+            results["undecorated"]["off"].append(base)
             results[name]["off"].append(time_calls(variants[name], calls))
+            paired[name].append(results[name]["off"][-1] - base)
         # Enabled: inside one session per round; production-like sampling, no files kept.
         pm.configure(
             preset="production",
@@ -114,7 +124,23 @@ def measure(calls: int, enabled_calls: int, rounds: int) -> dict:
                     "ratio_to_undecorated": best / base,
                 }
             )
-    return {"calls": calls, "enabled_calls": enabled_calls, "rounds": rounds, "rows": rows}
+    verdicts = [
+        {
+            "variant": name,
+            "overhead_ns_min": min(values) * 1e9,
+            "overhead_ns_median": statistics.median(values) * 1e9,
+            "overhead_ns_max": max(values) * 1e9,
+            "passed": statistics.median(values) <= DISABLED_TARGET_S,
+        }
+        for name, values in paired.items()
+    ]
+    return {
+        "calls": calls,
+        "enabled_calls": enabled_calls,
+        "rounds": rounds,
+        "rows": rows,
+        "disabled_verdicts": verdicts,
+    }
 
 
 def main(argv=None) -> int:
@@ -132,8 +158,13 @@ def main(argv=None) -> int:
             f"{row['variant']:<28}{row['profiling']:<24}{row['per_call_ns_min']:>12.0f}"
             f"{row['per_call_ns_median']:>10.0f}{row['overhead_ns']:>12.0f}{row['ratio_to_undecorated']:>9.1f}"
         )
-    worst_disabled = max(r["overhead_ns"] for r in result["rows"] if r["profiling"] == "disabled")
-    print(f"\nworst disabled overhead: {worst_disabled:.0f} ns per call (target: under 1,000 ns)")
+    print()
+    for v in result["disabled_verdicts"]:
+        print(
+            f"disabled {v['variant']} overhead <= 1 us: {'PASS' if v['passed'] else 'FAIL'} "
+            f"(median {v['overhead_ns_median']:.0f} ns, min {v['overhead_ns_min']:.0f}, "
+            f"max {v['overhead_ns_max']:.0f}, {args.rounds} interleaved pairs)"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

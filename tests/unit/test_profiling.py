@@ -83,8 +83,8 @@ def test_session_report_is_a_run_report_with_stage_rows(configured, tmp_path):
     assert rows[-1] == ("vae_decode", "vae_decode")
     denoise = next(n for n in report["nodes"] if n["class_type"] == "denoise")
     steps = [n for n in report["nodes"] if n["class_type"] == "inference_steps"]
-    assert all(denoise["start_offset_s"] <= s["start_offset_s"] for s in steps)  # nested in time
-    assert denoise["duration_s"] >= sum(s["duration_s"] for s in steps)
+    assert all(denoise["start_offset_s"] <= s["start_offset_s"] for s in steps)  # one clock: nested
+    assert denoise["duration_s"] >= sum(s["duration_s"] for s in steps)  # one clock: contains its steps
     (step,) = report["steps"]
     assert step["kind"] == "profiling"
     summary, details = step["summary"], step["details"]
@@ -277,17 +277,29 @@ def test_gpu_session_with_fake_probes(configured):
     assert generation["gpu_utilization_after_pct"] == [95.0]
 
 
+def wait_until(predicate, what: str, watchdog_s: float = 60.0):
+    """Polls `predicate`; the watchdog only catches a hang, it never asks for speed."""
+    deadline = time.monotonic() + watchdog_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"hang: {what} after {watchdog_s:.0f} s")
+        time.sleep(0.01)
+
+
 def test_samples_follow_the_metric_choices(configured):
     probes = fake_probes("1 GPU")
+    limit = 10
     configured(
         probes=probes,
         metrics={"gpu_temperature": False, "cpu": False},
         sampling={"gpu_interval_s": 0.01, "cpu_interval_s": 0.01},
+        max_data_points=limit,
     )
     with pm.profile_session("samples") as session:
-        time.sleep(0.1)
+        # Many more ticks than the session keeps, however slowly the machine runs them.
+        wait_until(lambda: session.sampler.tick_count >= 3 * limit, "sampler ticks")
     samples = session.report.steps[0].details["samples"]
-    assert len(samples["t_s"]) >= 2
+    assert 2 <= len(samples["t_s"]) <= limit  # taken, and bounded by max_data_points
     assert "cuda:0.allocated_bytes" in samples and "cuda:0.utilization_pct" in samples
     assert "cuda:0.temperature_c" not in samples and "cpu_pct" not in samples
     assert all(len(v) == len(samples["t_s"]) for v in samples.values())
@@ -296,10 +308,14 @@ def test_samples_follow_the_metric_choices(configured):
 def test_realtime_display_logs_lines(configured, caplog):
     caplog.set_level("INFO", logger="monitors.profiling.session")
     configured(display={"realtime": True, "interval_s": 0.01})
+
+    def live_lines():
+        return [r.getMessage() for r in caplog.records if "pipeline monitor [live]" in r.getMessage()]
+
     with pm.profile_session("live"):
         with pm.profile_method("denoise"):
-            time.sleep(0.1)
-    lines = [r.getMessage() for r in caplog.records if "pipeline monitor [live]" in r.getMessage()]
+            wait_until(lambda: any("stage denoise" in line for line in live_lines()), "live line")
+    lines = live_lines()
     assert lines and any("stage denoise" in line for line in lines)
 
 
@@ -331,16 +347,22 @@ def test_rank_from_the_environment(configured, monkeypatch):
     assert session.report.system["rank"] == 3 and session.report.system["world_size"] == 4
 
 
-def test_disabled_decorators_cost_under_a_microsecond_per_call():
-    """The same measurement as bench/profiling_overhead.py, smaller: least-disturbed of 5 rounds."""
-    from bench.profiling_overhead import decorated_variants, plain, time_calls
+def test_disabled_decorators_call_through_once_and_record_nothing(configured, tmp_path):
+    """Disabled, every decorator calls the function exactly once with its arguments and returns its
+    result, and nothing is recorded. What that costs per call: bench/profiling_overhead.py."""
+    from bench.profiling_overhead import decorated_variants
 
-    pm.configure(enabled=False)
-    try:
-        variants = decorated_variants()
-        base = min(time_calls(plain, 20_000) for _ in range(5))
-        for name, fn in variants.items():
-            overhead = min(time_calls(fn, 20_000) for _ in range(5)) - base
-            assert overhead < 1e-6, f"{name}: {overhead * 1e9:.0f} ns per call when disabled"
-    finally:
-        pm.configure()
+    configured(enabled=False)
+    calls = []
+
+    def spy(x):
+        calls.append(x)
+        return x
+
+    for name, fn in decorated_variants(spy).items():
+        calls.clear()
+        assert fn(41) == 41, name
+        assert calls == [41], name
+    assert pm.current_session() is None and os.listdir(tmp_path) == []
+    stats = pm.get_usage_statistics()
+    assert stats["n_generations"] == 0 and stats["models"] == []

@@ -7,6 +7,7 @@ import pytest
 from monitors.probes import Probes
 from monitors.probes.fake import GiB, fake_probes
 from monitors.span import METHOD_KERNEL_HWM, METHOD_SAMPLED, Span, open_span_count
+from tests.unit.fake_clock import FakeClock, install
 
 MiB = 1024**2
 
@@ -28,16 +29,17 @@ def test_short_300mb_spike_is_caught_within_2_percent():
     assert abs(measured - spike_bytes) / spike_bytes < 0.02, (measured, spike_bytes)
 
 
-def test_baseline_end_changes_and_duration():
+def test_baseline_end_changes_and_duration(monkeypatch):
+    clock = install(FakeClock(), monkeypatch)
     probes = fake_probes("no GPU")
     span = Span("work", probes=probes).start()
     probes.host.set_rss(1 * GiB)
-    time.sleep(0.01)
+    clock.advance(0.01)
     result = span.stop()
     change = result.changes["process_rss_bytes"]
     assert change.before == 512 * MiB and change.after == 1 * GiB
     assert change.delta == 512 * MiB and change.delta_pct == pytest.approx(100.0)
-    assert result.duration_s >= 0.01
+    assert result.duration_s == pytest.approx(0.01)
     assert result.baseline.process_rss_bytes == 512 * MiB and result.end.process_rss_bytes == 1 * GiB
     assert span.stop() is result  # idempotent
 
@@ -64,15 +66,18 @@ def test_refused_reset_falls_back_to_sampling_and_says_so():
     assert result.peaks["process_rss_bytes"].method == METHOD_SAMPLED
 
 
-def test_peak_time_is_seconds_since_span_start():
+def test_peak_time_is_seconds_since_span_start(monkeypatch):
+    clock = install(FakeClock(), monkeypatch)
     probes = fake_probes("no clear_refs")
     span = Span("s", probes=probes).start()
-    time.sleep(0.05)
+    clock.advance(0.05)
     probes.host.set_rss(2 * GiB)
     span.observe(probes.snapshot())
     probes.host.set_rss(1 * GiB)
+    clock.advance(0.02)
     result = span.stop()
-    assert 0.04 <= result.peaks["process_rss_bytes"].at_s <= result.duration_s
+    assert result.peaks["process_rss_bytes"].at_s == pytest.approx(0.05)
+    assert result.duration_s == pytest.approx(0.07)
 
 
 def test_nested_spans_lose_no_peak():

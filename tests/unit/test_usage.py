@@ -1,7 +1,6 @@
 """Usage statistics across generations, and the log summary."""
 
 import logging
-import time
 
 import pytest
 import torch
@@ -9,6 +8,7 @@ import torch
 from monitors import profiling as pm
 from monitors.probes.fake import GiB, fake_probes
 from monitors.profiling import usage
+from tests.unit.fake_clock import FakeClock, install
 
 
 @pytest.fixture
@@ -29,24 +29,25 @@ def test_no_generation_yet():
     )
 
 
-def test_generations_model_init_totals_and_means_on_cpu(fresh):
+def test_generations_model_init_totals_and_means_on_cpu(fresh, monkeypatch):
     fresh()
+    clock = install(FakeClock(), monkeypatch)
 
     @pm.profile_model_parameters(name="tiny-unet")
     def load():
-        time.sleep(0.02)
+        clock.advance(0.02)
         return torch.nn.Conv2d(4, 4, 3)
 
     load()
     for pause in (0.01, 0.03):
         with pm.profile_session("gen"):
-            time.sleep(pause)
+            clock.advance(pause)
     stats = pm.get_usage_statistics()
-    assert stats["n_models_initialised"] == 1 and stats["model_init_s"] >= 0.02
+    assert stats["n_models_initialised"] == 1 and stats["model_init_s"] == pytest.approx(0.02)
     assert stats["models"][0]["name"] == "tiny-unet" and stats["models"][0]["n_parameters"] == 148
     assert stats["n_generations"] == 2 and stats["n_failed_generations"] == 0
     durations = [g["duration_s"] for g in stats["generations"]]
-    assert durations[0] >= 0.01 and durations[1] >= 0.03
+    assert durations == [pytest.approx(0.01), pytest.approx(0.03)]
     assert stats["total_generation_s"] == pytest.approx(sum(durations))
     assert stats["mean_generation_s"] == pytest.approx(sum(durations) / 2)
     assert stats["peak_rss_bytes"] > 0
