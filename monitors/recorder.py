@@ -107,8 +107,11 @@ class RunRecorder:
         if info is None and run.node_lookup is not None:
             try:
                 info = run.node_lookup(node_id)
-            except Exception:
+            except Exception as exc:
                 info = None
+                RunRecorder._note_once(
+                    run, f"node {node_id}: class and title unknown: {type(exc).__name__}: {exc}"
+                )
             info = info or (None, None)
             if len(run.node_info) < MAX_NODES_PER_RUN:
                 run.node_info[node_id] = info

@@ -83,14 +83,22 @@ def _inputs_of(node) -> dict:
     return dict(inputs) if isinstance(inputs, Mapping) else {}
 
 
-def _types_of(class_type, inputs: dict, input_types: InputTypes | None) -> dict[str, str]:
-    """input name -> type name: the node definition's, else guessed from names and values."""
+def _types_of(
+    class_type, inputs: dict, input_types: InputTypes | None, notes: list[str] | None = None
+) -> dict[str, str]:
+    """input name -> type name: the node definition's, else guessed from names and values (and
+    why the definition was not used goes to `notes`)."""
     known: dict[str, str] = {}
     if input_types is not None and isinstance(class_type, str):
         try:
             known = dict(input_types(class_type) or {})
-        except Exception:
+        except Exception as exc:
             known = {}
+            note = (
+                f"input types of {class_type} unknown ({type(exc).__name__}: {exc}): guessed from input names"
+            )
+            if notes is not None and note not in notes:
+                notes.append(note)
     types = {}
     for name, value in inputs.items():
         if name in known:
@@ -104,10 +112,12 @@ def _types_of(class_type, inputs: dict, input_types: InputTypes | None) -> dict[
     return types
 
 
-def _literal_string_of(node, input_types: InputTypes | None) -> tuple[str | None, str | None]:
+def _literal_string_of(
+    node, input_types: InputTypes | None, notes: list[str] | None = None
+) -> tuple[str | None, str | None]:
     """(input name, text) of a primitive/string node's literal value, else (None, None)."""
     inputs = _inputs_of(node)
-    types = _types_of(node.get("class_type"), inputs, input_types)
+    types = _types_of(node.get("class_type"), inputs, input_types, notes)
     for name in STRING_VALUE_INPUTS:
         if isinstance(inputs.get(name), str):
             return name, inputs[name]
@@ -139,10 +149,17 @@ def _text_entry(prompt: Mapping, name: str, value, input_types: InputTypes | Non
         entry["note"] = f"linked to node {source_id}, which is not in the prompt"
         return entry
     entry["source_class_type"] = source.get("class_type")
-    source_input, text = _literal_string_of(source, input_types)
+    type_notes: list[str] = []
+    source_input, text = _literal_string_of(source, input_types, type_notes)
     if text is None:
-        entry["note"] = f"made at run time by node {source_id} ({entry['source_class_type']}): not a literal"
+        entry["note"] = "; ".join(
+            [
+                f"made at run time by node {source_id} ({entry['source_class_type']}): not a literal",
+                *type_notes,
+            ]
+        )
         return entry
+    entry["note"] = "; ".join(type_notes) or None
     entry["source_input"] = source_input
     entry.update(text_stats(text))
     return entry
@@ -200,7 +217,7 @@ def trace_text_encoders(
             continue
         class_type = node.get("class_type")
         inputs = _inputs_of(node)
-        types = _types_of(class_type, inputs, input_types)
+        types = _types_of(class_type, inputs, input_types, result["notes"])
         if any(types.get(n) == "CLIP" and is_link(v) for n, v in inputs.items()):
             if len(result["encoders"]) < MAX_ENCODERS:
                 result["encoders"].append(

@@ -12,10 +12,13 @@ from typing import Any
 UNKNOWN = None
 
 
-def _safe(fn, default=UNKNOWN):
+def _safe(fn, default=UNKNOWN, reasons: dict[str, str] | None = None, field: str | None = None):
+    """fn(), or `default` with why in reasons[field] (the described object's "unknown_reasons")."""
     try:
         return fn()
-    except Exception:
+    except Exception as exc:
+        if reasons is not None and field is not None:
+            reasons[field] = f"{type(exc).__name__}: {exc}"
         return default
 
 
@@ -46,17 +49,22 @@ def module_memory(module) -> dict[str, Any]:
     }
 
 
-def describe_patcher(patcher) -> dict[str, Any]:
-    """Fields of a ComfyUI ModelPatcher-like object (load/offload device, patches, loaded memory)."""
+def describe_patcher(patcher, reasons: dict[str, str] | None = None) -> dict[str, Any]:
+    """Fields of a ComfyUI ModelPatcher-like object (load/offload device, patches, loaded memory).
+    Why a figure is unknown goes to `reasons` (field -> "ExceptionType: message")."""
     patches = getattr(patcher, "patches", None)
-    loaded = _safe(lambda: patcher.model.model_loaded_weight_memory)
+    loaded = _safe(
+        lambda: patcher.model.model_loaded_weight_memory, reasons=reasons, field="loaded_weight_bytes"
+    )
     parent = getattr(patcher, "parent", None)
     model = getattr(patcher, "model", None)
     weights_patched = _safe(
         lambda: (
             model.current_weight_patches_uuid is not None
             and model.current_weight_patches_uuid == patcher.patches_uuid
-        )
+        ),
+        reasons=reasons,
+        field="weights_patched",
     )
     return {
         "patcher_class": type(patcher).__name__,
@@ -71,8 +79,9 @@ def describe_patcher(patcher) -> dict[str, Any]:
 
 
 def _base(kind: str, obj, module) -> dict[str, Any]:
-    memory = _safe(lambda: module_memory(module), {}) if module is not None else {}
-    device = _safe(lambda: getattr(module, "device", None))
+    reasons: dict[str, str] = {}
+    memory = _safe(lambda: module_memory(module), {}, reasons, "size_bytes") if module is not None else {}
+    device = _safe(lambda: getattr(module, "device", None), reasons=reasons, field="device")
     if device is None and memory.get("bytes_by_device"):
         device = max(memory["bytes_by_device"].items(), key=lambda kv: kv[1])[0]
     return {
@@ -85,6 +94,7 @@ def _base(kind: str, obj, module) -> dict[str, Any]:
         "size_bytes": memory.get("size_bytes"),
         "bytes_by_device": memory.get("bytes_by_device", {}),
         "n_elements": memory.get("n_elements"),
+        "unknown_reasons": reasons,  # field -> why it is None; empty when every read worked
     }
 
 
@@ -93,11 +103,17 @@ def describe_model(model) -> dict[str, Any]:
     module = getattr(model, "model", model)
     info = _base("model", model, module)
     if hasattr(model, "patches"):
-        info.update(describe_patcher(model))
-        dtype = _safe(model.model_dtype) if hasattr(model, "model_dtype") else None
+        info.update(describe_patcher(model, info["unknown_reasons"]))
+        dtype = (
+            _safe(model.model_dtype, reasons=info["unknown_reasons"], field="dtype")
+            if hasattr(model, "model_dtype")
+            else None
+        )
         if dtype is not None:
             info["dtype"] = str(dtype).replace("torch.", "")
-        info["model_type"] = _str_or_none(_safe(lambda: module.model_type.name))
+        info["model_type"] = _str_or_none(
+            _safe(lambda: module.model_type.name, reasons=info["unknown_reasons"], field="model_type")
+        )
     info["resident_bytes"] = _resident(info)
     return info
 
@@ -108,8 +124,10 @@ def describe_clip(clip) -> dict[str, Any]:
     info = _base("clip", clip, module)
     patcher = getattr(clip, "patcher", None)
     if patcher is not None:
-        info.update(describe_patcher(patcher))
-    info["tokenizer_class"] = _safe(lambda: type(clip.tokenizer).__name__)
+        info.update(describe_patcher(patcher, info["unknown_reasons"]))
+    info["tokenizer_class"] = _safe(
+        lambda: type(clip.tokenizer).__name__, reasons=info["unknown_reasons"], field="tokenizer_class"
+    )
     info["resident_bytes"] = _resident(info)
     return info
 
@@ -120,7 +138,7 @@ def describe_vae(vae) -> dict[str, Any]:
     info = _base("vae", vae, module)
     patcher = getattr(vae, "patcher", None)
     if patcher is not None:
-        info.update(describe_patcher(patcher))
+        info.update(describe_patcher(patcher, info["unknown_reasons"]))
     info["device"] = _str_or_none(getattr(vae, "device", None)) or info["device"]
     vae_dtype = getattr(vae, "vae_dtype", None)
     if vae_dtype is not None:

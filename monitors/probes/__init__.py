@@ -15,7 +15,7 @@ import time
 from .host import HostBackend
 from .nvml import NvmlBackend
 from .readings import GpuReading, Snapshot
-from .torch_alloc import TorchAllocatorBackend
+from .torch_alloc import UNKNOWN_REASONS_KEY, TorchAllocatorBackend
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +39,15 @@ class Probes:
         try:
             return fn(*args)
         except Exception as exc:
-            reason = f"{type(exc).__name__}: {exc}"
-            with self._lock:
-                first = what not in self._failures
-                self._failures[what] = reason
-            if first:
-                log.warning("pipeline monitor: reading %s failed, reported as unknown (%s)", what, reason)
+            self._remember_failure(what, f"{type(exc).__name__}: {exc}")
             return None
+
+    def _remember_failure(self, what: str, reason: str) -> None:
+        with self._lock:
+            first = what not in self._failures
+            self._failures[what] = reason
+        if first:
+            log.warning("pipeline monitor: reading %s failed, reported as unknown (%s)", what, reason)
 
     def failures(self) -> dict[str, str]:
         """Reading name -> last failure reason, for reports."""
@@ -76,7 +78,12 @@ class Probes:
         return self.call("torch.allocator_backend", self.torch.allocator_backend)
 
     def torch_memory(self, index: int) -> dict | None:
-        return self.call("torch.memory", self.torch.memory, index)
+        values = self.call("torch.memory", self.torch.memory, index)
+        if values and UNKNOWN_REASONS_KEY in values:
+            values = dict(values)
+            for counter, reason in values.pop(UNKNOWN_REASONS_KEY).items():
+                self._remember_failure(f"torch.memory.{counter}", reason)
+        return values
 
     def reset_torch_peak(self, index: int) -> bool:
         return bool(self.call("torch.reset_peak", self.torch.reset_peak, index))

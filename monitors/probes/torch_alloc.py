@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import sys
 
+# Key of a memory() reading that holds {counter: why it is None}; never a GpuReading field.
+UNKNOWN_REASONS_KEY = "unknown_reasons"
+
 
 class TorchAllocatorBackend:
     """Real backend over torch.cuda, used only once the process itself has initialised CUDA."""
@@ -42,14 +45,24 @@ class TorchAllocatorBackend:
         if cuda is None:
             raise RuntimeError("CUDA not initialised")
         stats = cuda.memory_stats(index)
-        return {
-            "allocated_bytes": _stat(stats, "allocated_bytes.all.current", cuda.memory_allocated, index),
-            "reserved_bytes": _stat(stats, "reserved_bytes.all.current", cuda.memory_reserved, index),
-            "peak_allocated_bytes": _stat(
-                stats, "allocated_bytes.all.peak", cuda.max_memory_allocated, index
+        reasons: dict[str, str] = {}
+        values = {
+            "allocated_bytes": _stat(
+                stats, "allocated_bytes.all.current", cuda.memory_allocated, index, reasons
             ),
-            "peak_reserved_bytes": _stat(stats, "reserved_bytes.all.peak", cuda.max_memory_reserved, index),
+            "reserved_bytes": _stat(
+                stats, "reserved_bytes.all.current", cuda.memory_reserved, index, reasons
+            ),
+            "peak_allocated_bytes": _stat(
+                stats, "allocated_bytes.all.peak", cuda.max_memory_allocated, index, reasons
+            ),
+            "peak_reserved_bytes": _stat(
+                stats, "reserved_bytes.all.peak", cuda.max_memory_reserved, index, reasons
+            ),
         }
+        if reasons:
+            values[UNKNOWN_REASONS_KEY] = reasons  # the Probes facade moves these to its failures
+        return values
 
     def reset_peak(self, index: int) -> bool:
         cuda = self._cuda()
@@ -59,10 +72,11 @@ class TorchAllocatorBackend:
         return True
 
 
-def _stat(stats: dict, key: str, fallback, index: int) -> int | None:
+def _stat(stats: dict, key: str, fallback, index: int, reasons: dict[str, str]) -> int | None:
     if key in stats:
         return int(stats[key])
     try:
         return int(fallback(index))
-    except Exception:
+    except Exception as exc:  # one counter missing must not hide the others
+        reasons[key] = f"not in memory_stats, {fallback.__name__}: {type(exc).__name__}: {exc}"
         return None

@@ -54,8 +54,9 @@ def _system(session) -> dict:
     torch = sys.modules.get("torch")
     try:
         system["torch_num_threads"] = int(torch.get_num_threads()) if torch is not None else None
-    except Exception:
+    except Exception as exc:
         system["torch_num_threads"] = None
+        session.note(f"torch thread count unavailable: {type(exc).__name__}: {exc}")
     system.update(session.distributed)
     system["host"] = session.host_name()
     system["pid"] = os.getpid()

@@ -34,17 +34,21 @@ MAX_EVENTS = 1000
 def distributed_info() -> dict:
     """rank / world size / local rank of a torchrun or torch.distributed job; None outside one."""
     info = {"rank": None, "world_size": None, "local_rank": None}
+    reasons = []
     for key, env in (("rank", "RANK"), ("world_size", "WORLD_SIZE"), ("local_rank", "LOCAL_RANK")):
         try:
             info[key] = int(os.environ[env])
-        except (KeyError, ValueError):
-            pass
+        except KeyError:
+            pass  # not a torchrun job: None is the answer, not an unknown
+        except ValueError:
+            reasons.append(f"{env}={os.environ[env]!r} is not an integer")
     dist = getattr(sys.modules.get("torch"), "distributed", None)
     try:
         if info["rank"] is None and dist is not None and dist.is_available() and dist.is_initialized():
             info["rank"], info["world_size"] = dist.get_rank(), dist.get_world_size()
-    except Exception:  # a half-initialised process group: rank stays unknown
-        pass
+    except Exception as exc:  # a half-initialised process group: rank stays unknown, with why
+        reasons.append(f"torch.distributed: {type(exc).__name__}: {exc}")
+    info["rank_unknown_reason"] = "; ".join(reasons) or None
     return info
 
 

@@ -65,22 +65,20 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 def read_free_memory(device) -> int | None:
-    """Free bytes of a device as the process can use them: available RAM, or CUDA free + cached."""
-    try:
-        name = str(device)
-        if name.startswith("cuda"):
-            import torch
+    """Free bytes of a device as the process can use them: available RAM, or CUDA free + cached.
+    None for other devices; a failed read raises, so that the chain records why."""
+    name = str(device)
+    if name.startswith("cuda"):
+        import torch
 
-            index = int(name.split(":")[1]) if ":" in name else torch.cuda.current_device()
-            free, _total = torch.cuda.mem_get_info(index)
-            cached = torch.cuda.memory_reserved(index) - torch.cuda.memory_allocated(index)
-            return int(free + max(0, cached))
-        if name.startswith("cpu"):
-            import psutil
+        index = int(name.split(":")[1]) if ":" in name else torch.cuda.current_device()
+        free, _total = torch.cuda.mem_get_info(index)
+        cached = torch.cuda.memory_reserved(index) - torch.cuda.memory_allocated(index)
+        return int(free + max(0, cached))
+    if name.startswith("cpu"):
+        import psutil
 
-            return int(psutil.virtual_memory().available)
-    except Exception as exc:
-        log.debug("pipeline monitor: free memory of %s unreadable: %s", device, exc)
+        return int(psutil.virtual_memory().available)
     return None
 
 

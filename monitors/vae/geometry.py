@@ -27,8 +27,8 @@ def spatial_ratio(vae) -> int | None:
     if callable(method):
         try:
             return int(method())
-        except Exception:
-            pass
+        except Exception as exc:  # the same figure is read from downscale_ratio below
+            log.debug("pipeline monitor: spacial_compression_encode failed, using downscale_ratio: %s", exc)
     ratio = getattr(vae, "downscale_ratio", None)
     if isinstance(ratio, (tuple, list)) and ratio:
         ratio = ratio[-1]
@@ -170,6 +170,9 @@ class Prediction:
     needed_bytes: int | None
     free_bytes: int | None
     fits: bool | None  # None: unknown (no estimate or no free-memory reading)
+    estimate_bytes_unknown_reason: str | None = None
+    weights_to_load_bytes_unknown_reason: str | None = None
+    free_bytes_unknown_reason: str | None = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -180,21 +183,24 @@ def device_name(vae) -> str | None:
     return None if device is None else str(device)
 
 
-def _weights_to_load(vae, device: str | None) -> int | None:
-    """VAE weight bytes that encoding on `device` must still bring there."""
+def _weights_to_load(vae, device: str | None) -> tuple[int | None, str | None]:
+    """(VAE weight bytes that encoding on `device` must still bring there, why unknown)."""
     vae_device = device_name(vae)
     if device is None or vae_device is None:
-        return None
+        return None, "the VAE has no device"
     try:
         size = vae.model_size() if hasattr(vae, "model_size") else None
+        if device.startswith("cpu") and vae_device.startswith("cpu"):
+            return 0, None  # weights of a CPU VAE already sit in RAM
+        if size is None:
+            return None, "the VAE has no model_size"
         if device.startswith("cpu"):
-            # Weights of a CPU VAE already sit in RAM; a GPU VAE's come over in full.
-            return 0 if vae_device.startswith("cpu") else size
+            return size, None  # a GPU VAE's weights come over in full
         patcher = getattr(vae, "patcher", None)
         loaded = patcher.loaded_size() if patcher is not None and hasattr(patcher, "loaded_size") else 0
-        return None if size is None else max(0, int(size) - int(loaded or 0))
-    except Exception:
-        return None
+        return max(0, int(size) - int(loaded or 0)), None
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 def predict(vae, pixels_shape, strategy: str, tiles: TileSettings, free_memory) -> Prediction:
@@ -202,17 +208,34 @@ def predict(vae, pixels_shape, strategy: str, tiles: TileSettings, free_memory) 
     device = "cpu" if strategy == "cpu" else device_name(vae)
     shape = tile_input_shape(vae, pixels_shape, tiles) if strategy == "tiled" else None
     shape = shape or encode_input_shape(vae, pixels_shape)
-    estimate = None
-    try:
-        if shape is not None and hasattr(vae, "memory_used_encode"):
+    estimate, estimate_reason = None, None
+    if shape is None:
+        estimate_reason = "input shape unknown for this VAE"
+    elif not hasattr(vae, "memory_used_encode"):
+        estimate_reason = "the VAE has no memory_used_encode"
+    else:
+        try:
             estimate = int(vae.memory_used_encode(shape, getattr(vae, "vae_dtype", None)))
-    except Exception as exc:
-        log.debug("pipeline monitor: memory_used_encode(%s) failed: %s", shape, exc)
-    weights = _weights_to_load(vae, device)
+        except Exception as exc:
+            log.debug("pipeline monitor: memory_used_encode(%s) failed: %s", shape, exc)
+            estimate_reason = f"memory_used_encode: {type(exc).__name__}: {exc}"
+    weights, weights_reason = _weights_to_load(vae, device)
     needed = None if estimate is None else estimate + (weights or 0)
-    free = free_memory(device) if device is not None else None
+    free, free_reason = None, None
+    if device is None:
+        free_reason = "the VAE has no device"
+    else:
+        try:
+            free = free_memory(device)
+        except Exception as exc:  # the reading is advice: the prediction stays, unknown, with why
+            free_reason = f"{type(exc).__name__}: {exc}"
+        else:
+            if free is None:
+                free_reason = f"no free-memory reading for {device}"
     fits = None if needed is None or free is None else needed <= free
-    return Prediction(strategy, device, estimate, weights, needed, free, fits)
+    return Prediction(
+        strategy, device, estimate, weights, needed, free, fits, estimate_reason, weights_reason, free_reason
+    )
 
 
 @dataclass(frozen=True)
