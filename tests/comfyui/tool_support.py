@@ -33,8 +33,12 @@ def find_tool(name: str, env_var: str, candidates: tuple[Path, ...] = ()) -> str
     raise AssertionError("unreachable")
 
 
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
 def missing(reason: str) -> None:
-    if os.environ.get("CI"):
+    if in_ci():
         pytest.fail(f"CI is set and a required tool is missing: {reason}", pytrace=False)
     pytest.skip(reason)
 
