@@ -141,3 +141,14 @@ test("runs are kept newest first, replaced by id, bounded", () => {
   assert.equal(upsertRun(runs, /** @type {any} */ ({})).length, 3, "malformed events are ignored");
   assert.equal(upsertRun(runs, { prompt_id: "d", status: "success", started_unix_s: 9 }, 2).length, 2);
 });
+
+test("a step card whose badges fail says why among its monitoring errors instead of hiding it", () => {
+  const summary = { get success() { throw new TypeError("summary.success is unreadable"); }, n_keys: 3 };
+  const card = stepCard({ kind: "lora", node_id: "4", summary, monitor_errors: ["earlier problem"] });
+  assert.deepEqual(card.badges, []);
+  assert.deepEqual(card.monitorErrors, ["earlier problem", "badges not shown: TypeError: summary.success is unreadable"]);
+  assert.equal(card.worst, "warning");
+  const fine = stepCard({ kind: "lora", node_id: "4", summary: { success: true } });
+  assert.deepEqual(fine.monitorErrors, []);
+  assert.equal(fine.worst, "info");
+});

@@ -172,10 +172,14 @@ export function stepCard(step) {
   const summary = step.summary ?? {};
   const keys = orderedSummaryKeys(step.kind, summary);
   let badges = [];
+  const monitorErrors = [...(step.monitor_errors ?? [])];
   try {
     badges = info.badges ? info.badges(summary) : [];
-  } catch {
-    badges = []; // a summary of an unexpected shape still renders, without badges
+  } catch (err) {
+    // A summary of an unexpected shape still renders, without badges, and the card says why.
+    badges = [];
+    const why = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+    monitorErrors.push(`badges not shown: ${why}`);
   }
   if (step.cached) badges.push({ text: "cached", tone: "info", title: "the node was cached; this step is from the run that executed it" });
   const levels = (step.findings ?? []).map((f) => f.level);
@@ -189,8 +193,8 @@ export function stepCard(step) {
     summary,
     details: step.details ?? {},
     findings: step.findings ?? [],
-    monitorErrors: step.monitor_errors ?? [],
-    worst: levels.includes("error") ? "error" : levels.includes("warning") ? "warning" : (step.monitor_errors ?? []).length ? "warning" : "info",
+    monitorErrors,
+    worst: levels.includes("error") ? "error" : levels.includes("warning") ? "warning" : monitorErrors.length ? "warning" : "info",
   };
 }
 
