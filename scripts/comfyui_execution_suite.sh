@@ -9,11 +9,11 @@
 # PYTHON must have ComfyUI's requirements plus pytest and websocket-client; its folder is put
 # first on PATH because the suite starts its servers as plain `python main.py`.
 #
-# The pack is loaded through a symlink $COMFYUI_PATH/custom_nodes/pipeline-monitor-suite-run
-# that exists only during the second run and is removed by a trap (also on Ctrl-C). The suite's
-# servers keep their default database ($COMFYUI_PATH/user/comfyui.db) and temp folder: when
-# user/ or temp/ did not exist before, they are removed after each run so both runs start from
-# the same state. Outputs go to a temporary folder (pytest --output_dir).
+# COMFYUI_PATH is only read: the suite writes into the tree it runs from (its servers' database
+# in user/, temp/, the pack's symlink in custom_nodes/), so it runs in a copy of the tree made in a
+# temporary folder. The pack is loaded through a symlink custom_nodes/pipeline-monitor-suite-run
+# in that copy, present only during the second run; user/ and temp/ are removed after each run so
+# both runs start from the same state. Outputs go to the temporary folder (pytest --output_dir).
 #
 # Proof that the pack loaded: the servers' "Import times for custom nodes" lines (once per
 # configuration), a poll of /pipeline_monitor/runs while the suite runs, and the run reports the
@@ -30,16 +30,13 @@ PYTHON=${PYTHON:-python}
 PORT=${PORT:-8410}
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LINK_NAME=pipeline-monitor-suite-run
-LINK="$COMFYUI_PATH/custom_nodes/$LINK_NAME"
 
 PYTHON_BIN=$(command -v "$PYTHON") || { echo "python not found: $PYTHON" >&2; exit 2; }
+# absolute, since the suite runs from the copy of the tree
+PYTHON_BIN="$(cd "$(dirname "$PYTHON_BIN")" && pwd)/$(basename "$PYTHON_BIN")"
 export PATH="$(dirname "$PYTHON_BIN"):$PATH"
 if ! python -c "import pytest, websocket" 2>/dev/null; then
     echo "$(command -v python) lacks pytest or websocket-client" >&2
-    exit 2
-fi
-if [ -e "$LINK" ] || [ -L "$LINK" ]; then
-    echo "$LINK already exists (another run in progress?); remove it first" >&2
     exit 2
 fi
 for d in "$COMFYUI_PATH"/custom_nodes/*; do
@@ -50,19 +47,19 @@ for d in "$COMFYUI_PATH"/custom_nodes/*; do
 done
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/pm-exec-suite.XXXXXX")
-USER_EXISTED=0; [ -e "$COMFYUI_PATH/user" ] && USER_EXISTED=1
-TEMP_EXISTED=0; [ -e "$COMFYUI_PATH/temp" ] && TEMP_EXISTED=1
+TREE="$WORK/comfyui"
+cp -a "$COMFYUI_PATH" "$TREE"
+chmod -R u+w "$TREE"
+rm -rf "$TREE/user" "$TREE/temp"
+LINK="$TREE/custom_nodes/$LINK_NAME"
 POLL_PID=
 
 tidy_tree() {
-    [ "$USER_EXISTED" = 0 ] && rm -rf "$COMFYUI_PATH/user"
-    [ "$TEMP_EXISTED" = 0 ] && rm -rf "$COMFYUI_PATH/temp"
-    return 0
+    rm -rf "$TREE/user" "$TREE/temp"
 }
 cleanup() {
-    [ -L "$LINK" ] && rm -f "$LINK"
     if [ -n "$POLL_PID" ]; then kill "$POLL_PID" 2>/dev/null; fi
-    tidy_tree
+    rm -rf "$TREE"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -96,7 +93,7 @@ run_suite() {
     local start=$SECONDS
     mkdir -p "$WORK/out-$label"
     python "$WORK/poll_runs.py" "$PORT" "$WORK/$label.poll.json" & POLL_PID=$!
-    (cd "$COMFYUI_PATH" && python -m pytest tests/execution/test_execution.py --port "$PORT" \
+    (cd "$TREE" && python -m pytest tests/execution/test_execution.py --port "$PORT" \
         --output_dir "$WORK/out-$label" -p no:cacheprovider -rA "$@") > "$WORK/$label.log" 2>&1
     echo $? > "$WORK/$label.rc"
     kill "$POLL_PID" 2>/dev/null; wait "$POLL_PID" 2>/dev/null; POLL_PID=

@@ -3,11 +3,11 @@
 #
 #   COMFYUI_PATH=/path/to/ComfyUI scripts/demo.sh [--exit-after-run]
 #
-# 1. Creates or updates .venv in the repo: the pinned torch==2.14.1 / torchvision==0.29.1 first
-#    (used on the CPU: the server runs with --cpu), then ComfyUI's requirements.txt without its
-#    torch/torchvision/torchaudio lines and constrained to those pins (so nothing swaps torch),
-#    then the pack's own and test dependencies (pyproject.toml). Skipped when nothing changed
-#    since the last successful install.
+# 1. Sets up the Python that runs ComfyUI (scripts/setup_env.sh): by default .venv in the repo,
+#    with torch==2.14.1 / torchvision==0.29.1 (used on the CPU: the server runs with --cpu),
+#    ComfyUI's requirements.txt (torch kept as is) and the pack's requirements.txt; skipped when
+#    nothing changed. COMFYUI_PYTHON=/path/to/python reuses the Python an existing ComfyUI runs
+#    with instead and only adds the pack's requirements.txt to it (no new venv, no torch download).
 # 2. Makes the ComfyUI base folder .demo/: custom_nodes/pipeline-monitor -> this repo, tiny WAN 2.1
 #    model + VAE files (scripts/make_tiny_models.py) and the example workflow in the user's
 #    workflow list.
@@ -16,17 +16,15 @@
 #    server running until Ctrl-C. DEMO_EXIT_AFTER_RUN=1 (or --exit-after-run) stops it after the
 #    first report; the exit status is then 0 only if the run succeeded.
 #
-# Environment: COMFYUI_PATH (required), PORT (8188), PYTHON (python3, used to create the venv).
+# Environment: COMFYUI_PATH (required), COMFYUI_PYTHON (optional, see 1.), PORT (8188),
+# PYTHON (python3, used to create the venv).
 # Re-runnable: every step keeps what is already there.
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PORT=${PORT:-8188}
-PYTHON=${PYTHON:-python3}
 EXIT_AFTER_RUN=${DEMO_EXIT_AFTER_RUN:-0}
-VENV="$REPO_ROOT/.venv"
 DEMO="$REPO_ROOT/.demo"
-TORCH_PINS=("torch==2.14.1" "torchvision==0.29.1")
 URL="http://127.0.0.1:$PORT"
 
 for arg in "$@"; do
@@ -45,40 +43,10 @@ die() { echo "[demo] error: $*" >&2; exit 1; }
 COMFYUI_PATH=$(cd "$COMFYUI_PATH" && pwd)
 export COMFYUI_PATH
 
-# -- 1. virtual environment ------------------------------------------------------------------------
-[ -x "$VENV/bin/python" ] || { say "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
-PY="$VENV/bin/python"
-PIP=("$PY" -m pip install --quiet --disable-pip-version-check)
-
-# ComfyUI's requirements minus the torch family, and the pack's dependencies from pyproject.toml.
-COMFY_REQS="$VENV/pm-comfyui-requirements.txt"
-PACK_REQS="$VENV/pm-pack-requirements.txt"
-grep -v -E '^[[:space:]]*(torch|torchvision|torchaudio)[[:space:]]*([<>=!~;[].*)?$' "$COMFYUI_PATH/requirements.txt" > "$COMFY_REQS"
-"$PY" -c 'import tomllib' 2>/dev/null || "${PIP[@]}" tomli
-"$PY" - "$REPO_ROOT/pyproject.toml" > "$PACK_REQS" <<'PYEOF'
-import sys
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
-project = tomllib.load(open(sys.argv[1], "rb"))["project"]
-print("\n".join(project["dependencies"] + project["optional-dependencies"]["test"]))
-PYEOF
-STAMP="$VENV/pm-demo-installed"
-WANT=$(cat <(printf '%s\n' "${TORCH_PINS[@]}") "$COMFY_REQS" "$PACK_REQS" | "$PY" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
-    CONSTRAINTS="$VENV/pm-torch-constraints.txt"
-    printf '%s\n' "${TORCH_PINS[@]}" > "$CONSTRAINTS"
-    say "installing ${TORCH_PINS[*]} (first run: a few minutes)"
-    "${PIP[@]}" "${TORCH_PINS[@]}"
-    say "installing ComfyUI's requirements (torch kept as is)"
-    "${PIP[@]}" -r "$COMFY_REQS" -c "$CONSTRAINTS"
-    say "installing the pack's dependencies"
-    "${PIP[@]}" -r "$PACK_REQS" -c "$CONSTRAINTS"
-    echo "$WANT" > "$STAMP"
-else
-    say "venv up to date ($VENV)"
-fi
+# -- 1. Python environment --------------------------------------------------------------------------
+# .venv with the pinned torch, ComfyUI's requirements and the pack's (scripts/setup_env.sh), or
+# COMFYUI_PYTHON's own environment with only the pack's requirements.txt added.
+PY=$(bash "$REPO_ROOT/scripts/setup_env.sh" | tail -n 1)
 
 # -- 2. ComfyUI base folder ------------------------------------------------------------------------
 mkdir -p "$DEMO/custom_nodes" "$DEMO/models" "$DEMO/input" "$DEMO/output" "$DEMO/user/default/workflows"

@@ -1,34 +1,24 @@
 #!/usr/bin/env bash
-# Sets up .venv (first run only) and runs the whole test suite.
-# Integration tests against a real ComfyUI run when COMFYUI_PATH points at a ComfyUI 0.8 checkout
-# (set it up first with scripts/demo.sh); without it they skip with that reason.
+# Sets up .venv (scripts/setup_env.sh --test) and runs every check: ruff, the panel's JavaScript
+# tests and type check, pytest.
+#
+#   [COMFYUI_PATH=/path/to/ComfyUI] bash scripts/test.sh [pytest args]
+#
+# With COMFYUI_PATH (a ComfyUI 0.8 checkout, used read-only) the integration and browser tests run
+# too and .venv also gets ComfyUI's requirements; without it they skip with that reason.
+# PM_COVERAGE=1 runs pytest under coverage.py (the real servers it starts included) and prints
+# line coverage of nodes/ and monitors/. CI=true fails the run when a comfyui or browser test skips.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
-fi
-PY=.venv/bin/python
-
-# torch comes with ComfyUI; for the library tests a CPU build is enough (2.13.0 is the CPU wheel).
-if ! "$PY" -c "import torch" 2>/dev/null; then
-  "$PY" -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
-fi
-# The pack's runtime and test dependencies, read from pyproject.toml (one source of truth).
-"$PY" - > .venv/pm-requirements.txt <<'PYEOF'
-import tomllib
-project = tomllib.load(open("pyproject.toml", "rb"))["project"]
-print("\n".join(project["dependencies"] + project["optional-dependencies"]["test"]))
-PYEOF
-"$PY" -m pip install --quiet --disable-pip-version-check -r .venv/pm-requirements.txt
+PY=$(bash scripts/setup_env.sh --test | tail -n 1)
 
 echo "== ruff"
 "$PY" -m ruff check .
 
 # -- JavaScript (web/): the panel's unit tests and the JSDoc type check --------------------------
-# Runs when package.json exists and node/npm are installed; a failure fails the run (set -e).
-if [ -f package.json ] && command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+# Runs when node and npm are installed (CI has them); a failure fails the run (set -e).
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
   echo "== npm ci"
   npm ci --no-audit --no-fund --loglevel=error
   echo "== node --test"
@@ -42,8 +32,19 @@ fi
 
 echo "== pytest"
 set +e
-"$PY" -m pytest "$@"
-rc=$?
+if [ "${PM_COVERAGE:-0}" = "1" ]; then
+  rm -f .coverage .coverage.*
+  "$PY" -m coverage run -m pytest "$@"
+  rc=$?
+  "$PY" -m coverage combine --quiet
+  echo "== coverage (lines)"
+  "$PY" -m coverage report --include='nodes/*' --skip-empty --precision=1 | tail -n 1 | sed 's/^TOTAL/nodes\/   /'
+  "$PY" -m coverage report --include='monitors/*' --skip-empty --precision=1 | tail -n 1 | sed 's/^TOTAL/monitors\//'
+  "$PY" -m coverage report --include='nodes/*' --skip-empty --precision=1 --sort=cover | head -n 12
+else
+  "$PY" -m pytest "$@"
+  rc=$?
+fi
 set -e
 if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: failing on purpose" >&2
