@@ -1,9 +1,10 @@
 """Merge and compare run reports: ranks of a distributed job, or runs before and after a change.
 
 Inputs are report JSON files (schemas/run_report.schema.json). A file that is not valid JSON, not
-a run report, or of another schema_version is named with the reason and skipped: reports are
-never silently merged across formats. Works on ComfyUI prompt reports and profiling API reports
-alike (stages are the profiling API's phases, or the node classes of a ComfyUI run).
+a run report, or of a schema_version this tool cannot read is named with the reason and skipped:
+reports are never silently merged across formats. Version 1 reports are read in version 2 names
+(monitors.vocabulary.upgrade_report), so old and new runs compare figure by figure. Works on
+ComfyUI prompt reports and profiling API reports alike (stages are the profiling API's phases, or the node classes of a ComfyUI run).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 
 from .profiling.phases import node_gpu_peak, profiling_step, report_phases
-from .report import SCHEMA_VERSION
+from .report import READABLE_SCHEMA_VERSIONS
+from .vocabulary import upgrade_report
 
 AGGREGATE_KIND = "pipeline_monitor.aggregate"
 COMPARE_KIND = "pipeline_monitor.compare"
@@ -41,8 +43,9 @@ def load_report(path: str) -> dict:
         raise ReportError(f"not a run report: the top level is a {type(data).__name__}")
     if "schema_version" not in data:
         raise ReportError("not a run report: no schema_version")
-    if data["schema_version"] != SCHEMA_VERSION:
-        raise ReportError(f"schema_version {data['schema_version']!r}; this tool reads {SCHEMA_VERSION}")
+    if data["schema_version"] not in READABLE_SCHEMA_VERSIONS:
+        readable = " and ".join(str(v) for v in READABLE_SCHEMA_VERSIONS)
+        raise ReportError(f"schema_version {data['schema_version']!r}; this tool reads {readable}")
     checks = {
         "prompt_id": lambda v: isinstance(v, str),
         "status": lambda v: isinstance(v, str),
@@ -55,7 +58,7 @@ def load_report(path: str) -> dict:
     for key, ok in checks.items():
         if key not in data or not ok(data[key]):
             raise ReportError(f"malformed run report: {key!r} missing or of the wrong type")
-    return data
+    return upgrade_report(data)
 
 
 def load_reports(paths: Sequence[str]) -> tuple[list[tuple[str, dict]], list[dict]]:

@@ -1,8 +1,9 @@
 """Run reports: frozen dataclasses -> plain dicts -> JSON (written atomically) and a log summary.
 
 One vocabulary for Python, JSON and the panel: units in names (`_bytes`, `_s`, `_pct`), counts as
-`n_...`, unknown as None. Bump SCHEMA_VERSION on any incompatible change and update
-`schemas/run_report.schema.json`.
+`n_...`, unknown as None. Each step kind's summary keys are declared once in monitors/vocabulary.py
+(and monitors/<kind>/summary.py). Bump SCHEMA_VERSION on any incompatible change, declare the key
+renames there, and regenerate `schemas/run_report.schema.json` (python -m monitors.vocabulary --write).
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 1
+# 2: unit suffixes on summary keys (e.g. model_relative_change -> model_relative_change_ratio);
+# version 1 reports are read through monitors.vocabulary.upgrade_report.
+SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
 
 RUN_STATUSES = ("running", "success", "error", "interrupted")
 NODE_STATUSES = ("executed", "cached", "error", "interrupted")

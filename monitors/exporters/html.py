@@ -14,7 +14,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..report import format_bytes
+from .. import vocabulary
+from ..vocabulary import format_bytes, format_seconds
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 MAX_TIMELINE_ROWS = 200
@@ -54,51 +55,14 @@ def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def format_seconds(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    if abs(seconds) < 1:
-        return f"{seconds * 1000:.0f} ms"
-    return f"{seconds:.2f} s" if abs(seconds) < 120 else f"{seconds / 60:.1f} min"
-
-
 def format_value(key: str, value: Any) -> str:
-    """A summary value for people, by the unit in its name (`_bytes`, `_s`, `_pct`)."""
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, (int, float)):
-        if key.endswith("_per_s"):  # a rate, not a time
-            return f"{value:.4g}/s"
-        if key.endswith("_bytes"):
-            return format_bytes(value)
-        if key.endswith("_s"):
-            return format_seconds(value)
-        if key.endswith("_pct"):
-            return f"{value:.1f} %"
-        if isinstance(value, float):
-            return f"{value:.4g}"
-        return f"{value:,}"
-    if isinstance(value, (list, tuple)):
-        if all(isinstance(v, (int, float, str)) for v in value) and len(value) <= 8:
-            return "[" + ", ".join(str(v) for v in value) + "]"
-    if isinstance(value, (list, tuple, Mapping)):
-        text = json.dumps(value, default=str)
-        return text if len(text) <= 200 else text[:199] + "…"
-    return str(value)
+    """A value that no step kind declares (node rows, system info), by the unit its name implies."""
+    return vocabulary.format_value(key, value)
 
 
-def label(key: str) -> str:
-    for suffix in ("_bytes", "_pct", "_s"):
-        if suffix == "_s" and key.endswith("_per_s"):
-            break
-        if key.endswith(suffix) and len(key) > len(suffix):
-            key = key[: -len(suffix)]
-            break
-    if key.startswith("n_"):
-        key = "number of " + key[2:]
-    return key.replace("_", " ")
+def label(kind: str | None, key: str) -> str:
+    """A summary key's label: the kind's declaration, else derived from the name."""
+    return vocabulary.label(kind, key)
 
 
 def _utc(unix_s: float | None) -> str:
@@ -240,9 +204,13 @@ def nodes_table(report: Mapping) -> str:
 
 def step_html(step: Mapping) -> str:
     summary = step.get("summary") or {}
+    kind = step.get("kind")
+    kind_name = kind if isinstance(kind, str) else None
     badges = '<span class="badge">cached</span>' if step.get("cached") else ""
     figures = "".join(
-        f"<div><b>{esc(label(str(k)))}</b>{esc(format_value(str(k), v))}</div>" for k, v in summary.items()
+        f"<div><b>{esc(label(kind_name, str(k)))}</b>"
+        f"{esc(vocabulary.format_summary_value(kind_name, str(k), summary[k]))}</div>"
+        for k in vocabulary.ordered_keys(kind_name, summary)
     )
     findings = "".join(
         f'<li class="{esc(f.get("level"))}"><b>{esc(f.get("level"))}</b> {esc(f.get("message"))}</li>'
@@ -273,6 +241,7 @@ def system_html(system: Mapping) -> str:
 
 
 def render_html(report: Mapping) -> str:
+    report = vocabulary.upgrade_report(report)  # a version 1 report shows version 2 labels
     prompt_id = report.get("prompt_id")
     status = report.get("status") or "unknown"
     nodes = report.get("nodes") or []

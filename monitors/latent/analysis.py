@@ -172,7 +172,7 @@ def analyse_latent(latent) -> tuple[dict, dict, list[Finding]]:
                 "not_a_latent",
             )
         )
-        return {"kind": None}, {"value_type": type(latent).__name__}, findings
+        return {"latent_type": None}, {"value_type": type(latent).__name__}, findings
     samples = latent.get("samples")
     details: dict[str, Any] = {"keys": sorted(str(k) for k in latent)}
     if "type" in latent:
@@ -227,10 +227,10 @@ def analyse_latent(latent) -> tuple[dict, dict, list[Finding]]:
 
     first = described[0] if described else {}
     summary = {
-        "kind": first.get("kind"),
+        "latent_type": first.get("kind"),
         "shape": first.get("shape"),
         "family": first.get("family"),
-        "channels": first.get("channels"),
+        "n_channels": first.get("channels"),
         "n_frames": first.get("frames"),
         "dtype": first.get("dtype"),
         "device": first.get("device"),
@@ -254,7 +254,7 @@ def _sum_known(values) -> int | None:
 def latent_ui_text(summary: Mapping[str, Any]) -> str:
     if summary.get("shape") is None:
         return "no latent samples"
-    parts = [f"{summary['kind']} {summary['shape']}"]
+    parts = [f"{summary['latent_type']} {summary['shape']}"]
     if summary.get("family"):
         parts.append(summary["family"])
     parts.append(f"{summary['dtype']} on {summary['device']}, {format_bytes(summary['size_bytes'])}")

@@ -52,7 +52,7 @@ PROFILING = StepKindVocabulary(
         ),
         SummaryField("device_name", "device", None, "GPU names, or the CPU", "string", headline=True),
         SummaryField("rank", "rank", None, "rank of a distributed job", "integer"),
-        SummaryField("world_size", "world size", "count", "ranks of a distributed job", "integer"),
+        SummaryField("world_size", "world size", None, "ranks of a distributed job", "integer"),
         SummaryField("n_stage_calls", "stage calls", "count", "calls of profiled stages", "integer"),
         SummaryField("n_stages", "stages", "count", "distinct stages", "integer"),
         SummaryField("n_blocks", "blocks", "count", "decode blocks recorded", "integer"),

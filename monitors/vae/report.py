@@ -54,8 +54,8 @@ def geometry(pixels_shape, latent) -> dict:
         "latent_shape": shape,
         "input_frames": batch,
         "latent_frames": latent_frames,
-        "spatial_compression": _ratio((height or 0) * (width or 0), latent_area),
-        "temporal_compression": temporal,
+        "spatial_compression_ratio": _ratio((height or 0) * (width or 0), latent_area),
+        "temporal_compression_ratio": temporal,
     }
 
 
@@ -247,7 +247,10 @@ def build_step(
         summary.update(geometry(pixels.get("shape"), latent))
     else:
         summary.update(
-            latent_type=None, latent_shape=None, spatial_compression=None, temporal_compression=None
+            latent_type=None,
+            latent_shape=None,
+            spatial_compression_ratio=None,
+            temporal_compression_ratio=None,
         )
     summary.update(figures)
     findings = [*result.input_findings, *suggestions(result, result.tiles, latent, figures)]

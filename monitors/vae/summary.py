@@ -121,9 +121,9 @@ VAE_ENCODE = StepKindVocabulary(
             "number",
         ),
         SummaryField(
-            "input_frames", "input frames", "count", "frames (batch) of the input pixels", "integer"
+            "input_frames", "input frames", None, "frames (batch) of the input pixels", "integer"
         ),
-        SummaryField("latent_frames", "latent frames", "count", "frames of a video latent", "integer"),
+        SummaryField("latent_frames", "latent frames", None, "frames of a video latent", "integer"),
         SummaryField(
             "spatial_compression_ratio", "spatial compression", "ratio", "input H*W per latent H*W", "number"
         ),

@@ -39,8 +39,8 @@ def test_empty_latent_image_passes_through_and_is_described(comfy, pack_runtime)
     assert isinstance(output.ui["text"], list) and "image [2, 4, 6, 8]" in output.ui["text"][0]
     summary = step["summary"]
     assert step["node_id"] == "9" and step["monitor_errors"] == []
-    assert summary["kind"] == "image" and summary["shape"] == [2, 4, 6, 8]
-    assert summary["family"] == "SD1 / SD2 / SDXL" and summary["channels"] == 4
+    assert summary["latent_type"] == "image" and summary["shape"] == [2, 4, 6, 8]
+    assert summary["family"] == "SD1 / SD2 / SDXL" and summary["n_channels"] == 4
     assert summary["size_bytes"] == 2 * 4 * 6 * 8 * 4 and summary["dtype"] == "float32"
     assert summary["n_nan"] == 0 and summary["has_noise_mask"] is False
     assert summary["source_class"] == "EmptyLatentImage"
@@ -76,7 +76,7 @@ def test_video_latent_with_nan(comfy, pack_runtime):
     samples = torch.randn(1, 16, 3, 8, 8)
     samples[0, 0, 0, 0, :2] = float("nan")
     _, step = run_latent(comfy, pack_runtime, {"samples": samples})
-    assert step["summary"]["kind"] == "video" and step["summary"]["n_frames"] == 3
+    assert step["summary"]["latent_type"] == "video" and step["summary"]["n_frames"] == 3
     assert step["summary"]["n_nan"] == 2 and "non_finite" in codes(step, "error")
 
 

@@ -43,7 +43,7 @@ def test_direct_equals_core_vae_encode_exactly_on_a_kl_vae(comfy, tiny, pack_run
     s = step["summary"]
     assert s["strategy_used"] == "direct" and s["strategy_requested"] == strategy
     assert s["latent_type"] == "image" and s["latent_shape"] == [2, 4, 8, 6]
-    assert s["spatial_compression"] == 64.0 and s["temporal_compression"] is None
+    assert s["spatial_compression_ratio"] == 64.0 and s["temporal_compression_ratio"] is None
     assert s["latent_dtype"] == "float32" and s["latent_device"] == "cpu"
     assert s["direct_predicted_to_fit"] is True and s["direct_prediction_held"] is True
     assert s["peak_rss_bytes"] > 0 and s["duration_s"] > 0 and s["frames_per_s"] > 0
@@ -58,8 +58,8 @@ def test_wan_video_9_frames_become_3_latent_frames_equal_to_core(comfy, wan_vae,
     assert torch.equal(ours, core_encode(comfy, wan_vae, pixels))
     s = step["summary"]
     assert s["latent_type"] == "video" and s["latent_shape"] == [1, 16, 3, 8, 8]
-    assert s["input_frames"] == 9 and s["latent_frames"] == 3 and s["temporal_compression"] == 3.0
-    assert s["spatial_compression"] == 64.0
+    assert s["input_frames"] == 9 and s["latent_frames"] == 3 and s["temporal_compression_ratio"] == 3.0
+    assert s["spatial_compression_ratio"] == 64.0
     prediction = step["details"]["predictions"]["direct"]
     # WAN 2.1's own estimate: 6000 B x H x W x dtype size for more than 4 frames.
     assert prediction["estimate_bytes"] == 6000 * 64 * 64 * 4

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from monitors.vocabulary import headline_text
+
 pytestmark = pytest.mark.comfyui
 
 WAN_VAE = "pm_tiny_wan21_vae.safetensors"
@@ -68,10 +70,10 @@ def test_same_latent_as_core_on_the_server(server, strategy, core, tiles):
     assert s["strategy_requested"] == strategy
     assert s["strategy_used"] == ("tiled" if strategy == "tiled" else "direct")
     assert s["latent_type"] == "video" and s["latent_shape"] == [1, 16, 3, 8, 8]
-    assert s["temporal_compression"] == 3.0 and s["spatial_compression"] == 64.0
+    assert s["temporal_compression_ratio"] == 3.0 and s["spatial_compression_ratio"] == 64.0
     assert s["peak_rss_bytes"] > 0 and s["frames_per_s"] > 0
     text = history["outputs"]["3"]["text"]
-    assert len(text) == 1 and text[0].startswith(f"{s['strategy_used']} in ")
+    assert len(text) == 1 and text[0].startswith(headline_text("vae_encode", s))
     rows = {row["node_id"]: row for row in report["nodes"]}
     assert rows["3"]["class_type"] == "PipelineMonitorVAEEncode" and rows["3"]["status"] == "executed"
 

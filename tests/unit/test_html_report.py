@@ -105,4 +105,5 @@ def test_values_by_unit():
     assert format_value("frames_per_s", 2.5) == "2.5/s"
     assert format_value("ram_used_pct", 12.34) == "12.3 %"
     assert format_value("x", None) == "–"
-    assert label("peak_rss_bytes") == "peak rss" and label("n_tokens") == "number of tokens"
+    assert label(None, "peak_rss_bytes") == "peak rss" and label(None, "n_tokens") == "tokens (count)"
+    assert label("conditioning", "positive_n_tokens") == "positive tokens"  # the kind's declared label

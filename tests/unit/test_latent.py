@@ -32,10 +32,10 @@ def codes(findings):
 )
 def test_kind_and_family_from_channels_and_rank(shape, kind, family):
     summary, details, findings = analyse_latent({"samples": torch.randn(*shape) * 0.5})
-    assert summary["kind"] == kind
+    assert summary["latent_type"] == kind
     assert summary["family"] == family
     assert summary["shape"] == list(shape)
-    assert summary["channels"] == shape[1]
+    assert summary["n_channels"] == shape[1]
     assert summary["size_bytes"] == math.prod(shape) * 4
     assert summary["dtype"] == "float32" and summary["device"] == "cpu"
     assert summary["n_nan"] == 0 and summary["n_inf"] == 0
@@ -122,7 +122,7 @@ def test_huge_shape_is_metadata_only_without_allocation():
     assert "stats_skipped" in codes(findings)
     meta = torch.empty(1, 16, 21, 90, 160, device="meta")
     summary, _, _ = analyse_latent({"samples": meta})
-    assert summary["device"] == "meta" and summary["kind"] == "video" and summary["mean"] is None
+    assert summary["device"] == "meta" and summary["latent_type"] == "video" and summary["mean"] is None
 
 
 def test_nested_tensor_parts_are_each_described():
@@ -184,7 +184,7 @@ def test_property_counts_and_stats_match_torch(rank, channels, values):
     n_nan = int(torch.isnan(samples).sum())
     n_inf = int(torch.isinf(samples).sum())
     assert summary["n_nan"] == n_nan and summary["n_inf"] == n_inf
-    assert summary["kind"] == latent_mod.latent_kind(rank)
+    assert summary["latent_type"] == latent_mod.latent_kind(rank)
     assert ("non_finite" in codes(findings)) == bool(n_nan or n_inf)
     finite_values = samples[torch.isfinite(samples)].double()
     if finite_values.numel():

@@ -7,6 +7,7 @@ import pytest
 
 from monitors.probes.fake import fake_probes
 from monitors.report import (
+    SCHEMA_VERSION,
     Finding,
     GpuPeak,
     NodeProfile,
@@ -51,7 +52,7 @@ def make_report(prompt_id="p1", status="success") -> RunReport:
         ),
         steps=(
             StepReport(
-                "models", "3", {"n_objects": 1, "bad": float("nan")}, {}, (Finding("warning", "<b>x</b>"),)
+                "models", "3", {"n_objects": 1, "loaders_duration_s": float("nan")}, {}, (Finding("warning", "<b>x</b>"),)
             ),
         ),
         span=span.result.to_dict(),
@@ -62,8 +63,8 @@ def make_report(prompt_id="p1", status="success") -> RunReport:
 def test_report_matches_schema_and_is_plain_json():
     data = make_report().to_dict()
     jsonschema.validate(data, SCHEMA)
-    assert data["schema_version"] == 1
-    assert data["steps"][0]["summary"]["bad"] is None  # NaN is not JSON: unknown
+    assert data["schema_version"] == SCHEMA_VERSION
+    assert data["steps"][0]["summary"]["loaders_duration_s"] is None  # NaN is not JSON: unknown
     json.dumps(data, allow_nan=False)
 
 

@@ -77,7 +77,7 @@ def test_video_step_has_type_shape_compression_sizes_and_rates():
     assert s["strategy_requested"] == "auto" and s["strategy_used"] == "direct"
     assert s["latent_type"] == "video" and s["latent_shape"] == [1, 16, 3, 8, 8]
     assert s["input_frames"] == 9 and s["latent_frames"] == 3
-    assert s["spatial_compression"] == 64.0 and s["temporal_compression"] == 3.0
+    assert s["spatial_compression_ratio"] == 64.0 and s["temporal_compression_ratio"] == 3.0
     assert s["latent_dtype"] == "float32" and s["latent_device"] == "cpu"
     assert s["latent_n_elements"] == 16 * 3 * 8 * 8 and s["latent_bytes"] == 4 * 16 * 3 * 8 * 8
     assert s["input_bytes"] == 9 * 64 * 64 * 3 * 4
@@ -100,7 +100,7 @@ def test_image_step_has_no_temporal_compression():
     _, step = step_for(FakeVAE(), pixels(2, 64, 32))
     s = step.summary
     assert s["latent_type"] == "image" and s["latent_shape"] == [2, 4, 8, 4]
-    assert s["spatial_compression"] == 64.0 and s["temporal_compression"] is None
+    assert s["spatial_compression_ratio"] == 64.0 and s["temporal_compression_ratio"] is None
     assert s["latent_frames"] is None and s["frames_per_s"] > 0
 
 

@@ -1,0 +1,165 @@
+"""The metric vocabulary: one declaration per step kind, and everything derived from it (schema,
+panel module, HTML labels and units, node text, v1 -> v2 renames) agrees with it."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from monitors import vocabulary as vocab
+from monitors.aggregate import load_report
+from monitors.exporters.html import render_html
+from monitors.report import SCHEMA_VERSION, STEP_KINDS
+
+REPO = Path(__file__).resolve().parents[2]
+V1_FIXTURE = REPO / "tests" / "fixtures" / "run_report_v1.json"
+SCHEMA = json.loads((REPO / "schemas" / "run_report.schema.json").read_text())
+
+SUFFIX_OF_UNIT = {"bytes": "_bytes", "pct": "_pct", "ratio": "_ratio", "fraction": "_ratio", "per_s": "_per_s"}
+
+
+def all_fields():
+    return [(kind, f) for kind, v in vocab.registry().items() for f in v.fields]
+
+
+def test_every_step_kind_is_declared_with_headline_figures():
+    assert tuple(vocab.registry()) == STEP_KINDS
+    for kind, v in vocab.registry().items():
+        assert v.title and v.headline, kind
+        assert all(f.label and f.description for f in v.fields), kind
+
+
+@pytest.mark.parametrize("kind,field", all_fields(), ids=lambda x: getattr(x, "name", x))
+def test_field_names_carry_their_unit(kind, field):
+    name = field.name
+    if field.unit in SUFFIX_OF_UNIT:
+        assert name.endswith(SUFFIX_OF_UNIT[field.unit])
+    elif field.unit == "s":
+        assert name.endswith("_s") and not name.endswith("_per_s")
+    elif field.unit == "count":
+        assert re.search(r"(^|_)n_", name) or name.endswith("_count")
+    else:  # a plain value must not look like it has a unit
+        assert vocab.unit_of_key(name) is None, f"{name} reads as {vocab.unit_of_key(name)}"
+
+
+def test_generated_files_are_not_stale():
+    stale = [str(Path(p).relative_to(REPO)) for p in vocab.stale_files()]
+    assert not stale, f"regenerate with `python -m monitors.vocabulary --write`: {stale}"
+
+
+def test_schema_summary_of_each_kind_is_its_declaration():
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    assert SCHEMA["properties"]["schema_version"] == {"const": SCHEMA_VERSION}
+    for kind, v in vocab.registry().items():
+        summary = SCHEMA["$defs"][f"summary_{kind}"]
+        assert summary["additionalProperties"] is False
+        assert list(summary["properties"]) == list(v.names)
+    step = {"kind": "lora", "node_id": "1", "summary": {"n_loras": 1}, "details": {}, "findings": [],
+            "monitor_errors": [], "created_unix_s": None, "cached": False}
+    validator = jsonschema.Draft202012Validator(SCHEMA["$defs"]["step"] | {"$defs": SCHEMA["$defs"]})
+    assert not list(validator.iter_errors(step))
+    assert list(validator.iter_errors({**step, "summary": {"n_lora": 1}}))  # a typo fails
+    assert list(validator.iter_errors({**step, "summary": {"n_loras": "one"}}))  # a wrong type fails
+    assert not list(validator.iter_errors({**step, "summary": {}}))  # a failed step has no figures
+
+
+def _generated_module_data() -> dict:
+    text = (REPO / "web" / "lib" / "vocabulary.generated.mjs").read_text()
+    body = text.split("export const VOCABULARY = ", 1)[1].split(";\n", 1)[0]
+    return json.loads(body)
+
+
+def test_panel_module_has_the_declared_labels_units_and_order():
+    kinds = _generated_module_data()
+    for kind, v in vocab.registry().items():
+        info = kinds[kind]
+        assert info["title"] == v.title and info["headline"] == list(v.headline)
+        assert list(info["fields"]) == list(v.names)
+        for f in v.fields:
+            assert info["fields"][f.name] == {"label": f.label, "unit": f.unit, "description": f.description}
+        assert info["v1Renames"] == dict(v.v1_renames)
+
+
+def test_html_report_takes_labels_and_units_from_the_vocabulary():
+    for kind, v in vocab.registry().items():
+        summary = {f.name: _sample(f) for f in v.fields}
+        report = {"prompt_id": "p", "status": "success", "steps": [{"kind": kind, "node_id": "1", "summary": summary}]}
+        page = render_html(report)
+        for f in v.fields:
+            cell = f"<div><b>{_esc(f.label)}</b>{_esc(vocab.format_value(f, summary[f.name]))}</div>"
+            assert cell in page, (kind, f.name)
+
+
+def _esc(text):
+    import html
+
+    return html.escape(text, quote=True)
+
+
+def _sample(field):
+    t = field.json_type if isinstance(field.json_type, str) else field.json_type[0]
+    return {"integer": 3, "number": 0.25, "string": "x", "boolean": True, "array": [1, 2], "object": {}}[t]
+
+
+def test_units_format_the_same_way_everywhere():
+    f = vocab.summary_field("lora", "model_relative_change_ratio")
+    assert vocab.format_value(f, 0.0123) == "1.23 %"
+    assert vocab.format_value(vocab.summary_field("vae_encode", "spatial_compression_ratio"), 64.0) == "64×"
+    assert vocab.format_value(vocab.summary_field("models", "total_size_bytes"), 3 * 1024**2) == "3.0 MiB"
+    assert vocab.format_value(vocab.summary_field("lora", "analysis_s"), 0.05) == "50 ms"
+    assert vocab.format_value(vocab.summary_field("lora", "n_loras"), None) == vocab.MISSING
+    assert vocab.format_summary_value("unknown_kind", "peak_bytes", 2048) == "2.0 KiB"
+    assert vocab.label("unknown_kind", "n_things") == "things (count)"
+
+
+def test_headline_text_lists_known_headline_figures_in_order():
+    summary = {"success": True, "n_loras": 2, "n_unmatched_keys": None, "model_relative_change_ratio": 0.5,
+               "model_patch_bytes": 100}
+    assert vocab.headline_text("lora", summary).splitlines() == [
+        "applied: yes", "LoRAs: 2", "model change of |W|: 50.00 %"
+    ]
+    assert vocab.headline_text("lora", {}) == "no figures"
+    assert vocab.headline_text("not_a_kind", {"x": 1}) == "no figures"
+
+
+def test_v1_report_is_read_in_v2_names():
+    v1 = json.loads(V1_FIXTURE.read_text())
+    assert v1["schema_version"] == 1
+    upgraded = vocab.upgrade_report(v1)
+    assert upgraded["schema_version"] == SCHEMA_VERSION and v1["schema_version"] == 1  # a copy
+    jsonschema.validate(upgraded, SCHEMA)
+    steps = {s["kind"]: s["summary"] for s in upgraded["steps"]}
+    assert steps["lora"]["model_relative_change_ratio"] == 0.0123 and "model_relative_change" not in steps["lora"]
+    assert steps["vae_encode"]["spatial_compression_ratio"] == 64.0
+    assert steps["latent"]["latent_type"] == "image" and steps["latent"]["n_channels"] == 4
+    assert steps["tensor_compare"]["max_relative_error_ratio"] == 2e-06
+    assert load_report(str(V1_FIXTURE)) == upgraded
+    assert vocab.upgrade_report(upgraded) == upgraded  # version 2 stays as it is
+
+
+def test_compare_reads_a_v1_and_a_v2_report(tmp_path):
+    from monitors.cli import EXIT_OK, main
+
+    v1 = json.loads(V1_FIXTURE.read_text())
+    v2 = vocab.upgrade_report(v1) | {"prompt_id": "v2-run"}
+    (tmp_path / "v2.json").write_text(json.dumps(v2))
+    out = tmp_path / "cmp.json"
+    assert main(["compare", str(V1_FIXTURE), str(tmp_path / "v2.json"), "-o", str(out)]) == EXIT_OK
+    assert json.loads(out.read_text())["regressions"] == []
+
+
+def test_html_report_of_a_v1_report_uses_v2_labels():
+    page = render_html(json.loads(V1_FIXTURE.read_text()))
+    assert "<b>model change of |W|</b>1.23 %" in page and "relative change<" not in page
+
+
+def test_command_line_check_passes():
+    result = subprocess.run(
+        [sys.executable, "-m", "monitors.vocabulary", "--check"],
+        cwd=REPO, capture_output=True, text=True, check=False,
+    )
+    assert result.returncode == 0, result.stderr
