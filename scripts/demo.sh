@@ -4,7 +4,7 @@
 #   COMFYUI_PATH=/path/to/ComfyUI scripts/demo.sh [--exit-after-run]
 #
 # 1. Sets up the Python that runs ComfyUI (scripts/setup_env.sh): by default .venv in the repo,
-#    with torch==2.14.1 / torchvision==0.29.1 (used on the CPU: the server runs with --cpu),
+#    with the pinned torch and torchvision (used on the CPU: the server runs with --cpu),
 #    ComfyUI's requirements.txt (torch kept as is) and the pack's requirements.txt; skipped when
 #    nothing changed. COMFYUI_PYTHON=/path/to/python reuses the Python an existing ComfyUI runs
 #    with instead and only adds the pack's requirements.txt to it (no new venv, no torch download).
