@@ -1,6 +1,10 @@
 """Concurrency: prompts queued back to back, a prompt interrupted in the middle of a monitored step,
 a server shut down while the pack's sampler runs, two watchers at once, and no pack thread left
-behind in-process."""
+behind in-process.
+
+Every timeout here is a hang watchdog (WATCHDOG_S, a minute or more): it fails a test only when
+something never happens, never because a loaded machine was slow. How fast the server answers and
+exits: bench/server_responsiveness.py."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from conftest import ComfyServer
 pytestmark = pytest.mark.comfyui
 
 OWN_PORTS = range(8800, 8850)
+WATCHDOG_S = 60
 
 
 def latent_prompt(batch: int, slow_s: float = 0.0, seed: int = 0) -> dict:
@@ -76,12 +81,11 @@ def node_running(server, prompt_id: str, node_id: str) -> bool:
 def test_interrupt_in_the_middle_of_a_step_gives_an_interrupted_report(server):
     seed = uuid.uuid4().int % 10_000
     prompt_id = server.queue(latent_prompt(1, slow_s=30.0, seed=seed))
-    wait_until(lambda: node_running(server, prompt_id, "4"), 30, "slow node did not start")
+    wait_until(lambda: node_running(server, prompt_id, "4"), WATCHDOG_S, "slow node did not start")
     time.sleep(0.3)  # well inside the slow node
-    started = time.monotonic()
-    assert requests.post(server.url + "/interrupt", timeout=10).status_code == 200
-    history = server.wait(prompt_id, timeout=15)
-    assert time.monotonic() - started < 10
+    assert requests.post(server.url + "/interrupt", timeout=WATCHDOG_S).status_code == 200
+    # An interrupt that is not honoured lets the node finish its 30 s: status success, caught below.
+    history = server.wait(prompt_id, timeout=2 * WATCHDOG_S)
     assert history["status"]["status_str"] == "error"
     report = server.get_json(f"/pipeline_monitor/runs/{prompt_id}")
     assert report["status"] == "interrupted", report["status"]
@@ -112,18 +116,19 @@ async def _two_watchers(server):
             ) as response:
                 assert response.status == 200, await response.text()
         status = await (await session.get(f"{server.url}/pipeline_monitor/live")).json()
-        # A prompt runs while both watch; both get samples; requests stay fast meanwhile.
+        # A prompt runs while both watch; both get samples; requests are answered meanwhile (a
+        # route blocked by the watchers would hang here until the watchdog).
         prompt_id = await asyncio.to_thread(
             server.queue, latent_prompt(1, slow_s=1.5, seed=uuid.uuid4().int % 9999)
         )
         for _ in range(10):
-            started = time.monotonic()
-            async with session.get(f"{server.url}/pipeline_monitor/runs?limit=3") as response:
-                assert response.status == 200
-            assert time.monotonic() - started < 2, "route blocked while watching"
+            async with session.get(
+                f"{server.url}/pipeline_monitor/runs?limit=3", timeout=aiohttp.ClientTimeout(total=WATCHDOG_S)
+            ) as response:
+                assert response.status == 200, "route failed while watching"
             await asyncio.sleep(0.2)
-        await asyncio.to_thread(server.wait, prompt_id, 30)
-        deadline = time.monotonic() + 10
+        await asyncio.to_thread(server.wait, prompt_id, WATCHDOG_S)
+        deadline = time.monotonic() + WATCHDOG_S
         while not all(received.values()) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         for client_id in ids:
@@ -139,13 +144,14 @@ async def _two_watchers(server):
 
 
 def test_two_watchers_no_deadlock(server):
-    status, received = asyncio.run(asyncio.wait_for(_two_watchers(server), timeout=60))
+    status, received = asyncio.run(asyncio.wait_for(_two_watchers(server), timeout=5 * WATCHDOG_S))
     assert all(received.values()), {k: len(v) for k, v in received.items()}
     assert status  # the live route answered while two clients watched
 
 
-def test_server_exits_quickly_on_sigterm_while_the_sampler_runs(server, tmp_path):
-    """A separate server (own port), killed with SIGTERM while KSampler steps."""
+def test_server_exits_on_sigterm_while_the_sampler_runs(server, tmp_path):
+    """A separate server (own port), killed with SIGTERM while KSampler steps: it exits (the pack's
+    threads do not keep it alive); a process still there after the watchdog is a hang."""
     base = tmp_path / "base"
     for sub in ("input", "output", "user"):
         (base / sub).mkdir(parents=True)
@@ -156,15 +162,13 @@ def test_server_exits_quickly_on_sigterm_while_the_sampler_runs(server, tmp_path
     own.start()
     try:
         prompt_id = own.queue(long_sampling_prompt())
-        wait_until(lambda: node_running(own, prompt_id, "5"), 30, "prompt did not start")
+        wait_until(lambda: node_running(own, prompt_id, "5"), WATCHDOG_S, "prompt did not start")
         # KSampler's progress bar in the log: the sampler is stepping (and the pack's background
         # sampler thread runs: it starts with the first prompt).
-        wait_until(lambda: "/5000" in own.log(), 60, "KSampler did not start stepping")
+        wait_until(lambda: "/5000" in own.log(), 2 * WATCHDOG_S, "KSampler did not start stepping")
         assert "sample_interval_ms" in own.get_json("/pipeline_monitor/live")
-        started = time.monotonic()
         own.process.send_signal(signal.SIGTERM)
-        own.process.wait(timeout=10)
-        assert time.monotonic() - started < 5
+        own.process.wait(timeout=WATCHDOG_S)  # TimeoutExpired: it hangs on SIGTERM
     finally:
         if own.process.poll() is None:
             own.process.kill()
@@ -233,7 +237,7 @@ def test_no_pack_thread_left_behind(comfy, monkeypatch, tmp_path):
     ticks = []
     sampler.add_sink(ticks.append)
     assert new_threads() == {"pipeline-monitor-sampler"}
-    wait_until(lambda: len(ticks) >= 3, 5, "sampler did not tick")
+    wait_until(lambda: len(ticks) >= 3, WATCHDOG_S, "sampler did not tick")
     sampler.stop()
     assert new_threads() == set()
     # The background report writer ends itself once idle, and comes back for the next report.
@@ -246,4 +250,4 @@ def test_no_pack_thread_left_behind(comfy, monkeypatch, tmp_path):
         recorder.end_run("success")
         store.flush()
         assert os.path.isfile(tmp_path / "reports" / f"pm-thread-{i}.json")
-        wait_until(lambda: new_threads() == set(), 5, f"threads left: {new_threads()}")
+        wait_until(lambda: new_threads() == set(), WATCHDOG_S, f"threads left: {new_threads()}")
