@@ -1,5 +1,9 @@
-// Formatting of report values for people, by the unit in the key's name:
-// `_bytes` -> KiB/MiB/GiB, `_s` -> ms/s/min, `_pct` -> %, `n_...` counts. Pure functions (no DOM).
+// Formatting of report values for people. A summary key declared by its step kind (the generated
+// vocabulary) is formatted by its declared unit and labelled with its declared label, as the HTML
+// report and the node text do (monitors/vocabulary.py); other keys by the unit in their name:
+// `_bytes` -> KiB/MiB/GiB, `_s` -> ms/s/min, `_pct` -> %, `_ratio` -> ×, `n_...` counts.
+// Pure functions (no DOM).
+import { VOCABULARY } from "./vocabulary.generated.mjs";
 
 const BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
 export const MISSING = "–";
@@ -45,20 +49,51 @@ function formatPlainNumber(n) {
 }
 
 /**
- * A summary value as text, chosen by the unit in its key.
+ * The declared field of a kind's summary key, if any.
+ * @param {string | undefined} kind
+ * @param {string} key
+ */
+export function declaredField(kind, key) {
+  if (!kind || !Object.hasOwn(VOCABULARY, kind)) return undefined;
+  const fields = VOCABULARY[kind].fields;
+  return Object.hasOwn(fields, key) ? fields[key] : undefined;
+}
+
+/**
+ * The unit a key's name implies, for keys no kind declares.
+ * @param {string} key
+ * @returns {string | null}
+ */
+export function unitOfName(key) {
+  if (key.endsWith("_per_s")) return "per_s"; // a rate, not a time
+  if (key.endsWith("_bytes")) return "bytes";
+  if (key.endsWith("_s")) return "s";
+  if (key.endsWith("_pct")) return "pct";
+  if (key.endsWith("_ratio")) return "ratio";
+  return null;
+}
+
+/**
+ * A summary value as text, chosen by the key's declared unit (when `kind` declares it) or the unit
+ * in its name.
  * @param {string} key
  * @param {unknown} value
+ * @param {string} [kind] the step kind whose summary holds the key
  * @returns {string}
  */
-export function formatValue(key, value) {
+export function formatValue(key, value, kind) {
   if (value === null || value === undefined) return MISSING;
   if (typeof value === "boolean") return value ? "yes" : "no";
   if (typeof value === "number") {
     if (!Number.isFinite(value)) return MISSING;
-    if (key.endsWith("_per_s")) return `${formatPlainNumber(value)}/s`; // a rate, not a time
-    if (key.endsWith("_bytes")) return formatBytes(value);
-    if (key.endsWith("_s")) return formatSeconds(value);
-    if (key.endsWith("_pct")) return formatPercent(value);
+    const field = declaredField(kind, key);
+    const unit = field ? field.unit : unitOfName(key);
+    if (unit === "per_s") return `${formatPlainNumber(value)}/s`;
+    if (unit === "bytes") return formatBytes(value);
+    if (unit === "s") return formatSeconds(value);
+    if (unit === "pct") return formatPercent(value);
+    if (unit === "fraction") return `${(100 * value).toFixed(2)} %`;
+    if (unit === "ratio") return `${formatPlainNumber(value)}×`;
     return formatPlainNumber(value);
   }
   if (typeof value === "string") return value;
@@ -70,16 +105,20 @@ export function formatValue(key, value) {
 }
 
 /**
- * "peak_rss_bytes" -> "peak rss", "n_tensors" -> "tensors (count)".
+ * The declared label of a kind's key; else from the name: "peak_rss_bytes" -> "peak rss",
+ * "n_tensors" -> "tensors (count)".
  * @param {string} key
+ * @param {string} [kind] the step kind whose summary holds the key
  */
-export function labelFromKey(key) {
+export function labelFromKey(key, kind) {
+  const field = declaredField(kind, key);
+  if (field) return field.label;
   let k = key;
   // "latent_bytes" -> "latent size"; names that already say what they measure stay as they are
   if (key.endsWith("_bytes") && !/size|peak|rss|memory|free|used|change|increase|needed|reclaimed|total/.test(key)) {
     k = `${key.slice(0, -"_bytes".length)}_size_bytes`;
   }
-  for (const suffix of ["_bytes", "_pct", "_s"]) {
+  for (const suffix of ["_bytes", "_pct", "_ratio", "_s"]) {
     if (suffix === "_s" && k.endsWith("_per_s")) break;
     if (k.endsWith(suffix) && k.length > suffix.length) {
       k = k.slice(0, -suffix.length);
@@ -94,11 +133,12 @@ export function labelFromKey(key) {
  * A signed difference with its unit: "+1.2 s", "-300 MiB"; "±0" for none.
  * @param {string} key chooses the unit like formatValue
  * @param {number | null | undefined} delta
+ * @param {string} [kind] the step kind whose summary holds the key
  */
-export function formatDelta(key, delta) {
+export function formatDelta(key, delta, kind) {
   if (!isNumber(delta)) return MISSING;
   if (delta === 0) return "±0";
-  const text = formatValue(key, Math.abs(delta));
+  const text = formatValue(key, Math.abs(delta), kind);
   return `${delta > 0 ? "+" : "-"}${text}`;
 }
 

@@ -6,6 +6,7 @@ import { formatBytes, formatPercent, safeFileName } from "./format.mjs";
 import { SampleBuffer, WINDOW_S, chartWindow, drawChart, presentSeries, seriesValue } from "./live_chart.mjs";
 import { sortRunsNewestFirst, upsertRun } from "./report_view.mjs";
 import { compareView, runView, runsListView } from "./run_views.mjs";
+import { upgradeReport } from "./step_kinds.mjs";
 
 export const RENEW_MS = 10_000; // the server forgets a watcher after 30 s without renewal
 const MAX_CACHED_REPORTS = 20;
@@ -192,7 +193,7 @@ export class MonitorPanel {
     if (cached) return cached;
     const response = await this.host.fetchApi(`/pipeline_monitor/runs/${encodeURIComponent(id)}`);
     if (!response.ok) throw new Error(`run ${id}: HTTP ${response.status}`);
-    const report = await response.json();
+    const report = upgradeReport(await response.json()); // older reports in today's names
     if (report.status !== "running") {
       this.reports.set(id, report);
       while (this.reports.size > MAX_CACHED_REPORTS) this.reports.delete(/** @type {string} */ (this.reports.keys().next().value));

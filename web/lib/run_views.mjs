@@ -1,7 +1,7 @@
 // The panel's views of runs: the list, one run (problems, per-node table, step cards) and the
 // comparison of two runs. Each returns a fresh element; `actions` carries what the user can do.
 import { h } from "./dom.mjs";
-import { MISSING, clip, formatBytes, formatDelta, formatSeconds, formatTime, formatValue, labelFromKey } from "./format.mjs";
+import { MISSING, clip, declaredField, formatBytes, formatDelta, formatSeconds, formatTime, formatValue, labelFromKey } from "./format.mjs";
 import { compareRuns, nodeRows, orderForCompare, problems, sortRows, statusTone, stepCard } from "./report_view.mjs";
 
 /**
@@ -100,10 +100,11 @@ function nodesTable(report, sort, actions) {
       h("td", { text: r.cached ? "cached" : "" })))));
 }
 
-/** @param {Record<string, unknown>} summary @param {string[]} keys */
-function figures(summary, keys) {
+/** @param {Record<string, unknown>} summary @param {string[]} keys @param {string} kind */
+function figures(summary, keys, kind) {
   return h("dl", { class: "pm-figures" }, keys.map((k) => h("div", { class: "pm-figure", dataset: { key: k } },
-    h("dt", { text: labelFromKey(k), title: k }), h("dd", { text: formatValue(k, summary[k]), title: typeof summary[k] === "string" ? String(summary[k]) : null }))));
+    h("dt", { text: labelFromKey(k, kind), title: declaredField(kind, k)?.description ?? k }),
+    h("dd", { text: formatValue(k, summary[k], kind), title: typeof summary[k] === "string" ? String(summary[k]) : null }))));
 }
 
 /** Details as indented JSON text, built only when opened (reports can be large). @param {Record<string, unknown>} details */
@@ -128,9 +129,9 @@ export function stepCardView(step) {
         card.findings.map((f) => h("li", { class: `pm-level-${f.level}`, text: f.message })),
         card.monitorErrors.map((m) => h("li", { class: "pm-level-warning", text: `monitoring: ${m}` })))
       : null,
-    figures(card.summary, card.keyFigures),
+    figures(card.summary, card.keyFigures, card.kind),
     card.moreFigures.length
-      ? h("details", { class: "pm-more" }, h("summary", { text: `${card.moreFigures.length} more figures` }), figures(card.summary, card.moreFigures))
+      ? h("details", { class: "pm-more" }, h("summary", { text: `${card.moreFigures.length} more figures` }), figures(card.summary, card.moreFigures, card.kind))
       : null,
     detailsBlock(card.details));
 }
@@ -210,9 +211,9 @@ export function compareView(x, y, actions) {
         s.regression ? badge("regression", "error") : null),
       s.figures.length
         ? h("table", { class: "pm-table" }, h("tbody", {}, s.figures.map((f) => h("tr", { class: f.regression ? "pm-regressed" : "" },
-          h("td", { text: labelFromKey(f.key), title: f.key }), h("td", { class: "pm-num", text: formatValue(f.key, f.a) }),
-          h("td", { class: "pm-num", text: formatValue(f.key, f.b) }),
-          h("td", { class: "pm-num", text: f.delta !== null ? formatDelta(f.key, f.delta) : f.changed ? "changed" : "" })))))
+          h("td", { text: labelFromKey(f.key, s.kind), title: f.key }), h("td", { class: "pm-num", text: formatValue(f.key, f.a, s.kind) }),
+          h("td", { class: "pm-num", text: formatValue(f.key, f.b, s.kind) }),
+          h("td", { class: "pm-num", text: f.delta !== null ? formatDelta(f.key, f.delta, s.kind) : f.changed ? "changed" : "" })))))
         : h("p", { class: "pm-muted", text: "No differences in the key figures." })))
       : h("p", { class: "pm-muted", text: "Neither run has monitor steps." }));
 }

@@ -1,5 +1,8 @@
-// What to show first for each known step kind, and its badges. Unknown kinds and keys still
-// render (all summary keys, in report order): this table only orders and decorates.
+// What to show first for each known step kind, and its badges. Titles and headline figures come
+// from the generated vocabulary (monitors/*/summary.py); badges read figures through its KEYS, so
+// no summary key is spelled here. Unknown kinds and keys still render (all summary keys, in report
+// order): this table only orders and decorates.
+import { KEYS, SCHEMA_VERSION, VOCABULARY } from "./vocabulary.generated.mjs";
 
 /** @typedef {"ok" | "info" | "warn" | "error"} Tone */
 /** @typedef {{text: string, tone: Tone, title?: string}} Badge */
@@ -13,87 +16,106 @@ export const VAE_STRATEGY_TONES = /** @type {Record<string, Tone>} */ ({
   dummy: "error",
 });
 
+/**
+ * Title and headline figures of a declared kind.
+ * @param {string} kind
+ * @returns {KindInfo}
+ */
+function declared(kind) {
+  return { title: VOCABULARY[kind].title, first: VOCABULARY[kind].headline };
+}
+
+const L = KEYS.lora;
+const C = KEYS.conditioning;
+const V = KEYS.vae_encode;
+const T = KEYS.latent;
+const P = KEYS.profiling;
+
 /** @type {Record<string, KindInfo>} */
 export const STEP_KINDS = {
-  models: {
-    title: "Models",
-    first: ["n_objects", "total_size_bytes", "loaders_duration_s", "model_class", "model_size_bytes", "clip_class", "clip_size_bytes", "vae_class", "vae_size_bytes"],
-  },
+  models: declared("models"),
   lora: {
-    title: "LoRA",
-    first: ["success", "n_loras", "n_loras_skipped", "n_unmatched_keys", "n_matched_keys", "n_file_keys", "model_relative_change", "clip_relative_change", "model_n_patch_keys_added", "analysis_s"],
+    ...declared("lora"),
     badges: (s) => {
       /** @type {Badge[]} */
       const badges = [];
-      if (s.success === true) badges.push({ text: "applied", tone: "ok" });
-      if (s.success === false) badges.push({ text: "problem", tone: "error" });
-      if (typeof s.n_unmatched_keys === "number" && s.n_unmatched_keys > 0) {
-        badges.push({ text: `${s.n_unmatched_keys} unmatched keys`, tone: "warn" });
+      if (s[L.success] === true) badges.push({ text: "applied", tone: "ok" });
+      if (s[L.success] === false) badges.push({ text: "problem", tone: "error" });
+      const unmatched = s[L.n_unmatched_keys];
+      if (typeof unmatched === "number" && unmatched > 0) {
+        badges.push({ text: `${unmatched} unmatched keys`, tone: "warn" });
       }
       return badges;
     },
   },
   conditioning: {
-    title: "Conditioning",
-    first: ["family", "encoder_class", "positive_n_tokens", "positive_hidden_size", "positive_pooled_size", "negative_connected", "hidden_size_match", "positive_encode_s", "positive_n_nan"],
+    ...declared("conditioning"),
     badges: (s) => {
       /** @type {Badge[]} */
       const badges = [];
-      if (typeof s.family === "string") badges.push({ text: s.family, tone: "info" });
-      if (s.hidden_size_match === false) badges.push({ text: "hidden size mismatch", tone: "error" });
-      for (const side of ["positive", "negative"]) {
-        const nan = s[`${side}_n_nan`];
+      const family = s[C.family];
+      if (typeof family === "string") badges.push({ text: family, tone: "info" });
+      if (s[C.hidden_size_match] === false) badges.push({ text: "hidden size mismatch", tone: "error" });
+      for (const [side, key] of [["positive", C.positive_n_nan], ["negative", C.negative_n_nan]]) {
+        const nan = s[key];
         if (typeof nan === "number" && nan > 0) badges.push({ text: `NaN in ${side}`, tone: "error" });
       }
       return badges;
     },
   },
   vae_encode: {
-    title: "VAE encode",
-    first: ["strategy_used", "strategy_requested", "duration_s", "latent_type", "latent_shape", "latent_dtype", "latent_bytes", "peak_rss_bytes", "peak_gpu_allocated_bytes", "peak_gpu_reserved_bytes", "n_attempts", "n_out_of_memory", "frames_per_s", "error"],
+    ...declared("vae_encode"),
     badges: (s) => {
       /** @type {Badge[]} */
       const badges = [];
-      const used = s.strategy_used;
+      const used = s[V.strategy_used];
+      const requested = s[V.strategy_requested];
       if (typeof used === "string") {
-        const dummy = used === "dummy" || s.dummy_used === true;
+        const dummy = used === "dummy" || s[V.dummy_used] === true;
         badges.push({
           text: dummy ? "dummy latent (zeros)" : used,
           tone: dummy ? "error" : (VAE_STRATEGY_TONES[used] ?? "info"),
-          title: `strategy used: ${used}${typeof s.strategy_requested === "string" ? ` (requested ${s.strategy_requested})` : ""}`,
+          title: `strategy used: ${used}${typeof requested === "string" ? ` (requested ${requested})` : ""}`,
         });
-      } else if (s.error) {
+      } else if (s[V.error]) {
         badges.push({ text: "failed", tone: "error" });
       }
-      if (typeof s.n_out_of_memory === "number" && s.n_out_of_memory > 0) {
-        badges.push({ text: `${s.n_out_of_memory} OOM`, tone: "warn" });
+      const oom = s[V.n_out_of_memory];
+      if (typeof oom === "number" && oom > 0) {
+        badges.push({ text: `${oom} OOM`, tone: "warn" });
       }
       return badges;
     },
   },
   latent: {
-    title: "Latent",
-    first: ["kind", "shape", "family", "channels", "n_frames", "dtype", "device", "size_bytes", "n_nan", "n_inf", "mean", "std", "has_noise_mask"],
+    ...declared("latent"),
     badges: (s) => {
       /** @type {Badge[]} */
       const badges = [];
-      if (typeof s.kind === "string") badges.push({ text: s.kind, tone: "info" });
-      const bad = (Number(s.n_nan) || 0) + (Number(s.n_inf) || 0);
+      const type = s[T.latent_type];
+      if (typeof type === "string") badges.push({ text: type, tone: "info" });
+      const bad = (Number(s[T.n_nan]) || 0) + (Number(s[T.n_inf]) || 0);
       if (bad > 0) badges.push({ text: "NaN/Inf", tone: "error" });
       return badges;
     },
   },
   tensor_dump: {
-    title: "Tensor dump",
-    first: ["file_name", "written", "n_tensors", "tensor_bytes", "file_bytes", "write_s", "value_kinds", "encoder_family"],
-    badges: (s) => (s.written === false ? [{ text: "not written", tone: "error" }] : []),
+    ...declared("tensor_dump"),
+    badges: (s) => (s[KEYS.tensor_dump.written] === false ? [{ text: "not written", tone: "error" }] : []),
   },
   tensor_compare: {
-    title: "Tensor compare",
-    first: ["status", "verdict", "n_compared", "n_different", "n_incompatible", "max_abs_diff", "max_relative_error", "min_cosine_similarity", "dump_a", "dump_b"],
+    ...declared("tensor_compare"),
     badges: (s) => {
       const tone = /** @type {Record<string, Tone>} */ ({ identical: "ok", close: "ok", different: "warn" });
-      return typeof s.status === "string" ? [{ text: s.status, tone: tone[s.status] ?? "error" }] : [];
+      const status = s[KEYS.tensor_compare.status];
+      return typeof status === "string" ? [{ text: status, tone: tone[status] ?? "error" }] : [];
+    },
+  },
+  profiling: {
+    ...declared("profiling"),
+    badges: (s) => {
+      const stage = s[P.slowest_stage];
+      return typeof stage === "string" ? [{ text: `slowest: ${stage}`, tone: "info" }] : [];
     },
   },
 };
@@ -105,4 +127,20 @@ export const STEP_KINDS = {
  */
 export function kindInfo(kind) {
   return STEP_KINDS[kind] ?? { title: String(kind || "step").replaceAll("_", " "), first: [] };
+}
+
+/**
+ * A report of schema_version 1 in version 2 names (the declared renames); others as they are.
+ * @template {{schema_version?: number, steps?: Array<{kind: string, summary?: Record<string, unknown>}>}} R
+ * @param {R} report
+ * @returns {R}
+ */
+export function upgradeReport(report) {
+  if (!report || report.schema_version !== 1) return report;
+  const steps = (report.steps ?? []).map((step) => {
+    const renames = VOCABULARY[step.kind]?.v1Renames ?? {};
+    const summary = Object.fromEntries(Object.entries(step.summary ?? {}).map(([k, v]) => [renames[k] ?? k, v]));
+    return { ...step, summary };
+  });
+  return { ...report, steps, schema_version: SCHEMA_VERSION };
 }
