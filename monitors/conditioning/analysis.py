@@ -16,6 +16,7 @@ from ..models.state import describe_clip
 from ..report import Finding, StepReport
 from .family import families_from_encoder_class, family_from_shape, identify_family
 from .prompt_text import attach_texts
+from .summary import SIDE_SOURCES
 
 SIDES = ("positive", "negative")
 MAX_ENTRIES = 64  # entries described per side; the count of the rest is reported
@@ -344,22 +345,6 @@ def analyse_conditioning(
     )
 
 
-SUMMARY_FIELDS = (
-    ("n_entries", "n_entries"),
-    ("n_tokens", "n_tokens"),
-    ("hidden_size", "hidden_size"),
-    ("pooled_size", "pooled_size"),
-    ("bytes", "total_bytes"),
-    ("n_nan", "n_nan"),
-    ("n_characters", "n_characters"),
-    ("n_words", "n_words"),
-    ("n_special_characters", "n_special_characters"),
-    ("encode_s", "encode_duration_s"),
-    ("characters_per_s", "characters_per_s"),
-    ("bytes_per_character", "bytes_per_character"),
-)
-
-
 def summarise(sides: dict, clip_info: dict | None, comparison: dict | None) -> dict:
     positive_family = (sides["positive"].get("family") or {}).get("family")
     summary = {
@@ -371,9 +356,9 @@ def summarise(sides: dict, clip_info: dict | None, comparison: dict | None) -> d
     }
     for where in SIDES:
         side = sides[where]
-        summary[f"{where}_family"] = (side.get("family") or {}).get("family")
-        for name, key in SUMMARY_FIELDS:
-            summary[f"{where}_{name}"] = side.get(key)
+        for name, key in SIDE_SOURCES:  # the declared per-side fields (summary.py)
+            value = (side.get("family") or {}).get("family") if key is None else side.get(key)
+            summary[f"{where}_{name}"] = value
     return summary
 
 
