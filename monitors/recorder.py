@@ -56,6 +56,22 @@ def node_info_from_prompt(prompt: Mapping | None) -> dict[str, tuple[str | None,
     return info
 
 
+def upstream_node_ids(node_id: str | None, prompt: Mapping | None, input_names) -> dict[str, str]:
+    """input name -> id of the node feeding it, from the API-format prompt."""
+    if node_id is None or not isinstance(prompt, Mapping):
+        return {}
+    node = prompt.get(str(node_id))
+    inputs = node.get("inputs") if isinstance(node, Mapping) else None
+    if not isinstance(inputs, Mapping):
+        return {}
+    found = {}
+    for name in input_names:
+        link = inputs.get(name)
+        if isinstance(link, (list, tuple)) and len(link) == 2:
+            found[name] = str(link[0])
+    return found
+
+
 class RunRecorder:
     def __init__(self, store: RunStore, probes: Probes | None = None, profile_enabled: bool = True):
         self.store = store
@@ -278,6 +294,25 @@ class RunRecorder:
                 if profile.node_id == str(node_id):
                     return profile
         return None
+
+    def profile_row(self, node_id: str) -> dict:
+        """The profile row (time, peaks, cached) of a node that ran before the caller in this run."""
+        profile = self.node_profile(node_id)
+        if profile is not None:
+            return profile.to_dict()
+        # An upstream node has produced its output before the caller runs; if the profile did not
+        # see it run, ComfyUI served it from its cache.
+        cached = True if self.profile_enabled and self.active_prompt_id is not None else None
+        return {"node_id": str(node_id), "duration_s": None, "peak_rss_bytes": None, "cached": cached}
+
+    def upstream_profiles(self, node_id: str | None, prompt: Mapping | None, input_names) -> dict[str, dict]:
+        """input name -> profile row, with its class, of the node that produced that input."""
+        rows = {}
+        for name, source_id in upstream_node_ids(node_id, prompt, input_names).items():
+            source = prompt.get(source_id)
+            class_type = source.get("class_type") if isinstance(source, Mapping) else None
+            rows[name] = {"node_id": source_id, "class_type": class_type, **self.profile_row(source_id)}
+        return rows
 
     def record_monitor_error(self, message: str) -> None:
         with self._lock:

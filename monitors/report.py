@@ -13,6 +13,8 @@ import json
 import math
 import os
 import tempfile
+import time
+import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -196,6 +198,27 @@ def write_json_atomic(path: str, data: Mapping[str, Any]) -> None:
         except OSError:
             pass
         raise
+
+
+def sum_known(values) -> int | float | None:
+    """Sum of the values that are known; None when none is (unknown is not zero)."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+MAX_TRACEBACK_CHARS = 8000
+
+
+def failed_step(kind: str, node_id: str | None, exc: BaseException) -> StepReport:
+    """The step a monitor leaves when building its report raised: the error, its traceback in details."""
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return StepReport(
+        kind=kind,
+        node_id=None if node_id is None else str(node_id),
+        details={"traceback": trace[-MAX_TRACEBACK_CHARS:]},
+        monitor_errors=(f"{type(exc).__name__}: {exc}",),
+        created_unix_s=time.time(),
+    )
 
 
 def format_bytes(n: int | float | None) -> str:

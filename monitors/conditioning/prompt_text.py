@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
+from ..report import sum_known
+
 MAX_TEXT_CHARS = 2000  # text kept in reports; the full length is recorded next to it
 MAX_WALK_NODES = 64  # upstream nodes visited per input: bounded work on any graph
 MAX_ENCODERS = 16
@@ -233,11 +235,6 @@ def trace_text_encoders(
     return result
 
 
-def _sum_known(values):
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
 def attach_texts(side: dict, trace: Mapping | None, where: str, add_finding: AddFinding) -> None:
     """Add to one side of a conditioning step (with its `total_bytes`) the prompt texts of its
     encode nodes (a trace_text_encoders() result whose encoders may carry their "profile"), the
@@ -247,9 +244,9 @@ def attach_texts(side: dict, trace: Mapping | None, where: str, add_finding: Add
     side["text_notes"] = list((trace or {}).get("notes") or ([] if trace else ["no prompt graph given"]))
     texts = [text for encoder in encoders for text in encoder.get("texts", [])]
     for key in ("n_characters", "n_words", "n_special_characters", "n_utf8_bytes"):
-        side[key] = _sum_known(t.get(key) for t in texts)
+        side[key] = sum_known(t.get(key) for t in texts)
     profiles = [e.get("profile") or {} for e in encoders]
-    side["encode_duration_s"] = _sum_known(p.get("duration_s") for p in profiles)
+    side["encode_duration_s"] = sum_known(p.get("duration_s") for p in profiles)
     peaks = [p.get("peak_rss_bytes") for p in profiles if p.get("peak_rss_bytes") is not None]
     side["encode_peak_rss_bytes"] = max(peaks) if peaks else None
     side["encode_cached"] = any(p.get("cached") for p in profiles) if profiles else None

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..report import Finding, format_bytes
+from ..report import Finding, format_bytes, sum_known
 from ..tensor_stats import describe_tensor
 
 # Above this many elements only metadata is reported: statistics of a 128 Mi-element tensor
@@ -236,19 +236,14 @@ def analyse_latent(latent) -> tuple[dict, dict, list[Finding]]:
         "device": first.get("device"),
         "size_bytes": sum(d["bytes"] for d in described) if described else None,
         "n_elements": sum(d["n_elements"] for d in described) if described else None,
-        "n_nan": _sum_known(d.get("n_nan") for d in described),
-        "n_inf": _sum_known(d.get("n_inf") for d in described),
+        "n_nan": sum_known(d.get("n_nan") for d in described),
+        "n_inf": sum_known(d.get("n_inf") for d in described),
         "mean": first.get("mean"),
         "std": first.get("std"),
         "has_noise_mask": mask is not None,
         "n_parts": len(described) if details.get("nested") else None,
     }
     return summary, details, findings
-
-
-def _sum_known(values) -> int | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
 
 
 def latent_ui_text(summary: Mapping[str, Any]) -> str:
