@@ -51,6 +51,8 @@ TREE="$WORK/comfyui"
 cp -a "$COMFYUI_PATH" "$TREE"
 chmod -R u+w "$TREE"
 rm -rf "$TREE/user" "$TREE/temp"
+# The suite gives each server 20 s to answer; compiled bytecode makes a cold start shorter.
+python -m compileall -q -j 0 "$TREE" > /dev/null 2>&1 || true
 LINK="$TREE/custom_nodes/$LINK_NAME"
 POLL_PID=
 
@@ -94,7 +96,7 @@ run_suite() {
     mkdir -p "$WORK/out-$label"
     python "$WORK/poll_runs.py" "$PORT" "$WORK/$label.poll.json" & POLL_PID=$!
     (cd "$TREE" && python -m pytest tests/execution/test_execution.py --port "$PORT" \
-        --output_dir "$WORK/out-$label" -p no:cacheprovider -rA "$@") > "$WORK/$label.log" 2>&1
+        --output_dir "$WORK/out-$label" --skip-timing-checks -p no:cacheprovider -rA "$@") > "$WORK/$label.log" 2>&1
     echo $? > "$WORK/$label.rc"
     kill "$POLL_PID" 2>/dev/null; wait "$POLL_PID" 2>/dev/null; POLL_PID=
     echo $((SECONDS - start)) > "$WORK/$label.secs"
