@@ -1,14 +1,34 @@
-"""Helpers shared by the monitor nodes: attaching steps to the run, finding upstream loaders."""
+"""The one skeleton every monitor node runs: build its step in monitors/, record it, give the UI text.
+
+Monitoring never fails a prompt: an exception while building becomes a failed step (the error and
+its traceback) in the report, and the node still returns its inputs as the very same objects.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping
 
-from ..monitors.report import StepReport
+from ..monitors.report import StepReport, failed_step
+from ..monitors.vocabulary import headline_text
 from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
+
+MAX_PROBLEM_LINES = 5
+
+
+def step_text(step: StepReport) -> str:
+    """A node's UI text: its kind's headline figures, then the first warnings and errors."""
+    problems = [f.message for f in step.findings if f.level in ("warning", "error")]
+    return "\n".join([headline_text(step.kind, step.summary), *problems[:MAX_PROBLEM_LINES]])
+
+
+def hidden_inputs(cls) -> tuple[str | None, Mapping | None]:
+    """(node id, API-format prompt) that ComfyUI hands a V3 node."""
+    hidden = getattr(cls, "hidden", None)
+    return getattr(hidden, "unique_id", None), getattr(hidden, "prompt", None)
 
 
 def record_step(step: StepReport) -> bool:
@@ -24,43 +44,22 @@ def record_step(step: StepReport) -> bool:
     return attached
 
 
-def upstream_node_ids(
-    node_id: str | None, prompt: Mapping | None, input_names: Iterable[str]
-) -> dict[str, str]:
-    """input name -> id of the node feeding it, from the API-format prompt."""
-    if node_id is None or not isinstance(prompt, Mapping):
-        return {}
-    node = prompt.get(str(node_id))
-    inputs = node.get("inputs") if isinstance(node, Mapping) else None
-    if not isinstance(inputs, Mapping):
-        return {}
-    found = {}
-    for name in input_names:
-        link = inputs.get(name)
-        if isinstance(link, (list, tuple)) and len(link) == 2:
-            found[name] = str(link[0])
-    return found
-
-
-def loader_profiles(
-    node_id: str | None, prompt: Mapping | None, input_names: Iterable[str]
-) -> dict[str, dict]:
-    """input name -> the per-node profile (time, peaks, cached) of the node that produced it."""
-    recorder = get_runtime().recorder
-    profiles = {}
-    for name, source_id in upstream_node_ids(node_id, prompt, input_names).items():
-        profile = recorder.node_profile(source_id)
-        class_type = None
-        source = prompt.get(source_id) if isinstance(prompt, Mapping) else None
-        if isinstance(source, Mapping):
-            class_type = source.get("class_type")
-        row = {"node_id": source_id, "class_type": class_type}
-        if profile is not None:
-            row.update(profile.to_dict())
-        else:
-            # An upstream node has produced its output before this node runs; if the profile did
-            # not see it run, ComfyUI served it from its cache.
-            cached = True if recorder.profile_enabled and recorder.active_prompt_id is not None else None
-            row.update({"duration_s": None, "peak_rss_bytes": None, "cached": cached})
-        profiles[name] = row
-    return profiles
+def run_monitor(kind: str, node_id: str | None, build: Callable[[], StepReport]) -> tuple[StepReport, dict]:
+    """Build the step, record it, and return it with the node's UI output."""
+    try:
+        step = build()
+    except Exception as exc:  # monitoring never fails the prompt
+        log.exception("pipeline monitor: %s monitor of node %s failed", kind, node_id)
+        step = failed_step(kind, node_id, exc)
+        record_step(step)
+        return step, {"text": [f"{kind} monitor failed: {type(exc).__name__}: {exc}"]}
+    try:
+        text = step_text(step)
+    except Exception as exc:  # the analysis stands; only its one-line summary is lost
+        log.exception("pipeline monitor: %s text of node %s failed", kind, node_id)
+        step = dataclasses.replace(
+            step, monitor_errors=(*step.monitor_errors, f"ui text: {type(exc).__name__}: {exc}")
+        )
+        text = f"{kind}: see the report"
+    record_step(step)
+    return step, {"text": [text]}

@@ -1,0 +1,66 @@
+"""The `models` step: each connected MODEL / CLIP / VAE described, its loader's cost, the memory baseline."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from ..probes import get_probes
+from ..report import Finding, StepReport, sum_known
+from .state import describe
+
+STEP_KIND = "models"
+INPUT_KINDS = ("model", "clip", "vae")
+
+
+def build_models_step(
+    node_id: str | None, inputs: Mapping, prompt: Mapping | None = None, recorder=None
+) -> StepReport:
+    """`inputs`: kind -> object or None; `recorder` (a RunRecorder) gives the loaders' profile rows."""
+    objects, findings, errors = {}, [], []
+    for kind in INPUT_KINDS:
+        obj = inputs.get(kind)
+        if obj is None:
+            continue
+        try:
+            objects[kind] = describe(kind, obj)
+        except Exception as exc:
+            errors.append(f"{kind}: {type(exc).__name__}: {exc}")
+            continue
+        if not objects[kind].get("n_elements"):  # every real MODEL / CLIP / VAE holds weights
+            findings.append(
+                Finding(
+                    "warning",
+                    f"The {kind} input is a {type(obj).__name__} without weights, not a {kind.upper()}.",
+                    "no_weights",
+                )
+            )
+    if not objects:
+        findings.append(
+            Finding(
+                "info",
+                "Nothing connected: connect a MODEL, CLIP or VAE to see its state.",
+                "nothing_connected",
+            )
+        )
+    loaders = {} if recorder is None else recorder.upstream_profiles(node_id, prompt, INPUT_KINDS)
+    baseline = get_probes().snapshot().to_dict()
+    total = sum(o.get("size_bytes") or 0 for o in objects.values())
+    summary = {
+        "n_objects": len(objects),
+        "total_size_bytes": total if objects else None,
+        "loaders_duration_s": sum_known(p.get("duration_s") for p in loaders.values()),
+        "process_rss_bytes": baseline.get("process_rss_bytes"),
+    }
+    for kind, info in objects.items():
+        summary[f"{kind}_class"] = info.get("module_class") or info.get("class")
+        summary[f"{kind}_size_bytes"] = info.get("size_bytes")
+    return StepReport(
+        kind=STEP_KIND,
+        node_id=node_id,
+        summary=summary,
+        details={"objects": objects, "loaders": loaders, "memory_baseline": baseline},
+        findings=tuple(findings),
+        monitor_errors=tuple(errors),
+        created_unix_s=time.time(),
+    )
