@@ -6,6 +6,8 @@ import pytest
 import torch
 from dump_support import codes, run_node
 
+from monitors.vocabulary import headline_text
+
 pytestmark = pytest.mark.comfyui
 
 NODE = "PipelineMonitorLatent"
@@ -36,8 +38,10 @@ def test_empty_latent_image_passes_through_and_is_described(comfy, pack_runtime)
     latent = comfy.nodes.NODE_CLASS_MAPPINGS["EmptyLatentImage"]().generate(64, 48, 2)[0]
     output, step = run_latent(comfy, pack_runtime, latent, PROMPT)
     assert output.result[0] is latent and output.result[0]["samples"] is latent["samples"]
-    assert isinstance(output.ui["text"], list) and "image [2, 4, 6, 8]" in output.ui["text"][0]
     summary = step["summary"]
+    assert isinstance(output.ui["text"], list) and output.ui["text"][0].startswith(
+        headline_text("latent", summary)
+    )
     assert step["node_id"] == "9" and step["monitor_errors"] == []
     assert summary["latent_type"] == "image" and summary["shape"] == [2, 4, 6, 8]
     assert summary["family"] == "SD1 / SD2 / SDXL" and summary["n_channels"] == 4
@@ -97,13 +101,15 @@ def test_bad_latents_are_findings_and_still_pass_through(comfy, pack_runtime, la
 
 
 def test_an_analyser_crash_is_recorded_not_raised(comfy, pack_runtime, monkeypatch):
-    node_mod = comfy.pack_module("nodes.latent_node")
+    latent_report = comfy.pack_module("monitors.latent.report")
 
     def boom(*args, **kwargs):
         raise RuntimeError("analyser broke")
 
-    monkeypatch.setattr(node_mod, "analyse_latent", boom)
+    monkeypatch.setattr(latent_report, "analyse_latent", boom)
     latent = {"samples": torch.zeros(1, 4, 8, 8)}
     output, step = run_latent(comfy, pack_runtime, latent)
-    assert output.result[0] is latent and output.ui is None
+    assert output.result[0] is latent and output.ui["text"] == [
+        "latent monitor failed: RuntimeError: analyser broke"
+    ]
     assert step["monitor_errors"] == ["RuntimeError: analyser broke"]
