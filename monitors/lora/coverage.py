@@ -165,6 +165,47 @@ def key_coverage(file_keys: Iterable[str], consumed: set[str]) -> dict[str, Any]
     }
 
 
+def _state_keys(module) -> set[str]:
+    return set(module.state_dict().keys()) if module is not None and hasattr(module, "state_dict") else set()
+
+
+def coverage_from_patches(
+    file_keys: Iterable[str],
+    origin: Mapping[int, str],
+    converted: Mapping,
+    key_map: Mapping,
+    patch_dict: Mapping,
+    model_module=None,
+    clip_module=None,
+) -> dict[str, Any]:
+    """Key coverage from what ComfyUI's load_lora made of a file.
+
+    `origin`: id(tensor) -> file key, taken before conversion (conversions keep tensor identities
+    but may rename keys in place); `converted`: the converted state dict; `key_map` and
+    `patch_dict`: ComfyUI's key map and load_lora's result for the modules checked.
+    """
+    adapter_keys = set()
+    for value in patch_dict.values():
+        adapter_keys.update(getattr(value, "loaded_keys", ()) or ())
+    consumed = consumed_keys(converted.keys(), key_map.keys(), adapter_keys)
+    consumed_in_file = {origin.get(id(converted[k])) for k in consumed} - {None}
+    coverage = key_coverage(file_keys, consumed_in_file)
+    targets = {k if isinstance(k, str) else k[0] for k in patch_dict}
+    model_keys, clip_keys = _state_keys(model_module), _state_keys(clip_module)
+    not_loaded = sorted(t for t in targets if t not in model_keys and t not in clip_keys)
+    coverage.update(
+        computed=True,
+        model_checked=model_module is not None,
+        clip_checked=clip_module is not None,
+        n_target_weights=len(targets),
+        n_model_targets=len(targets & model_keys),
+        n_clip_targets=len(targets & clip_keys),
+        n_targets_not_loaded=len(not_loaded),
+        targets_not_loaded=not_loaded[:50],
+    )
+    return coverage
+
+
 # -- findings -------------------------------------------------------------------------------------
 
 

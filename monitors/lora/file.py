@@ -151,3 +151,48 @@ def lora_file_status(name: str | None, path: str | None) -> tuple[dict[str, Any]
     status["n_metadata_entries"] = len(metadata)
     status["metadata"] = {k: _short(v) for k, v in sorted(metadata.items())[:MAX_METADATA_ENTRIES]}
     return status, tensors
+
+
+VALUE_READ_MAX_ELEMENTS = 16  # alpha scalars, reshape_weight shapes: read for real
+SAFETENSORS_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+}
+
+
+def placeholder_state_dict(path: str, index: dict[str, dict]) -> dict:
+    """File key -> meta tensor of the header's shape and dtype; the few tiny ones read for real.
+
+    Enough for ComfyUI's key mapping and load_lora (which read values only from alpha and
+    reshape_weight entries) without reading the file's weights.
+    """
+    import torch
+    from safetensors import safe_open
+
+    placeholders = {}
+    small = []
+    for name, info in index.items():
+        shape = info["shape"]
+        dtype = getattr(torch, SAFETENSORS_DTYPES.get(info["dtype"], "float32"), torch.float32)
+        n = 1
+        for dim in shape:
+            n *= dim
+        if n <= VALUE_READ_MAX_ELEMENTS:
+            small.append(name)
+        else:
+            placeholders[name] = torch.empty(shape, dtype=dtype, device="meta")
+    if small:
+        with safe_open(path, framework="pt", device="cpu") as f:
+            for name in small:
+                placeholders[name] = f.get_tensor(name)
+    return placeholders

@@ -345,15 +345,18 @@ def test_non_safetensors_file_is_never_unpickled(comfy, tiny, pack_runtime, lora
 
 
 def test_monitor_failure_is_recorded_not_raised(comfy, tiny, pack_runtime, monkeypatch):
-    lora_node = comfy.pack_module("nodes.lora_node")
+    lora_report = comfy.pack_module("monitors.lora.report")
 
     def boom(*args, **kwargs):
         raise RuntimeError("analysis exploded")
 
-    monkeypatch.setattr(lora_node, "analyse_lora", boom)
+    monkeypatch.setattr(lora_report, "analyse_side", boom)
+    monkeypatch.setattr(lora_report, "upstream_loaders", boom)
     output, step, _ = run_monitor(comfy, pack_runtime, {}, model=tiny.model)
-    assert output.result[0] is tiny.model and output.ui is None
+    assert output.result[0] is tiny.model
+    assert output.ui["text"] == ["lora monitor failed: RuntimeError: analysis exploded"]
     assert step["monitor_errors"] == ["RuntimeError: analysis exploded"]
+    assert "Traceback" in step["details"]["traceback"] and "boom" in step["details"]["traceback"]
 
 
 def test_report_fits_the_schema(comfy, tiny, pack_runtime, loras_dir):

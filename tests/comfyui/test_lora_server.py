@@ -10,6 +10,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from monitors.vocabulary import headline_text
+
 pytestmark = pytest.mark.comfyui
 
 WAN = "pm_tiny_wan21.safetensors"
@@ -172,7 +174,7 @@ def test_report_counts_equal_the_planted_truth(server, lora_runs):
     assert set(findings) == {"lora_keys_unmatched", "lora_text_encoder_keys"}
     assert findings["lora_keys_unmatched"]["message"].endswith("5 of 66 keys unmatched (see unmatched_keys)")
     text = history["outputs"]["3"]["text"][0]
-    assert text.startswith("LoRA applied") and "unmatched 6" in text
+    assert text.startswith(headline_text("lora", step["summary"])) and "5 of 66 keys unmatched" in text
 
 
 def test_the_monitor_forces_no_rerun(lora_runs):
