@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import logging
-
 from comfy_api.latest import io
 
-from ..monitors.conditioning.analysis import analyse_conditioning, ui_lines
-from ..monitors.conditioning.prompt_text import trace_text_encoders
-from ..monitors.report import StepReport
-from .node_support import record_step
+from ..monitors.conditioning.report import build_conditioning_step
+from .node_support import hidden_inputs, run_monitor
 from .runtime import get_runtime
-
-log = logging.getLogger(__name__)
 
 
 def comfy_input_types(class_type: str) -> dict[str, str] | None:
@@ -29,28 +23,6 @@ def comfy_input_types(class_type: str) -> dict[str, str] | None:
             kind = info[0] if isinstance(info, (list, tuple)) and info else None
             types[name] = kind if isinstance(kind, str) else "COMBO"
     return types
-
-
-def encode_profile(node_id: str) -> dict:
-    """The per-node profile row of a text encode node of this prompt (time, peaks, cached)."""
-    recorder = get_runtime().recorder
-    profile = recorder.node_profile(node_id)
-    if profile is not None:
-        return profile.to_dict()
-    # The encoder produced its output before this node runs; if the profile did not see it run,
-    # ComfyUI served it from its cache.
-    cached = True if recorder.profile_enabled and recorder.active_prompt_id is not None else None
-    return {"node_id": node_id, "duration_s": None, "peak_rss_bytes": None, "cached": cached}
-
-
-def trace_sides(node_id, prompt, sides) -> dict:
-    traces = {}
-    for side in sides:
-        trace = trace_text_encoders(prompt, node_id, side, input_types=comfy_input_types)
-        for encoder in trace["encoders"]:
-            encoder["profile"] = encode_profile(encoder["node_id"])
-        traces[side] = trace
-    return traces
 
 
 class PipelineMonitorConditioning(io.ComfyNode):
@@ -82,22 +54,13 @@ class PipelineMonitorConditioning(io.ComfyNode):
 
     @classmethod
     def execute(cls, positive, negative=None, clip=None) -> io.NodeOutput:
-        hidden = getattr(cls, "hidden", None)
-        node_id = getattr(hidden, "unique_id", None)
-        prompt = getattr(hidden, "prompt", None)
-        ui = None
-        try:
-            sides = ("positive",) if negative is None else ("positive", "negative")
-            step = analyse_conditioning(
-                node_id, positive, negative, clip, trace_sides(node_id, prompt, sides)
+        node_id, prompt = hidden_inputs(cls)
+
+        def build():
+            recorder = get_runtime().recorder
+            return build_conditioning_step(
+                node_id, prompt, positive, negative, clip, recorder=recorder, input_types=comfy_input_types
             )
-            record_step(step)
-            ui = {"text": ui_lines(step)}
-        except Exception as exc:  # monitoring never fails the prompt
-            log.exception("pipeline monitor: conditioning analysis failed")
-            record_step(
-                StepReport(
-                    kind="conditioning", node_id=node_id, monitor_errors=(f"{type(exc).__name__}: {exc}",)
-                )
-            )
+
+        _, ui = run_monitor("conditioning", node_id, build)
         return io.NodeOutput(positive, negative, clip, ui=ui)

@@ -10,6 +10,8 @@ import pytest
 from conditioning_support import NODE, codes, encode, execute, run_node
 from testing_pack.conditioning_nodes import make_tiny_clip
 
+from monitors.vocabulary import headline_text
+
 pytestmark = pytest.mark.comfyui
 
 # Fixtures shared with the server tests.
@@ -48,7 +50,8 @@ def test_real_sd1_encoding_passes_through_and_is_described(comfy, tiny, pack_run
         comfy, pack_runtime, prompt=graph(), positive=positive, negative=negative, clip=tiny.clip
     )
     assert output.result[0] is positive and output.result[1] is negative and output.result[2] is tiny.clip
-    assert isinstance(output.ui["text"], list) and output.ui["text"][0].startswith("positive: SD1.x")
+    assert isinstance(output.ui["text"], list)
+    assert output.ui["text"][0].startswith(headline_text("conditioning", step["summary"]))
     assert step["node_id"] == "9" and step["monitor_errors"] == []
     side = step["details"]["positive"]
     cond, extras = positive[0]
@@ -169,7 +172,7 @@ def test_non_tensor_extras_are_described(comfy, tiny, pack_runtime):
 
 
 def test_a_failing_analysis_never_fails_the_node(comfy, tiny, pack_runtime, monkeypatch):
-    module = comfy.pack_module("nodes.conditioning_node")
+    module = comfy.pack_module("monitors.conditioning.report")
 
     def boom(*args, **kwargs):
         raise RuntimeError("analysis exploded")
@@ -235,7 +238,7 @@ def test_real_executor_path_with_encode_times(comfy, executor, pack_runtime):
     assert text["text"] == "blurry, lowres" and text["source"] == "linked" and text["source_node_id"] == "5"
     assert negative["encode_duration_s"] == rows["6"]["duration_s"]
     assert step["summary"]["family"] == "SD1.x" and step["summary"]["positive_encode_s"] > 0
-    assert outputs["9"]["text"][0].startswith("positive: SD1.x")
+    assert outputs["9"]["text"][0].startswith(headline_text("conditioning", step["summary"]))
     # Queued again: everything is cached, and the step comes back marked cached.
     again = pack_runtime.store.get(execute(executor, prompt, ["9", "10", "11"]))
     assert [(s["kind"], s["cached"]) for s in again["steps"]] == [("conditioning", True)]

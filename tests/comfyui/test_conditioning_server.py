@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from monitors.vocabulary import headline_text
+
 pytestmark = pytest.mark.comfyui
 
 WAN = "pm_tiny_wan21.safetensors"
@@ -76,7 +78,7 @@ def test_wan_shaped_conditioning_step(server, wan_run):
     assert "nan_values" in codes(step, "error") and "no_clip" in codes(step, "info")
     unresolved = [f["message"] for f in step["findings"] if f["code"] == "text_unresolved"]
     assert len(unresolved) == 2 and all("PMTestConditioning" in m for m in unresolved)
-    assert outputs["9"]["text"][0].startswith("positive: WAN 2.1/2.2, 512 tokens x 4096")
+    assert outputs["9"]["text"][0].startswith(headline_text("conditioning", summary))
 
 
 def test_real_text_encoding_on_the_server(server):
