@@ -9,33 +9,24 @@ name is a node error and nothing runs) and again before writing.
 from __future__ import annotations
 
 import logging
-import os
-import time
 
 from comfy_api.latest import io
 
-from ..monitors.dumps.collect import collect_tensors, guess_encoder_family
-from ..monitors.dumps.compare import compare_dump_with, compare_dumps
-from ..monitors.dumps.files import (
-    DumpError,
-    DumpNameError,
-    DumpTooLargeError,
-    dump_file_name,
-    list_dumps,
-    write_dump,
+from ..monitors.dumps.files import DumpError, dump_file_name
+from ..monitors.dumps.report import (
+    LIVE_VALUE,
+    NO_DUMPS,
+    build_compare_step,
+    build_dump_step,
+    compare_inputs_problem,
+    dump_names,
+    file_state,
 )
-from ..monitors.latent.analysis import describe_tensor_bounded
-from ..monitors.report import Finding, StepReport, format_bytes
 from . import dump_paths
-from .node_support import record_step, upstream_node_ids
+from .node_support import hidden_inputs, run_monitor
 from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
-
-VALUE_INPUTS = ("conditioning", "latent", "image")
-LIVE_VALUE = "(live value)"
-NO_DUMPS = "(no dumps yet)"
-ROUTE = "/pipeline_monitor/dumps/"
 
 
 def current_prompt_id() -> tuple[str | None, str | None]:
@@ -60,24 +51,15 @@ def current_prompt_id() -> tuple[str | None, str | None]:
     return None, "prompt id unknown: " + "; ".join(reasons)
 
 
-def list_dump_names() -> tuple[list[str], str | None]:
-    """(names of the existing dumps, None), or ([], why they could not be listed)."""
-    try:
-        return sorted(row["name"] for row in list_dumps(dump_paths.dumps_dir())), None
-    except Exception as exc:  # no output folder yet, or ComfyUI not importable
-        log.debug("pipeline monitor: dumps not listed: %s", exc)
-        return [], f"dumps not listed: {type(exc).__name__}: {exc}"
-
-
 def dump_choices() -> list[str]:
     """Names of the existing dumps for the combo lists, computed each time the schema is asked for."""
-    return list_dump_names()[0]
-
-
-def no_dump_chosen_message(lead: str) -> str:
-    # The combo shows NO_DUMPS both when there is none and when listing failed: say which.
-    _names, reason = list_dump_names()
-    return lead if reason is None else f"{lead} ({reason})"
+    try:
+        names, reason = dump_names(dump_paths.dumps_dir())
+    except Exception as exc:  # ComfyUI's folders not importable (tools, tests)
+        names, reason = [], f"{type(exc).__name__}: {exc}"
+    if reason is not None:
+        log.debug("pipeline monitor: %s", reason)
+    return names
 
 
 def value_inputs() -> list:
@@ -86,108 +68,6 @@ def value_inputs() -> list:
         io.Latent.Input("latent", optional=True),
         io.Image.Input("image", optional=True),
     ]
-
-
-def _sources(node_id, prompt) -> dict:
-    sources = {}
-    for name, source_id in upstream_node_ids(node_id, prompt, VALUE_INPUTS).items():
-        source = prompt.get(source_id) if isinstance(prompt, dict) else None
-        class_type = source.get("class_type") if isinstance(source, dict) else None
-        sources[name] = {"node_id": source_id, "class_type": class_type}
-    return sources
-
-
-# -- dump ----------------------------------------------------------------------------------------
-
-
-def dump_step(node_id, prompt, values: dict, name: str, npy: bool) -> StepReport:
-    started = time.time()
-    connected = [k for k in VALUE_INPUTS if values.get(k) is not None]
-    collected = collect_tensors(**values)
-    findings, details = [], {}
-    sources = _sources(node_id, prompt)
-    encoder_family = guess_encoder_family(values["conditioning"]) if values.get("conditioning") else None
-    details["tensors"] = {t: describe_tensor_bounded(v) for t, v in collected.tensors.items()}
-    details["extras"] = collected.extras
-    details["skipped"] = collected.skipped
-    details["sources"] = sources
-    if collected.skipped:
-        listed = ", ".join(f"{k} ({v})" for k, v in list(collected.skipped.items())[:8])
-        findings.append(Finding("info", f"Not tensors, not dumped: {listed}.", "not_dumped"))
-    for t, info in details["tensors"].items():
-        if info.get("n_nan") or info.get("n_inf"):
-            findings.append(
-                Finding(
-                    "warning", f"{t} holds {info['n_nan']} NaN and {info['n_inf']} Inf values.", "non_finite"
-                )
-            )
-    result, monitor_errors = None, []
-    if not connected:
-        findings.append(
-            Finding(
-                "info",
-                "Nothing connected: connect a CONDITIONING, LATENT or IMAGE to dump it.",
-                "nothing_connected",
-            )
-        )
-    else:
-        prompt_id, prompt_id_unknown_reason = current_prompt_id()
-        if prompt_id_unknown_reason is not None:
-            monitor_errors.append(prompt_id_unknown_reason)
-        metadata = {
-            "prompt_id": prompt_id,
-            "dump_node_id": node_id,
-            "source_nodes": sources,
-            "value_kinds": ",".join(connected),
-            "encoder_family": encoder_family,
-        }
-        try:
-            result = write_dump(dump_paths.dumps_dir(), name, collected, metadata, npy=npy)
-        except DumpError as exc:
-            code = (
-                "name_refused"
-                if isinstance(exc, DumpNameError)
-                else "too_large"
-                if isinstance(exc, DumpTooLargeError)
-                else "not_written"
-            )
-            findings.append(Finding("error", str(exc), code))
-        except OSError as exc:
-            findings.append(Finding("error", f"Dump not written: {type(exc).__name__}: {exc}", "not_written"))
-    if result is not None and result.replaced:
-        findings.append(Finding("info", f"Replaced the earlier dump {result.file_name}.", "replaced"))
-    summary = {
-        "file_name": None if result is None else result.file_name,
-        "written": result is not None,
-        "n_tensors": len(collected.tensors),
-        "tensor_bytes": collected.total_bytes,
-        "file_bytes": None if result is None else result.file_bytes,
-        "write_s": None if result is None else result.write_s,
-        "n_npy_files": None if result is None else len(result.npy_files),
-        "value_kinds": connected,
-        "encoder_family": encoder_family,
-    }
-    if result is not None:
-        details["download_url"] = ROUTE + result.file_name
-        details["npy_files"] = list(result.npy_files)
-        details["metadata"] = {k: v for k, v in result.metadata.items() if k != "tensors"}
-    return StepReport(
-        kind="tensor_dump",
-        node_id=node_id,
-        summary=summary,
-        details=details,
-        findings=tuple(findings),
-        monitor_errors=tuple(monitor_errors),
-        created_unix_s=started,
-    )
-
-
-def dump_ui_text(step: StepReport) -> str:
-    s = step.summary
-    if s.get("written"):
-        return f"dumped {s['n_tensors']} tensors to {s['file_name']} ({format_bytes(s['file_bytes'])})"
-    errors = [f.message for f in step.findings if f.level == "error"]
-    return ("dump refused: " + errors[0]) if errors else "nothing dumped: connect a value"
 
 
 class PipelineMonitorTensorDump(io.ComfyNode):
@@ -223,92 +103,27 @@ class PipelineMonitorTensorDump(io.ComfyNode):
 
     @classmethod
     def execute(cls, name="pm_dump", npy=False, conditioning=None, latent=None, image=None) -> io.NodeOutput:
-        hidden = getattr(cls, "hidden", None)
-        node_id = getattr(hidden, "unique_id", None)
-        prompt = getattr(hidden, "prompt", None)
-        ui = None
-        try:
-            values = {"conditioning": conditioning, "latent": latent, "image": image}
-            step = dump_step(node_id, prompt, values, name, bool(npy))
-            record_step(step)
-            ui = {"text": [dump_ui_text(step)]}
-            if step.summary.get("written"):
-                ui["dump"] = [step.summary["file_name"]]
-        except Exception as exc:  # monitoring never fails the prompt
-            log.exception("pipeline monitor: tensor dump failed")
-            record_step(
-                StepReport(
-                    kind="tensor_dump", node_id=node_id, monitor_errors=(f"{type(exc).__name__}: {exc}",)
-                )
+        node_id, prompt = hidden_inputs(cls)
+        values = {"conditioning": conditioning, "latent": latent, "image": image}
+
+        def build():
+            prompt_id, unknown_reason = current_prompt_id()
+            directory = dump_paths.dumps_dir()
+            return build_dump_step(
+                node_id,
+                prompt,
+                values,
+                name,
+                bool(npy),
+                directory=directory,
+                prompt_id=prompt_id,
+                prompt_id_unknown_reason=unknown_reason,
             )
-            ui = {"text": [f"dump failed: {type(exc).__name__}: {exc}"]}
+
+        step, ui = run_monitor("tensor_dump", node_id, build)
+        if step.summary.get("written"):
+            ui["dump"] = [step.summary["file_name"]]
         return io.NodeOutput(conditioning, latent, image, ui=ui)
-
-
-# -- compare -------------------------------------------------------------------------------------
-
-
-def compare_step(node_id, dump_a: str, dump_b: str, rtol: float, atol: float, values: dict) -> StepReport:
-    started = time.time()
-    findings, result = [], None
-    live = collect_tensors(**values)
-    try:
-        directory = dump_paths.dumps_dir()
-        if dump_a == NO_DUMPS:
-            raise DumpError(
-                no_dump_chosen_message("No dump chosen: write one with Pipeline Monitor: Tensor Dump first.")
-            )
-        name_a = dump_file_name(dump_a)
-        if dump_b == LIVE_VALUE:
-            if not live.tensors:
-                raise DumpError(f"dump_b is {LIVE_VALUE}, but no CONDITIONING, LATENT or IMAGE is connected.")
-            result = compare_dump_with(directory, name_a, live.tensors, rtol, atol)
-        else:
-            if live.tensors:
-                findings.append(
-                    Finding("info", "The live input is ignored: dump_b names a dump.", "live_ignored")
-                )
-            result = compare_dumps(directory, name_a, dump_file_name(dump_b), rtol, atol)
-    except DumpError as exc:
-        findings.append(Finding("error", str(exc), "compare_failed"))
-    if result is not None:
-        level = {"identical": "info", "close": "info", "different": "warning"}.get(result["status"], "error")
-        findings.append(Finding(level, result["verdict"], result["status"]))
-        summary = {
-            "status": result["status"],
-            "verdict": result["verdict"],
-            "dump_a": dump_a,
-            "dump_b": dump_b,
-            "rtol": rtol,
-            "atol": atol,
-            "n_compared": result["n_compared"],
-            "n_different": result["n_different"],
-            "n_incompatible": result["n_incompatible"],
-            "max_abs_diff": result["max_abs_diff"],
-            "max_relative_error": result["max_relative_error"],
-            "min_cosine_similarity": result["min_cosine_similarity"],
-        }
-        details = {k: result[k] for k in ("tensors", "only_in_a", "only_in_b", "a", "b")}
-    else:
-        message = findings[-1].message if findings else "comparison failed"
-        summary = {"status": "error", "verdict": f"error: {message}", "dump_a": dump_a, "dump_b": dump_b}
-        details = {}
-    return StepReport(
-        kind="tensor_compare",
-        node_id=node_id,
-        summary=summary,
-        details=details,
-        findings=tuple(findings),
-        created_unix_s=started,
-    )
-
-
-def _file_state(name: str) -> str:
-    try:
-        info = os.stat(os.path.join(dump_paths.dumps_dir(), dump_file_name(name)))
-        return f"{name}:{info.st_mtime_ns}:{info.st_size}"
-    except Exception as exc:  # only a cache key: the compare step itself reports why the file is unusable
-        return f"{name}:missing:{type(exc).__name__}"
 
 
 class PipelineMonitorTensorCompare(io.ComfyNode):
@@ -343,39 +158,25 @@ class PipelineMonitorTensorCompare(io.ComfyNode):
     def validate_inputs(cls, dump_a, dump_b):
         # Replaces ComfyUI's "value not in list" check for these two, so a dump written earlier in
         # the same prompt, or by the API under any valid name, can be compared.
-        if dump_a == NO_DUMPS:
-            return no_dump_chosen_message(
-                "No dump to compare yet: write one with Pipeline Monitor: Tensor Dump first."
-            )
-        for value in (dump_a,) if dump_b == LIVE_VALUE else (dump_a, dump_b):
-            try:
-                dump_file_name(value)
-            except DumpError as exc:
-                return str(exc)
-        return True
+        return compare_inputs_problem(dump_a, dump_b, dump_paths.dumps_dir()) or True
 
     @classmethod
     def fingerprint_inputs(cls, dump_a=None, dump_b=None, rtol=None, atol=None, **kwargs):
         # No outputs, so re-running never re-runs anything else; re-run when a dump file changed.
-        return f"{_file_state(str(dump_a))}|{_file_state(str(dump_b))}|{rtol}|{atol}"
+        directory = dump_paths.dumps_dir()
+        return f"{file_state(directory, str(dump_a))}|{file_state(directory, str(dump_b))}|{rtol}|{atol}"
 
     @classmethod
     def execute(
         cls, dump_a, dump_b=LIVE_VALUE, rtol=1e-5, atol=1e-8, conditioning=None, latent=None, image=None
     ) -> io.NodeOutput:
-        hidden = getattr(cls, "hidden", None)
-        node_id = getattr(hidden, "unique_id", None)
-        try:
-            values = {"conditioning": conditioning, "latent": latent, "image": image}
-            step = compare_step(node_id, dump_a, dump_b, float(rtol), float(atol), values)
-            record_step(step)
-            text = step.summary["verdict"]
-        except Exception as exc:  # monitoring never fails the prompt
-            log.exception("pipeline monitor: tensor compare failed")
-            record_step(
-                StepReport(
-                    kind="tensor_compare", node_id=node_id, monitor_errors=(f"{type(exc).__name__}: {exc}",)
-                )
-            )
-            text = f"compare failed: {type(exc).__name__}: {exc}"
-        return io.NodeOutput(ui={"text": [text]})
+        node_id, _ = hidden_inputs(cls)
+        values = {"conditioning": conditioning, "latent": latent, "image": image}
+        _, ui = run_monitor(
+            "tensor_compare",
+            node_id,
+            lambda: build_compare_step(
+                node_id, dump_a, dump_b, float(rtol), float(atol), values, directory=dump_paths.dumps_dir()
+            ),
+        )
+        return io.NodeOutput(ui=ui)

@@ -9,6 +9,8 @@ import pytest
 import torch
 from dump_support import codes, dumps_dir, files_under, output_dir, run_node
 
+from monitors.vocabulary import headline_text
+
 pytestmark = pytest.mark.comfyui
 
 DUMP = "PipelineMonitorTensorDump"
@@ -77,7 +79,8 @@ def test_dump_real_conditioning_and_latent(comfy, tiny, pack_runtime):
         comfy, pack_runtime, name, True, prompt, conditioning=cond, latent=latent, image=image
     )
     assert output.result[0] is cond and output.result[1] is latent and output.result[2] is image
-    assert output.ui["dump"] == [f"{name}.safetensors"] and "dumped 4 tensors" in output.ui["text"][0]
+    assert output.ui["dump"] == [f"{name}.safetensors"]
+    assert output.ui["text"][0].startswith(headline_text("tensor_dump", step["summary"]))
     summary = step["summary"]
     assert summary["written"] and summary["n_tensors"] == 4 and summary["n_npy_files"] == 4
     assert summary["value_kinds"] == ["conditioning", "latent", "image"]
@@ -123,7 +126,8 @@ def test_bad_names_fail_validation_and_write_nothing(comfy, pack_runtime, name):
     output, step = dump(comfy, pack_runtime, name, latent=latent)
     assert output.result[1] is latent
     assert not step["summary"]["written"] and "name_refused" in codes(step, "error")
-    assert output.ui["text"][0].startswith("dump refused: ")
+    refusal = next(f["message"] for f in step["findings"] if f["code"] == "name_refused")
+    assert refusal in output.ui["text"][0]
     assert files_under(output_dir().parent) == before
 
 
@@ -176,7 +180,8 @@ def test_compare_two_dumps_identical_different_incompatible(comfy, pack_runtime)
     f = {k: f"{v}.safetensors" for k, v in names.items()}
 
     output, step = compare(comfy, pack_runtime, f["a"], f["b"])
-    assert output.result is None and output.ui["text"] == [step["summary"]["verdict"]]
+    assert output.result is None
+    assert output.ui["text"][0].startswith(headline_text("tensor_compare", step["summary"]))
     assert step["summary"]["status"] == "identical" and step["summary"]["n_compared"] == 1
     assert step["details"]["a"]["name"] == f["a"] and step["details"]["b"]["name"] == f["b"]
 

@@ -1,0 +1,230 @@
+"""The `tensor_dump` and `tensor_compare` steps: write the tensors of a value to a dump, compare dumps.
+
+Dumps live in one folder (the caller's); names are checked by files.dump_file_name before any
+path is built.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+
+from ..latent.analysis import describe_tensor_bounded
+from ..recorder import upstream_node_ids
+from ..report import Finding, StepReport
+from .collect import collect_tensors, guess_encoder_family
+from .compare import compare_dump_with, compare_dumps
+from .files import DumpError, DumpNameError, DumpTooLargeError, dump_file_name, list_dumps, write_dump
+
+VALUE_INPUTS = ("conditioning", "latent", "image")
+LIVE_VALUE = "(live value)"
+NO_DUMPS = "(no dumps yet)"
+ROUTE = "/pipeline_monitor/dumps/"
+
+
+def dump_names(directory: str) -> tuple[list[str], str | None]:
+    """(names of the dumps in `directory`, None), or ([], why they could not be listed)."""
+    try:
+        return sorted(row["name"] for row in list_dumps(directory)), None
+    except Exception as exc:  # no output folder yet
+        return [], f"dumps not listed: {type(exc).__name__}: {exc}"
+
+
+def no_dump_message(lead: str, directory: str) -> str:
+    # The combo shows NO_DUMPS both when there is none and when listing failed: say which.
+    reason = dump_names(directory)[1]
+    return lead if reason is None else f"{lead} ({reason})"
+
+
+def file_state(directory: str, name: str) -> str:
+    """A fingerprint of dump `name`: changes when the file is rewritten."""
+    try:
+        info = os.stat(os.path.join(directory, dump_file_name(name)))
+        return f"{name}:{info.st_mtime_ns}:{info.st_size}"
+    except Exception as exc:  # only a cache key: the compare step itself reports why the file is unusable
+        return f"{name}:missing:{type(exc).__name__}"
+
+
+def compare_inputs_problem(dump_a: str, dump_b: str, directory: str) -> str | None:
+    """Why these two names cannot be compared, or None (checked when the prompt is validated)."""
+    if dump_a == NO_DUMPS:
+        return no_dump_message(
+            "No dump to compare yet: write one with Pipeline Monitor: Tensor Dump first.", directory
+        )
+    for value in (dump_a,) if dump_b == LIVE_VALUE else (dump_a, dump_b):
+        try:
+            dump_file_name(value)
+        except DumpError as exc:
+            return str(exc)
+    return None
+
+
+def upstream_sources(node_id, prompt) -> dict:
+    """input name -> {node_id, class_type} of the node feeding that value input."""
+    sources = {}
+    for name, source_id in upstream_node_ids(node_id, prompt, VALUE_INPUTS).items():
+        source = prompt.get(source_id) if isinstance(prompt, Mapping) else None
+        class_type = source.get("class_type") if isinstance(source, Mapping) else None
+        sources[name] = {"node_id": source_id, "class_type": class_type}
+    return sources
+
+
+# -- dump ----------------------------------------------------------------------------------------
+
+
+def build_dump_step(
+    node_id,
+    prompt,
+    values: Mapping,
+    name: str,
+    npy: bool,
+    *,
+    directory: str,
+    prompt_id: str | None = None,
+    prompt_id_unknown_reason: str | None = None,
+) -> StepReport:
+    """Write the tensors of `values` (conditioning / latent / image) to `directory` as dump `name`.
+
+    `prompt_id` goes into the dump's metadata; when it is unknown, why goes to monitor_errors.
+    """
+    started = time.time()
+    connected = [k for k in VALUE_INPUTS if values.get(k) is not None]
+    collected = collect_tensors(**values)
+    findings, details = [], {}
+    sources = upstream_sources(node_id, prompt)
+    encoder_family = guess_encoder_family(values["conditioning"]) if values.get("conditioning") else None
+    details["tensors"] = {t: describe_tensor_bounded(v) for t, v in collected.tensors.items()}
+    details["extras"] = collected.extras
+    details["skipped"] = collected.skipped
+    details["sources"] = sources
+    if collected.skipped:
+        listed = ", ".join(f"{k} ({v})" for k, v in list(collected.skipped.items())[:8])
+        findings.append(Finding("info", f"Not tensors, not dumped: {listed}.", "not_dumped"))
+    for t, info in details["tensors"].items():
+        if info.get("n_nan") or info.get("n_inf"):
+            findings.append(
+                Finding(
+                    "warning", f"{t} holds {info['n_nan']} NaN and {info['n_inf']} Inf values.", "non_finite"
+                )
+            )
+    result, monitor_errors = None, []
+    if not connected:
+        findings.append(
+            Finding(
+                "info",
+                "Nothing connected: connect a CONDITIONING, LATENT or IMAGE to dump it.",
+                "nothing_connected",
+            )
+        )
+    else:
+        if prompt_id_unknown_reason is not None:
+            monitor_errors.append(prompt_id_unknown_reason)
+        metadata = {
+            "prompt_id": prompt_id,
+            "dump_node_id": node_id,
+            "source_nodes": sources,
+            "value_kinds": ",".join(connected),
+            "encoder_family": encoder_family,
+        }
+        try:
+            result = write_dump(directory, name, collected, metadata, npy=npy)
+        except DumpError as exc:
+            code = (
+                "name_refused"
+                if isinstance(exc, DumpNameError)
+                else "too_large"
+                if isinstance(exc, DumpTooLargeError)
+                else "not_written"
+            )
+            findings.append(Finding("error", str(exc), code))
+        except OSError as exc:
+            findings.append(Finding("error", f"Dump not written: {type(exc).__name__}: {exc}", "not_written"))
+    if result is not None and result.replaced:
+        findings.append(Finding("info", f"Replaced the earlier dump {result.file_name}.", "replaced"))
+    summary = {
+        "file_name": None if result is None else result.file_name,
+        "written": result is not None,
+        "n_tensors": len(collected.tensors),
+        "tensor_bytes": collected.total_bytes,
+        "file_bytes": None if result is None else result.file_bytes,
+        "write_s": None if result is None else result.write_s,
+        "n_npy_files": None if result is None else len(result.npy_files),
+        "value_kinds": connected,
+        "encoder_family": encoder_family,
+    }
+    if result is not None:
+        details["download_url"] = ROUTE + result.file_name
+        details["npy_files"] = list(result.npy_files)
+        details["metadata"] = {k: v for k, v in result.metadata.items() if k != "tensors"}
+    return StepReport(
+        kind="tensor_dump",
+        node_id=node_id,
+        summary=summary,
+        details=details,
+        findings=tuple(findings),
+        monitor_errors=tuple(monitor_errors),
+        created_unix_s=started,
+    )
+
+
+# -- compare -------------------------------------------------------------------------------------
+
+
+def build_compare_step(
+    node_id, dump_a: str, dump_b: str, rtol: float, atol: float, values: Mapping, *, directory: str
+) -> StepReport:
+    """Compare dump `dump_a` with dump `dump_b`, or with the live `values` when dump_b is LIVE_VALUE."""
+    started = time.time()
+    findings, result = [], None
+    live = collect_tensors(**values)
+    try:
+        if dump_a == NO_DUMPS:
+            raise DumpError(
+                no_dump_message(
+                    "No dump chosen: write one with Pipeline Monitor: Tensor Dump first.", directory
+                )
+            )
+        name_a = dump_file_name(dump_a)
+        if dump_b == LIVE_VALUE:
+            if not live.tensors:
+                raise DumpError(f"dump_b is {LIVE_VALUE}, but no CONDITIONING, LATENT or IMAGE is connected.")
+            result = compare_dump_with(directory, name_a, live.tensors, rtol, atol)
+        else:
+            if live.tensors:
+                findings.append(
+                    Finding("info", "The live input is ignored: dump_b names a dump.", "live_ignored")
+                )
+            result = compare_dumps(directory, name_a, dump_file_name(dump_b), rtol, atol)
+    except DumpError as exc:
+        findings.append(Finding("error", str(exc), "compare_failed"))
+    if result is not None:
+        level = {"identical": "info", "close": "info", "different": "warning"}.get(result["status"], "error")
+        findings.append(Finding(level, result["verdict"], result["status"]))
+        summary = {
+            "status": result["status"],
+            "verdict": result["verdict"],
+            "dump_a": dump_a,
+            "dump_b": dump_b,
+            "rtol": rtol,
+            "atol": atol,
+            "n_compared": result["n_compared"],
+            "n_different": result["n_different"],
+            "n_incompatible": result["n_incompatible"],
+            "max_abs_diff": result["max_abs_diff"],
+            "max_relative_error": result["max_relative_error"],
+            "min_cosine_similarity": result["min_cosine_similarity"],
+        }
+        details = {k: result[k] for k in ("tensors", "only_in_a", "only_in_b", "a", "b")}
+    else:
+        message = findings[-1].message if findings else "comparison failed"
+        summary = {"status": "error", "verdict": f"error: {message}", "dump_a": dump_a, "dump_b": dump_b}
+        details = {}
+    return StepReport(
+        kind="tensor_compare",
+        node_id=node_id,
+        summary=summary,
+        details=details,
+        findings=tuple(findings),
+        created_unix_s=started,
+    )
