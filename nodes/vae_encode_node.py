@@ -14,13 +14,12 @@ import logging
 import torch
 from comfy_api.latest import io
 
-from ..monitors.models.state import describe_vae
-from ..monitors.report import StepReport
+from ..monitors.report import failed_step
 from ..monitors.vae.chain import REQUESTS, ChainOptions, run_chain
 from ..monitors.vae.geometry import TileSettings
-from ..monitors.vae.report import STEP_KIND, build_step, ui_lines
+from ..monitors.vae.report import STEP_KIND, build_vae_encode_step, log_findings
 from .memory_snapshot import loaded_models_snapshot
-from .node_support import record_step
+from .node_support import hidden_inputs, record_step, run_monitor
 
 log = logging.getLogger(__name__)
 
@@ -149,13 +148,6 @@ def _is_interrupt(exc) -> bool:
         return False
 
 
-def _log_step(node_id, step: StepReport) -> None:
-    for finding in step.findings:
-        if finding.level != "info":
-            level = logging.ERROR if finding.level == "error" else logging.WARNING
-            log.log(level, "pipeline monitor: VAE encode node %s: %s", node_id, finding.message)
-
-
 class PipelineMonitorVAEEncode(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
@@ -217,7 +209,7 @@ class PipelineMonitorVAEEncode(io.ComfyNode):
         temporal_size=64,
         temporal_overlap=8,
     ) -> io.NodeOutput:
-        node_id = getattr(getattr(cls, "hidden", None), "unique_id", None)
+        node_id, _ = hidden_inputs(cls)
         tiles = TileSettings(int(tile_size), int(overlap), int(temporal_size), int(temporal_overlap))
         cleanup_errors: list[str] = []
         try:
@@ -225,22 +217,12 @@ class PipelineMonitorVAEEncode(io.ComfyNode):
             result.monitor_errors.extend(cleanup_errors)
         except Exception as exc:  # the chain's own code failed: encode as core VAEEncode does
             log.exception("pipeline monitor: VAE chain failed, encoding directly")
-            record_step(
-                StepReport(kind=STEP_KIND, node_id=node_id, monitor_errors=(f"{type(exc).__name__}: {exc}",))
-            )
+            record_step(failed_step(STEP_KIND, node_id, exc))
             return io.NodeOutput({"samples": vae.encode(pixels)})
-        ui = None
-        try:
-            vae_info = describe_vae(vae) if vae is not None else None
-            step = build_step(node_id, result, vae_info=vae_info, allow_dummy=bool(allow_dummy))
-            record_step(step)
-            _log_step(node_id, step)
-            ui = {"text": ["\n".join(ui_lines(step))]}
-        except Exception as exc:  # reporting never fails the encode
-            log.exception("pipeline monitor: VAE encode report failed")
-            record_step(
-                StepReport(kind=STEP_KIND, node_id=node_id, monitor_errors=(f"{type(exc).__name__}: {exc}",))
-            )
+        step, ui = run_monitor(
+            STEP_KIND, node_id, lambda: build_vae_encode_step(node_id, result, vae, bool(allow_dummy))
+        )
+        log_findings(step, log)
         if result.samples is None:
             if result.exception is not None and _is_interrupt(result.exception):
                 raise result.exception

@@ -5,8 +5,10 @@ Plain data only: the latent is described (describe_tensor) and dropped, never ke
 
 from __future__ import annotations
 
+import logging
 import time
 
+from ..models.state import describe_vae
 from ..report import Finding, StepReport, format_bytes
 from ..tensor_stats import describe_tensor
 from .chain import OOM, SKIPPED, ChainResult
@@ -306,3 +308,19 @@ def ui_lines(step: StepReport) -> list[str]:
             lines.append(f"{attempt['strategy']}: {attempt['outcome']} ({why})")
     lines.extend(f.message for f in step.findings if f.level != "info")
     return lines
+
+
+def build_vae_encode_step(
+    node_id: str | None, result: ChainResult, vae=None, allow_dummy: bool = False
+) -> StepReport:
+    """The step of a finished chain run, with the VAE described (the latent itself is not kept)."""
+    vae_info = describe_vae(vae) if vae is not None else None
+    return build_step(node_id, result, vae_info=vae_info, allow_dummy=allow_dummy)
+
+
+def log_findings(step: StepReport, log: logging.Logger) -> None:
+    """Warnings and errors of an encode go to the log too: a fallback or dummy latent must not pass unseen."""
+    for finding in step.findings:
+        if finding.level != "info":
+            level = logging.ERROR if finding.level == "error" else logging.WARNING
+            log.log(level, "pipeline monitor: VAE encode node %s: %s", step.node_id, finding.message)

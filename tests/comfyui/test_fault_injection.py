@@ -133,26 +133,27 @@ def fault_prompt(seed: int) -> dict:
 
 MONITOR_IDS = ("2", "3", "4", "5", "6", "7", "8")
 
-# (node module, name it imported): the analyser entry points the monitor nodes call.
+# (module, name it imported): the analyser entry points the step builders call, the builders the
+# nodes call, and the one UI text function of the node adapter.
 ANALYSERS = [
-    ("nodes.models_node", "describe"),
-    ("nodes.models_node", "loader_profiles"),
-    ("nodes.models_node", "get_probes"),
-    ("nodes.lora_node", "analyse_side"),
-    ("nodes.lora_node", "upstream_loaders"),
-    ("nodes.lora_node", "merge_loaders"),
-    ("nodes.conditioning_node", "analyse_conditioning"),
-    ("nodes.conditioning_node", "trace_text_encoders"),
-    ("nodes.conditioning_node", "ui_lines"),
-    ("nodes.latent_node", "analyse_latent"),
-    ("nodes.latent_node", "latent_ui_text"),
-    ("nodes.dump_nodes", "collect_tensors"),
-    ("nodes.dump_nodes", "write_dump"),
-    ("nodes.dump_nodes", "guess_encoder_family"),
-    ("nodes.dump_nodes", "compare_dump_with"),
+    ("monitors.models.report", "describe"),
+    ("monitors.models.report", "get_probes"),
+    ("nodes.models_node", "build_models_step"),
+    ("monitors.recorder", "upstream_node_ids"),
+    ("monitors.lora.report", "analyse_side"),
+    ("monitors.lora.report", "upstream_loaders"),
+    ("monitors.lora.report", "merge_loaders"),
+    ("monitors.conditioning.report", "analyse_conditioning"),
+    ("monitors.conditioning.report", "trace_text_encoders"),
+    ("monitors.latent.report", "analyse_latent"),
+    ("monitors.dumps.report", "collect_tensors"),
+    ("monitors.dumps.report", "write_dump"),
+    ("monitors.dumps.report", "guess_encoder_family"),
+    ("monitors.dumps.report", "compare_dump_with"),
     ("nodes.vae_encode_node", "run_chain"),
-    ("nodes.vae_encode_node", "build_step"),
-    ("nodes.vae_encode_node", "describe_vae"),
+    ("monitors.vae.report", "build_step"),
+    ("monitors.vae.report", "describe_vae"),
+    ("nodes.node_support", "step_text"),
 ]
 
 
