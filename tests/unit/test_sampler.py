@@ -9,7 +9,7 @@ from monitors.sampler import Sampler
 from monitors.span import METHOD_SAMPLED, Span
 
 
-def wait_for(predicate, timeout_s=5.0):
+def wait_for(predicate, timeout_s=60.0):  # a hang watchdog, never a speed check
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
