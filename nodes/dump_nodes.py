@@ -21,6 +21,7 @@ from ..monitors.dumps.report import (
     compare_inputs_problem,
     dump_names,
     file_state,
+    written_file_name,
 )
 from . import dump_paths
 from .node_support import hidden_inputs, run_monitor
@@ -121,8 +122,9 @@ class PipelineMonitorTensorDump(io.ComfyNode):
             )
 
         step, ui = run_monitor("tensor_dump", node_id, build)
-        if step.summary.get("written"):
-            ui["dump"] = [step.summary["file_name"]]
+        file_name = written_file_name(step)
+        if file_name is not None:
+            ui["dump"] = [file_name]
         return io.NodeOutput(conditioning, latent, image, ui=ui)
 
 

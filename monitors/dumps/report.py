@@ -168,6 +168,12 @@ def build_dump_step(
     )
 
 
+def written_file_name(step: StepReport) -> str | None:
+    """The file a dump step wrote, for the node's UI; None when nothing was written."""
+    summary = step.summary or {}
+    return summary.get("file_name") if summary.get("written") else None
+
+
 # -- compare -------------------------------------------------------------------------------------
 
 
@@ -212,7 +218,7 @@ def build_compare_step(
             "n_different": result["n_different"],
             "n_incompatible": result["n_incompatible"],
             "max_abs_diff": result["max_abs_diff"],
-            "max_relative_error": result["max_relative_error"],
+            "max_relative_error_ratio": result["max_relative_error"],
             "min_cosine_similarity": result["min_cosine_similarity"],
         }
         details = {k: result[k] for k in ("tensors", "only_in_a", "only_in_b", "a", "b")}

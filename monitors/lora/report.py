@@ -175,7 +175,7 @@ def build_lora_step(
         summary[f"{kind}_n_hops"] = len(side["hops"]) if totals else None
         summary[f"{kind}_n_patch_keys_added"] = totals.get("n_keys")
         summary[f"{kind}_delta_norm"] = totals.get("delta_norm")
-        summary[f"{kind}_relative_change"] = totals.get("relative_change")
+        summary[f"{kind}_relative_change_ratio"] = totals.get("relative_change")
         summary[f"{kind}_patch_bytes"] = totals.get("patch_bytes")
     summary["analysis_s"] = time.perf_counter() - started
     return StepReport(

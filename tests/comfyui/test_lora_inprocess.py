@@ -168,7 +168,7 @@ def test_kohya_rows_carry_rank_alpha_and_scale(comfy, tiny, pack_runtime, loras_
     assert step["summary"]["n_unmatched_keys"] == 0 and step["findings"] == []
     totals = step["details"]["model"]["overall"]["totals"]
     assert totals["ranks"] == [8] and totals["n_by_type"] == {"lora": 7}
-    assert 0 < step["summary"]["model_relative_change"] < 1
+    assert 0 < step["summary"]["model_relative_change_ratio"] < 1
     assert "diffusion_model.input_blocks.1" in step["details"]["model"]["overall"]["by_block"]
     assert step["details"]["model"]["identity"]["cloned"] is True
     assert step["details"]["clip"]["identity"]["n_patches_after"] == 2
