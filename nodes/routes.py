@@ -1,7 +1,9 @@
-"""HTTP routes under /pipeline_monitor/ (ComfyUI mirrors them under /api/).
+"""HTTP routes under /pipeline_monitor/ (ComfyUI mirrors them under /api/): the pack's only routes.
 
 Ids from requests are validated against a strict pattern and looked up in the store; no file
-path is ever built from raw request text.
+path is ever built from raw request text. Every JSON answer goes through json_response (nosniff,
+no-store). What the routes serve is made in monitors/: the HTML report (exporters/html.py), the
+Prometheus exposition (exporters/prometheus.py), settings (settings.py), the live view (live.py).
 """
 
 from __future__ import annotations
@@ -11,9 +13,13 @@ import os
 
 from aiohttp import web
 
+from ..monitors import live
 from ..monitors.dumps.files import DUMP_SUFFIX, NPY_SUFFIX, DumpError, list_dumps, resolve_file
+from ..monitors.exporters.html import CSP, render_html
+from ..monitors.settings import SettingsError, apply_settings, current_settings
 from ..monitors.store import is_valid_run_id
-from . import dump_paths, html_report, live, metrics, settings
+from . import dump_paths, metrics
+from .live import get_watchers
 from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
@@ -21,6 +27,14 @@ log = logging.getLogger(__name__)
 ROUTE_PREFIX = "/pipeline_monitor"
 SECURITY_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
 MAX_LIST_LIMIT = 1000
+# The HTML report needs no load at all (inline SVG and CSS): even a string that escaped escaping
+# could not fetch or run anything.
+HTML_HEADERS = {
+    **SECURITY_HEADERS,
+    "Content-Type": "text/html; charset=utf-8",
+    "Content-Security-Policy": CSP + "; frame-ancestors 'self'",
+    "Referrer-Policy": "no-referrer",
+}
 
 
 def json_response(data, status: int = 200) -> web.Response:
@@ -57,6 +71,88 @@ async def get_run(request: web.Request) -> web.Response:
     return json_response(report)
 
 
+async def get_report_html(request: web.Request) -> web.Response:
+    """A run as a self-contained HTML page; `?download=1` sends it as an attachment."""
+    run_id = request.match_info.get("prompt_id", "")
+    report = get_runtime().store.get(run_id) if is_valid_run_id(run_id) else None
+    if report is None:
+        return error_response(404, "unknown run id")
+    try:
+        # errors="replace": a prompt with undecodable bytes (lone surrogates) still renders
+        body = render_html(report).encode("utf-8", errors="replace")
+    except Exception as exc:  # a malformed report file must not become a 500 with a traceback page
+        log.warning("pipeline monitor: HTML report of %s failed: %s: %s", run_id, type(exc).__name__, exc)
+        return error_response(500, "report could not be rendered")
+    headers = dict(HTML_HEADERS)
+    if request.query.get("download") in ("1", "true"):
+        headers["Content-Disposition"] = f'attachment; filename="pipeline_monitor_{run_id}.html"'
+    return web.Response(body=body, headers=headers)
+
+
+NOT_JSON = object()
+
+
+async def read_json(request: web.Request):
+    """The request's JSON body, or NOT_JSON."""
+    try:
+        return await request.json()
+    except Exception:
+        return NOT_JSON
+
+
+def live_status(runtime) -> dict:
+    return {**get_watchers().status(), "sample_interval_ms": round(runtime.sampler.interval_s * 1000)}
+
+
+async def post_live(request: web.Request) -> web.Response:
+    """{client_id, watching: bool} -> status, plus the recent samples when a watch starts."""
+    body = await read_json(request)
+    if body is NOT_JSON:
+        return error_response(400, "body must be JSON")
+    try:
+        client_id, watching, backfill = live.watch_request(body)
+    except live.WatchRequestError as exc:
+        return error_response(400, str(exc))
+    runtime = get_runtime()
+    watchers = get_watchers()
+    if watching and watchers.connected(client_id) is False:
+        return error_response(404, "no websocket is open with this client_id")
+    watchers.watch(client_id, watching, runtime.sampler, runtime.recorder)
+    result = live_status(runtime)
+    if watching and backfill:
+        result["points"] = live.backfill_points(runtime.sampler)
+    return json_response(result)
+
+
+async def get_live(request: web.Request) -> web.Response:
+    return json_response(live_status(get_runtime()))
+
+
+async def get_settings(request: web.Request) -> web.Response:
+    return json_response(current_settings(get_runtime()))
+
+
+async def post_settings(request: web.Request) -> web.Response:
+    body = await read_json(request)
+    if body is NOT_JSON:
+        return error_response(400, "body must be JSON")
+    try:
+        return json_response(apply_settings(get_runtime(), body))
+    except SettingsError as exc:
+        return error_response(400, str(exc))
+
+
+async def get_metrics(request: web.Request) -> web.Response:
+    if metrics.PROMETHEUS_MISSING:
+        return web.Response(status=503, text=metrics.PROMETHEUS_MISSING + "\n", headers=SECURITY_HEADERS)
+    try:
+        body, content_type = metrics.get_fleet_metrics().exposition(request.headers.get("Accept", ""))
+    except Exception as exc:  # a scrape must never take the server down or leak a traceback
+        log.warning("pipeline monitor: metrics failed: %s: %s", type(exc).__name__, exc)
+        return web.Response(status=500, text="metrics unavailable\n", headers=SECURITY_HEADERS)
+    return web.Response(body=body, headers={**SECURITY_HEADERS, "Content-Type": content_type})
+
+
 async def list_dump_files(request: web.Request) -> web.Response:
     return json_response({"dumps": list_dumps(dump_paths.dumps_dir())})
 
@@ -82,14 +178,14 @@ async def get_dump(request: web.Request) -> web.StreamResponse:
 def register(routes: web.RouteTableDef) -> None:
     routes.get(f"{ROUTE_PREFIX}/runs")(list_runs)
     routes.get(f"{ROUTE_PREFIX}/runs/{{prompt_id}}")(get_run)
-    routes.get(f"{ROUTE_PREFIX}/runs/{{prompt_id}}/report.html")(html_report.get_report_html)
-    routes.get(f"{ROUTE_PREFIX}/live")(live.get_live)
-    routes.post(f"{ROUTE_PREFIX}/live")(live.post_live)
-    routes.get(f"{ROUTE_PREFIX}/settings")(settings.get_settings)
-    routes.post(f"{ROUTE_PREFIX}/settings")(settings.post_settings)
+    routes.get(f"{ROUTE_PREFIX}/runs/{{prompt_id}}/report.html")(get_report_html)
+    routes.get(f"{ROUTE_PREFIX}/live")(get_live)
+    routes.post(f"{ROUTE_PREFIX}/live")(post_live)
+    routes.get(f"{ROUTE_PREFIX}/settings")(get_settings)
+    routes.post(f"{ROUTE_PREFIX}/settings")(post_settings)
     routes.get(f"{ROUTE_PREFIX}/dumps")(list_dump_files)
     routes.get(f"{ROUTE_PREFIX}/dumps/{{name}}")(get_dump)
-    routes.get(f"{ROUTE_PREFIX}/metrics")(metrics.get_metrics)
+    routes.get(f"{ROUTE_PREFIX}/metrics")(get_metrics)
 
 
 def register_with_server() -> bool:

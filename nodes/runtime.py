@@ -47,24 +47,34 @@ class Runtime:
         self.sampler = sampler
 
 
-_runtime: Runtime | None = None
-_lock = threading.Lock()
+class Lazy:
+    """One process-wide object, made on first use (not at import); tests swap it with set()."""
+
+    def __init__(self, make):
+        self._make = make
+        self._value = None
+        self._lock = threading.Lock()
+
+    def get(self):
+        with self._lock:
+            if self._value is None:
+                self._value = self._make()
+            return self._value
+
+    def set(self, value):
+        """Replace the object; returns the previous one."""
+        with self._lock:
+            previous, self._value = self._value, value
+            return previous
 
 
-def get_runtime() -> Runtime:
-    global _runtime
-    with _lock:
-        if _runtime is None:
-            store = RunStore(reports_dir(), max_runs=_env_int(ENV_MAX_RUNS, 50), background_writes=True)
-            recorder = RunRecorder(store, profile_enabled=os.environ.get(ENV_PROFILE, "1") != "0")
-            sampler = Sampler(interval_s=_env_int(ENV_SAMPLE_INTERVAL_MS, 500) / 1000.0)
-            _runtime = Runtime(store, recorder, sampler)
-        return _runtime
+def _make_runtime() -> Runtime:
+    store = RunStore(reports_dir(), max_runs=_env_int(ENV_MAX_RUNS, 50), background_writes=True)
+    recorder = RunRecorder(store, profile_enabled=os.environ.get(ENV_PROFILE, "1") != "0")
+    sampler = Sampler(interval_s=_env_int(ENV_SAMPLE_INTERVAL_MS, 500) / 1000.0)
+    return Runtime(store, recorder, sampler)
 
 
-def set_runtime(runtime: Runtime | None) -> Runtime | None:
-    """Replace the runtime (tests); returns the previous one."""
-    global _runtime
-    with _lock:
-        previous, _runtime = _runtime, runtime
-        return previous
+_runtime = Lazy(_make_runtime)
+get_runtime = _runtime.get
+set_runtime = _runtime.set  # tests

@@ -1,3 +1,3 @@
-"""Exporters: the self-contained HTML report and the Chrome/Perfetto trace (and, later, the
-Prometheus exposition). They read reports; they measure nothing.
+"""Exporters: the self-contained HTML report, the Chrome/Perfetto trace and the Prometheus
+exposition. They read reports; they measure nothing.
 """

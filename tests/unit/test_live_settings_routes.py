@@ -30,7 +30,7 @@ def sent():
 
 @pytest.fixture
 def live_setup(sent):
-    live = pack("nodes.live")
+    live = pack("monitors.live")
     clock = Clock()
     connected = {"a", "b"}
     watchers = live.LiveWatchers(
@@ -93,7 +93,7 @@ def test_watchers_are_bounded(live_setup):
 @pytest.fixture
 async def client(aiohttp_client, tmp_path):
     routes_mod, runtime_mod = import_pack()
-    live = pack("nodes.live")
+    live, live_glue = pack("monitors.live"), pack("nodes.live")
     store = pack("monitors.store").RunStore(str(tmp_path))
     recorder = pack("monitors.recorder").RunRecorder(store, probes=fake_probes())
     sampler = Sampler(probes=fake_probes())
@@ -101,7 +101,7 @@ async def client(aiohttp_client, tmp_path):
     runtime = runtime_mod.Runtime(store, recorder, sampler)
     previous = runtime_mod.set_runtime(runtime)
     sent = []
-    previous_watchers = live.set_watchers(
+    previous_watchers = live_glue.set_watchers(
         live.LiveWatchers(lambda e, d, sid: sent.append((e, sid)), lambda sid: sid != "gone")
     )
     table = web.RouteTableDef()
@@ -110,7 +110,7 @@ async def client(aiohttp_client, tmp_path):
     app.add_routes(table)
     yield await aiohttp_client(app), runtime, sent
     runtime_mod.set_runtime(previous)
-    live.set_watchers(previous_watchers)
+    live_glue.set_watchers(previous_watchers)
 
 
 @pytest.mark.parametrize(

@@ -24,13 +24,13 @@ async def metrics_client(aiohttp_client, tmp_path):
     recorder = recorder_mod.RunRecorder(store, probes=probes)
     sampler = Sampler(probes=probes)
     previous = runtime_mod.set_runtime(runtime_mod.Runtime(store, recorder, sampler))
-    previous_metrics, metrics_mod._metrics = metrics_mod._metrics, None  # a fresh registry per test
+    previous_metrics = metrics_mod.set_fleet_metrics(None)  # a fresh registry per test
     table = web.RouteTableDef()
     routes_mod.register(table)
     app = web.Application()
     app.add_routes(table)
     yield await aiohttp_client(app), recorder, probes, sampler, report_mod
-    metrics_mod._metrics = previous_metrics
+    metrics_mod.set_fleet_metrics(previous_metrics)
     runtime_mod.set_runtime(previous)
 
 
@@ -136,8 +136,8 @@ async def test_sampler_gauges_from_the_latest_sample(metrics_client):
 
 async def test_node_class_labels_are_bounded(metrics_client, monkeypatch):
     client, recorder, _, _, report_mod = metrics_client
-    metrics_mod = importlib.import_module(f"{PACK}.nodes.metrics")
-    monkeypatch.setattr(metrics_mod, "MAX_CLASS_LABELS", 1)
+    prometheus_mod = importlib.import_module(f"{PACK}.monitors.exporters.prometheus")
+    monkeypatch.setattr(prometheus_mod, "MAX_CLASS_LABELS", 1)
     run(recorder, report_mod, "p")
     samples = await scrape(client)
     assert value(samples, "pipeline_monitor_node_duration_seconds_count", class_type="VAEEncode") == 1

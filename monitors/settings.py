@@ -1,4 +1,4 @@
-"""Runtime settings the panel's settings dialog changes: `GET/POST /pipeline_monitor/settings`.
+"""Runtime settings the panel's settings dialog changes (routes `GET/POST /pipeline_monitor/settings`).
 
 sample_interval_ms  the background sampler's interval (Sampler.configure)
 max_runs            runs kept in memory (RunStore.configure)
@@ -14,10 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-
-from aiohttp import web
-
-from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +31,7 @@ class SettingsError(ValueError):
 
 
 def current_settings(runtime) -> dict:
+    """`runtime`: anything with the sampler, store and recorder (nodes/runtime.py's Runtime)."""
     return {
         "sample_interval_ms": round(runtime.sampler.interval_s * 1000),
         "max_runs": runtime.store.max_runs,
@@ -83,23 +80,3 @@ def apply_settings(runtime, changes: dict) -> dict:
     if valid:
         log.info("pipeline monitor: settings changed: %s", valid)
     return current_settings(runtime)
-
-
-def _json(data, status: int = 200) -> web.Response:
-    headers = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
-    return web.json_response(data, status=status, headers=headers)
-
-
-async def get_settings(request: web.Request) -> web.Response:
-    return _json(current_settings(get_runtime()))
-
-
-async def post_settings(request: web.Request) -> web.Response:
-    try:
-        body = await request.json()
-    except Exception:
-        return _json({"error": "body must be JSON"}, 400)
-    try:
-        return _json(apply_settings(get_runtime(), body))
-    except SettingsError as exc:
-        return _json({"error": str(exc)}, 400)
