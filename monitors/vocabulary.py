@@ -153,6 +153,14 @@ def names(kind: str) -> tuple[str, ...]:
     return registry()[kind].names
 
 
+def key(kind: str, name: str) -> str:
+    """A declared summary key, for code that reads one figure (exporters): a name the kind does not
+    declare fails at import instead of reading None forever."""
+    if summary_field(kind, name) is None:
+        raise KeyError(f"{kind!r} declares no summary key {name!r}")
+    return name
+
+
 # -- formatting (HTML report and node text; web/lib/format.mjs mirrors it) -------------------------
 
 
