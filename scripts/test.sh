@@ -33,8 +33,9 @@ fi
 echo "== pytest"
 set +e
 if [ "${PM_COVERAGE:-0}" = "1" ]; then
+  export COVERAGE_FILE="$PWD/.coverage"
   rm -f .coverage .coverage.*
-  "$PY" -m coverage run -m pytest "$@"
+  "$PY" -m coverage run --source="$PWD/nodes,$PWD/monitors" -m pytest "$@"
   rc=$?
   "$PY" -m coverage combine --quiet
   echo "== coverage (lines)"
