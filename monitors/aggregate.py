@@ -14,7 +14,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 
-from .profiling.phases import node_gpu_peak, profiling_step, report_phases
+from .profiling.phases import node_gpu_above_start, node_gpu_peak, profiling_step, report_phases
 from .report import READABLE_SCHEMA_VERSIONS
 from .vocabulary import upgrade_report
 
@@ -225,7 +225,11 @@ def compare(
     min_bytes: int = DEFAULT_MIN_BYTES,
 ) -> dict:
     """B against A: run figures, per stage and per node; a regression is B worse by more than
-    `threshold_pct` and by more than `min_seconds` (times) or `min_bytes` (memory)."""
+    `threshold_pct` and by more than `min_seconds` (times) or `min_bytes` (memory).
+
+    Stages and nodes compare the memory they added above their own start, not the process's peak
+    while they ran: that peak mostly follows whatever ran before (a node is not a regression
+    because the process was bigger when it started)."""
 
     def limit(key: str) -> float:
         return min_bytes if key.endswith("_bytes") else min_seconds
@@ -253,8 +257,11 @@ def compare(
                 "stage": stage,
                 "only_in": None if x and y else ("a" if x else "b"),
                 "total_s": _diff(x.get("total_s"), y.get("total_s"), threshold_pct, min_seconds),
-                "peak_rss_bytes": _diff(
-                    x.get("peak_rss_bytes"), y.get("peak_rss_bytes"), threshold_pct, min_bytes
+                "peak_rss_above_start_bytes": _diff(
+                    x.get("peak_rss_above_start_bytes"),
+                    y.get("peak_rss_above_start_bytes"),
+                    threshold_pct,
+                    min_bytes,
                 ),
             }
         )
@@ -271,19 +278,28 @@ def compare(
                 "only_in": None if x and y else ("a" if x else "b"),
                 "cached": [x.get("cached"), y.get("cached")],
                 "duration_s": _diff(x.get("duration_s"), y.get("duration_s"), threshold_pct, min_seconds),
-                "peak_rss_bytes": _diff(
-                    x.get("peak_rss_bytes"), y.get("peak_rss_bytes"), threshold_pct, min_bytes
+                "peak_rss_above_start_bytes": _diff(
+                    x.get("peak_rss_above_start_bytes"),
+                    y.get("peak_rss_above_start_bytes"),
+                    threshold_pct,
+                    min_bytes,
+                ),
+                "peak_gpu_allocated_above_start_bytes": _diff(
+                    node_gpu_above_start(x), node_gpu_above_start(y), threshold_pct, min_bytes
                 ),
             }
         )
     regressions = [f"run {k}" for k, v in run.items() if v["regression"]]
     regressions += [
-        f"stage {s['stage']} {m}" for s in stages for m in ("total_s", "peak_rss_bytes") if s[m]["regression"]
+        f"stage {s['stage']} {m}"
+        for s in stages
+        for m in ("total_s", "peak_rss_above_start_bytes")
+        if s[m]["regression"]
     ]
     regressions += [
         f"node #{n['node_id']} {n['class_type']} {m}"
         for n in nodes
-        for m in ("duration_s", "peak_rss_bytes")
+        for m in ("duration_s", "peak_rss_above_start_bytes", "peak_gpu_allocated_above_start_bytes")
         if n[m]["regression"]
     ]
     return {

@@ -73,8 +73,11 @@ class Finding:
 @dataclass(frozen=True)
 class GpuPeak:
     device: str
-    peak_allocated_bytes: int | None
+    peak_allocated_bytes: int | None  # absolute: includes what other work left allocated
     peak_reserved_bytes: int | None
+    # what the node itself added: the peak minus the counter at the node's start
+    peak_allocated_above_start_bytes: int | None = None
+    peak_reserved_above_start_bytes: int | None = None
 
     def to_dict(self) -> dict:
         return _fields_dict(self)
@@ -88,11 +91,14 @@ class NodeProfile:
     cached: bool
     start_offset_s: float | None = None  # since the run started
     duration_s: float | None = None
-    peak_rss_bytes: int | None = None
+    peak_rss_bytes: int | None = None  # the process's peak while the node ran (its baseline included)
     peak_rss_method: str | None = None
     rss_change_bytes: int | None = None
     gpu_peaks: tuple[GpuPeak, ...] = ()
     title: str | None = None
+    # What the node itself added: its peak above the process's RSS at the node's start. Badges,
+    # bars and regressions use this, since the absolute peak mostly follows what ran before.
+    peak_rss_above_start_bytes: int | None = None
 
     def to_dict(self) -> dict:
         return _fields_dict(self)
@@ -168,10 +174,35 @@ def node_profile_from_span(node_id, class_type, title, status, result, run_start
         peak_rss_method=result.peak_rss_method,
         rss_change_bytes=None if rss_change is None else rss_change.delta,
         gpu_peaks=tuple(
-            GpuPeak(d, result.peak(f"{d}.allocated_bytes"), result.peak(f"{d}.reserved_bytes"))
+            GpuPeak(
+                d,
+                _int_or_none(result.peak(f"{d}.allocated_bytes")),
+                _int_or_none(result.peak(f"{d}.reserved_bytes")),
+                _int_or_none(result.above_start(f"{d}.allocated_bytes")),
+                _int_or_none(result.above_start(f"{d}.reserved_bytes")),
+            )
             for d in devices
         ),
+        peak_rss_above_start_bytes=_int_or_none(result.above_start("process_rss_bytes")),
     )
+
+
+def _int_or_none(value) -> int | None:
+    return None if value is None else int(value)
+
+
+def node_memory_above_start(node: Mapping[str, Any]) -> int | float | None:
+    """What a node row says the node itself needed: its largest GPU allocated peak above its start,
+    else its RSS peak above its start; None for rows without these figures (cached, older reports)."""
+    gpu = [
+        p.get("peak_allocated_above_start_bytes")
+        for p in node.get("gpu_peaks") or []
+        if isinstance(p, Mapping) and isinstance(p.get("peak_allocated_above_start_bytes"), (int, float))
+    ]
+    if gpu:
+        return max(gpu)
+    rss = node.get("peak_rss_above_start_bytes")
+    return rss if isinstance(rss, (int, float)) else None
 
 
 def max_gpu_peak(nodes) -> int | None:

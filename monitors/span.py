@@ -3,7 +3,8 @@
 Peak RSS is exact on Linux: the span resets the kernel's RSS high-water mark (VmHWM) at start
 and reads it at stop, so a short spike between two samples is not missed. Where the reset is
 refused, the peak comes from the span's own readings and any sampler ticks (`peak_rss_method`
-says which). Torch allocator peaks work the same way with `reset_peak_memory_stats`.
+says which). Torch allocator peaks work the same way with `reset_peak_memory_stats`. Metrics whose
+low point matters (available system memory) are kept as minima under `lows`, not as peaks.
 
 Both counters are process-wide, so spans nest through one registry: before a span resets a
 counter it hands the value so far to every span still open, and at stop it hands its reading
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .probes import DETAIL_FULL, Probes, Snapshot, get_probes
+from .probes.readings import LOW_POINT_METRICS
 
 METHOD_KERNEL_HWM = "kernel_hwm"
 METHOD_ALLOCATOR_PEAK = "allocator_peak"
@@ -29,6 +31,8 @@ _registry_lock = threading.RLock()
 
 @dataclass(frozen=True)
 class Peak:
+    """The highest value of a metric in a span (or, under `lows`, the lowest)."""
+
     value: float | None
     at_s: float | None  # seconds since span start when the value was seen (for kernel_hwm: when it was read)
     method: str
@@ -66,6 +70,14 @@ class SpanResult:
     peaks: Mapping[str, Peak] = field(default_factory=dict)
     changes: Mapping[str, Change] = field(default_factory=dict)
     peak_rss_method: str | None = None
+    lows: Mapping[str, Peak] = field(default_factory=dict)  # minima of LOW_POINT_METRICS
+
+    def above_start(self, metric: str) -> float | None:
+        """How far the metric's peak rose above its value at the span's start (what the span added)."""
+        peak = self.peak(metric)
+        change = self.changes.get(metric)
+        before = None if change is None else change.before
+        return None if peak is None or before is None else peak - before
 
     @property
     def peak_rss_bytes(self) -> int | None:
@@ -86,6 +98,7 @@ class SpanResult:
             "baseline": self.baseline.to_dict(),
             "end": self.end.to_dict(),
             "peaks": {k: v.to_dict() for k, v in self.peaks.items()},
+            "lows": {k: v.to_dict() for k, v in self.lows.items()},
             "changes": {k: v.to_dict() for k, v in self.changes.items()},
         }
 
@@ -98,6 +111,7 @@ class Span:
         self.detail = detail
         self._probes = probes
         self._peaks: dict[str, Peak] = {}
+        self._lows: dict[str, Peak] = {}
         self._start_monotonic: float | None = None
         self._start_unix: float | None = None
         self._baseline: Snapshot | None = None
@@ -158,6 +172,7 @@ class Span:
             peaks=dict(self._peaks),
             changes=changes,
             peak_rss_method=METHOD_KERNEL_HWM if self._exact_rss else METHOD_SAMPLED,
+            lows=dict(self._lows),
         )
         return self.result
 
@@ -177,10 +192,12 @@ class Span:
     def _offer(self, metric: str, value, at_monotonic: float, method: str) -> None:
         if value is None or self._start_monotonic is None:
             return
-        best = self._peaks.get(metric)
-        if best is None or best.value is None or value > best.value:
+        low = metric in LOW_POINT_METRICS
+        kept = self._lows if low else self._peaks
+        best = kept.get(metric)
+        if best is None or best.value is None or (value < best.value if low else value > best.value):
             at_s = max(0.0, at_monotonic - self._start_monotonic)
-            self._peaks[metric] = Peak(value, at_s, method)
+            kept[metric] = Peak(value, at_s, method)
 
     def _hand_counters_to_open_spans(self, probes: Probes) -> None:
         """Read the process-wide peak counters and offer them to every open span.

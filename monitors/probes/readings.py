@@ -26,6 +26,9 @@ class GpuReading:
 
 # The metrics a snapshot exposes by name; shared by spans, the sampler, reports and the panel.
 HOST_METRICS = ("process_rss_bytes", "ram_used_bytes", "ram_available_bytes", "ram_used_pct", "cpu_pct")
+# For these the low point is what matters (how close the system came to running out), so spans
+# keep their minimum under `lows` instead of a maximum under `peaks`.
+LOW_POINT_METRICS = frozenset({"ram_available_bytes"})
 GPU_METRICS = (
     "allocated_bytes",
     "reserved_bytes",

@@ -1,7 +1,9 @@
 """Phase analysis: time and memory per stage (profiling API) or per node class (ComfyUI runs).
 
 A phase groups every timed row with the same name: calls, total/mean/min/max time, share of the
-run, the highest peak RSS and GPU allocation seen in it, the summed RSS change and the errors.
+run, the highest peak RSS and GPU allocation seen in it, the most RSS one call added above its own
+start (what the phase itself needed, unlike the peak which includes all that ran before), the
+summed RSS change and the errors.
 Nested stages are phases of their own and are also inside their parent's time, so shares can add
 up to more than 100 %; `depth` (the shallowest nesting level seen) tells the top-level phases.
 """
@@ -24,6 +26,7 @@ class _Phase:
     rss_change_bytes: float | None = None
     peak_gpu_allocated_bytes: int | None = None
     depth: int | None = None
+    peak_rss_above_start_bytes: int | None = None
 
 
 def _max(a, b):
@@ -46,6 +49,7 @@ class PhaseAccumulator:
         peak_gpu_allocated_bytes: int | None = None,
         depth: int = 0,
         error: bool = False,
+        peak_rss_above_start_bytes: int | None = None,
     ) -> None:
         with self._lock:
             phase = self._phases.setdefault(name, _Phase())
@@ -60,6 +64,9 @@ class PhaseAccumulator:
                 phase.rss_change_bytes = (phase.rss_change_bytes or 0) + rss_change_bytes
             phase.peak_gpu_allocated_bytes = _max(phase.peak_gpu_allocated_bytes, peak_gpu_allocated_bytes)
             phase.depth = depth if phase.depth is None else min(phase.depth, depth)
+            phase.peak_rss_above_start_bytes = _max(
+                phase.peak_rss_above_start_bytes, peak_rss_above_start_bytes
+            )
 
     def rows(self, run_duration_s: float | None = None) -> list[dict]:
         """One dict per phase, slowest first."""
@@ -79,6 +86,7 @@ class PhaseAccumulator:
                     "max_s": p.max_s,
                     "share_pct": 100.0 * p.total_s / run_duration_s if timed and run_duration_s else None,
                     "peak_rss_bytes": p.peak_rss_bytes,
+                    "peak_rss_above_start_bytes": p.peak_rss_above_start_bytes,
                     "rss_change_bytes": p.rss_change_bytes,
                     "peak_gpu_allocated_bytes": p.peak_gpu_allocated_bytes,
                     "depth": p.depth,
@@ -86,6 +94,17 @@ class PhaseAccumulator:
             )
         rows.sort(key=lambda r: -(r["total_s"] or 0.0))
         return rows
+
+
+def node_gpu_above_start(node: Mapping) -> int | None:
+    """The most GPU memory the node allocated above its own start, over its devices."""
+    values = [
+        p.get("peak_allocated_above_start_bytes")
+        for p in node.get("gpu_peaks") or []
+        if isinstance(p, Mapping)
+    ]
+    values = [v for v in values if isinstance(v, (int, float))]
+    return max(values) if values else None
 
 
 def node_gpu_peak(node: Mapping) -> int | None:
@@ -108,6 +127,7 @@ def phases_from_nodes(nodes: Iterable[Mapping], run_duration_s: float | None = N
             node.get("rss_change_bytes"),
             node_gpu_peak(node),
             error=node.get("status") in ("error", "interrupted"),
+            peak_rss_above_start_bytes=node.get("peak_rss_above_start_bytes"),
         )
     return acc.rows(run_duration_s)
 

@@ -214,6 +214,7 @@ class ProfileSession:
             max(gpu_values) if gpu_values else None,
             depth=record.depth,
             error=status != "executed",
+            peak_rss_above_start_bytes=row.peak_rss_above_start_bytes,
         )
         with self._lock:
             if len(self.rows) < self._limit:
