@@ -75,8 +75,8 @@ def node_label(node: Mapping) -> str:
     return f"#{node.get('node_id')} {node.get('title') or node.get('class_type') or ''}".strip()
 
 
-def node_gpu_peak(node: Mapping) -> int | None:
-    values = [p.get("peak_allocated_bytes") for p in node.get("gpu_peaks") or []]
+def node_gpu_peak(node: Mapping, key: str = "peak_allocated_bytes") -> int | None:
+    values = [p.get(key) for p in node.get("gpu_peaks") or []]
     values = [v for v in values if v is not None]
     return max(values) if values else None
 
@@ -187,7 +187,8 @@ def nodes_table(report: Mapping) -> str:
         return '<p class="muted">No nodes profiled.</p>'
     head = (
         "<tr><th>node</th><th>class</th><th>status</th><th class=num>start</th><th class=num>time</th>"
-        "<th class=num>peak RSS</th><th class=num>RSS change</th><th class=num>peak GPU</th></tr>"
+        "<th class=num>peak RSS</th><th class=num>RSS added</th><th class=num>RSS change</th>"
+        "<th class=num>peak GPU</th><th class=num>GPU added</th></tr>"
     )
     rows = []
     for n in nodes:
@@ -196,8 +197,10 @@ def nodes_table(report: Mapping) -> str:
             f"<td>{esc(n.get('status'))}</td><td class=num>{esc(format_seconds(n.get('start_offset_s')))}</td>"
             f"<td class=num>{esc(format_seconds(n.get('duration_s')))}</td>"
             f"<td class=num>{esc(format_bytes(n.get('peak_rss_bytes')) if n.get('peak_rss_bytes') is not None else '–')}</td>"
+            f"<td class=num>{esc(format_value('peak_bytes', n.get('peak_rss_above_start_bytes')))}</td>"
             f"<td class=num>{esc(format_value('rss_change_bytes', n.get('rss_change_bytes')))}</td>"
-            f"<td class=num>{esc(format_value('peak_bytes', node_gpu_peak(n)))}</td></tr>"
+            f"<td class=num>{esc(format_value('peak_bytes', node_gpu_peak(n)))}</td>"
+            f"<td class=num>{esc(format_value('peak_bytes', node_gpu_peak(n, 'peak_allocated_above_start_bytes')))}</td></tr>"
         )
     return f"<table>{head}{''.join(rows)}</table>"
 
@@ -266,7 +269,9 @@ def render_html(report: Mapping) -> str:
         f"<h2>Errors and suggestions</h2>{problems_html(report)}"
         f"<h2>Timeline</h2>{timeline_svg(report)}"
         f"<h2>Time per node</h2>{breakdown_svg(report, 'duration_s', 'bar', format_seconds)}"
-        f"<h2>Peak RSS per node</h2>{breakdown_svg(report, 'peak_rss_bytes', 'bar2', format_bytes)}"
+        # What each node added above its start: the process's peak would rank nodes by what ran before.
+        f"<h2>RSS added per node (peak above its start)</h2>"
+        f"{breakdown_svg(report, 'peak_rss_above_start_bytes', 'bar2', format_bytes)}"
         f"<h2>Monitor steps</h2>{steps}"
         f"<h2>Nodes</h2>{nodes_table(report)}"
         f"<h2>System</h2>{system_html(report.get('system') or {})}"

@@ -27,6 +27,7 @@ def report(**overrides):
                 "peak_rss_bytes": 2 * 1024**3,
                 "peak_rss_method": "kernel_hwm",
                 "rss_change_bytes": 1024,
+                "peak_rss_above_start_bytes": 300 * 1024**2,
                 "gpu_peaks": [
                     {"device": "cuda:0", "peak_allocated_bytes": 1024**3, "peak_reserved_bytes": None}
                 ],
@@ -87,7 +88,7 @@ def test_no_external_loads_and_a_strict_policy():
 
 def test_charts_sections_and_figures():
     page = render_html(report())
-    assert page.count("<svg") == 3  # timeline, time per node, peak RSS per node
+    assert page.count("<svg") == 3  # timeline, time per node, RSS added per node
     assert "<rect" in page and "Errors and suggestions" in page and "Monitor steps" in page
     assert "2.0 GiB" in page and "1.50 s" in page and "cached" in page
     assert page.index("RuntimeError") < page.index("Timeline")  # problems on top

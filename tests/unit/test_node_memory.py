@@ -96,3 +96,14 @@ def test_available_memory_keeps_its_low_point_not_its_maximum():
     assert result.lows["ram_available_bytes"].value == 4 * GiB
     assert result.peaks["ram_used_bytes"].value == 12 * GiB
     assert result.to_dict()["lows"]["ram_available_bytes"]["value"] == 4 * GiB
+
+
+def test_html_report_bars_rank_nodes_by_what_they_added(tmp_path):
+    from monitors.exporters.html import render_html
+
+    report = _run_two_nodes(tmp_path, 1 * GiB).to_dict()
+    page = render_html(report)
+    chart = page.split("RSS added per node", 1)[1].split("</svg>", 1)[0]
+    assert "100.0 MiB" in chart and "10.0 MiB" in chart
+    assert "1.1 GiB" not in chart  # the process's peak is in the table, not in the bars
+    assert "RSS added" in page.split("<h2>Nodes</h2>", 1)[1]
