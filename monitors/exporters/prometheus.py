@@ -26,6 +26,7 @@ else:
     PROMETHEUS_MISSING = None
 
 from ..probes import DETAIL_FULL
+from ..vocabulary import key
 
 log = logging.getLogger(__name__)
 
@@ -51,17 +52,23 @@ BYTE_BUCKETS = (
     128 * GiB,
 )
 VAE_START = {"auto": "direct"}  # what each requested strategy tries first; anything later is a fallback
+# Summary figures read from run reports, named through the vocabulary (a typo fails at import).
+VAE_REQUESTED = key("vae_encode", "strategy_requested")
+VAE_USED = key("vae_encode", "strategy_used")
+VAE_N_OOM = key("vae_encode", "n_out_of_memory")
+LORA_N_UNMATCHED = key("lora", "n_unmatched_keys")
+# Metric names use the report's spelling of units (`_pct`, one name for CPU use everywhere).
 SAMPLE_HOST = (
     ("process_rss_bytes", "process_rss_bytes", "Resident memory of the ComfyUI process"),
     ("ram_used_bytes", "ram_used_bytes", "System memory in use"),
     ("ram_available_bytes", "ram_available_bytes", "System memory available"),
-    ("cpu_percent", "cpu_pct", "System CPU use in percent"),
+    ("cpu_pct", "cpu_pct", "System CPU use in percent"),
 )
 SAMPLE_GPU = (
     ("gpu_allocated_bytes", "allocated_bytes", "Torch allocator: bytes allocated"),
     ("gpu_reserved_bytes", "reserved_bytes", "Torch allocator: bytes reserved"),
     ("gpu_used_bytes", "nvml_used_bytes", "NVML: device memory in use"),
-    ("gpu_utilization_percent", "utilization_pct", "NVML: GPU utilisation in percent"),
+    ("gpu_utilization_pct", "utilization_pct", "NVML: GPU utilisation in percent"),
     ("gpu_temperature_celsius", "temperature_c", "NVML: GPU temperature"),
     ("gpu_power_watts", "power_w", "NVML: GPU power draw"),
 )
@@ -247,17 +254,17 @@ class FleetMetrics:
 
     def _observe_step(self, kind, summary: Mapping) -> None:
         if kind == "vae_encode":
-            requested = str(summary.get("strategy_requested") or "unknown")
-            used = str(summary.get("strategy_used") or "none")
+            requested = str(summary.get(VAE_REQUESTED) or "unknown")
+            used = str(summary.get(VAE_USED) or "none")
             self.vae_encodes.labels(requested=requested, used=used).inc()
-            if summary.get("strategy_used") and used != VAE_START.get(requested, requested):
+            if summary.get(VAE_USED) and used != VAE_START.get(requested, requested):
                 self.vae_fallbacks.labels(used=used).inc()
-            ooms = _number(summary.get("n_out_of_memory"))
+            ooms = _number(summary.get(VAE_N_OOM))
             if ooms:
                 self.vae_oom.inc(ooms)
         elif kind == "lora":
             self.lora_steps.inc()
-            unmatched = _number(summary.get("n_unmatched_keys"))
+            unmatched = _number(summary.get(LORA_N_UNMATCHED))
             if unmatched:
                 self.lora_unmatched_steps.inc()
                 self.lora_unmatched_keys.inc(unmatched)

@@ -129,9 +129,9 @@ async def test_sampler_gauges_from_the_latest_sample(metrics_client):
     samples = await scrape(client)
     assert value(samples, "pipeline_monitor_process_rss_bytes") == 700 * 1024**2
     assert value(samples, "pipeline_monitor_gpu_allocated_bytes", device="cuda:0") == 2 * GiB
-    assert value(samples, "pipeline_monitor_gpu_utilization_percent", device="cuda:0") == 77.0
+    assert value(samples, "pipeline_monitor_gpu_utilization_pct", device="cuda:0") == 77.0
     assert value(samples, "pipeline_monitor_gpu_temperature_celsius", device="cuda:0") == 40.0
-    assert value(samples, "pipeline_monitor_cpu_percent") == 12.5
+    assert value(samples, "pipeline_monitor_cpu_pct") == 12.5
 
 
 async def test_node_class_labels_are_bounded(metrics_client, monkeypatch):

@@ -163,3 +163,54 @@ def test_command_line_check_passes():
         cwd=REPO, capture_output=True, text=True, check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+# Same spelling, other meaning: a file that uses one of these names for something that is not a
+# step summary's figure.
+NOT_SUMMARY_KEYS = {
+    ("nodes/memory_snapshot.py", "model_class"): "a loaded-model row of the OOM memory snapshot (details)",
+    **{("nodes/dump_nodes.py", name): "an input of the compare node (node inputs are a contract)"
+       for name in ("dump_a", "dump_b", "rtol", "atol")},
+}
+
+
+def _names_used_elsewhere_in_the_schema() -> set[str]:
+    """Property names and enum values of the report outside the step summaries (status, duration_s...)."""
+    found: set[str] = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            found.update(node.get("properties") or {})
+            found.update(v for v in node.get("enum") or [] if isinstance(v, str))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk({k: v for k, v in SCHEMA.items() if k != "$defs"})
+    walk({k: v for k, v in SCHEMA["$defs"].items() if not k.startswith("summary_")})
+    return found
+
+
+def _code_without_comments(path: Path) -> str:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    marks = ("#",) if path.suffix == ".py" else ("//", "*", "/*")
+    return "\n".join("" if line.lstrip().startswith(marks) else line for line in lines)
+
+
+def test_no_summary_key_is_spelled_by_hand_in_nodes_or_web():
+    shared = _names_used_elsewhere_in_the_schema()
+    declared = {f.name for _, f in all_fields()} - shared
+    offenders = []
+    for folder in ("nodes", "web"):
+        for path in sorted((REPO / folder).rglob("*")):
+            if path.suffix not in (".py", ".mjs", ".js") or path.name == "vocabulary.generated.mjs":
+                continue
+            rel = path.relative_to(REPO).as_posix()
+            code = _code_without_comments(path)
+            for literal in re.findall(r"""(["'`])([a-z][a-z0-9_]*)\1""", code):
+                name = literal[1]
+                if name in declared and (rel, name) not in NOT_SUMMARY_KEYS:
+                    offenders.append(f"{rel}: {name!r}")
+    assert not offenders, "read summary keys through monitors.vocabulary / KEYS: " + ", ".join(sorted(set(offenders)))
