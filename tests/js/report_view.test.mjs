@@ -17,9 +17,11 @@ export function makeReport(overrides = {}) {
     duration_s: 3,
     nodes: [
       { node_id: "1", class_type: "UNETLoader", title: null, status: "executed", cached: false, start_offset_s: 0, duration_s: 1.0,
-        peak_rss_bytes: 900 * MiB, peak_rss_method: "kernel_hwm", rss_change_bytes: 100 * MiB, gpu_peaks: [] },
+        peak_rss_bytes: 900 * MiB, peak_rss_method: "kernel_hwm", rss_change_bytes: 100 * MiB, gpu_peaks: [],
+        peak_rss_above_start_bytes: 100 * MiB },
       { node_id: "2", class_type: "KSampler", title: "<img src=x onerror=alert(1)>", status: "executed", cached: false,
-        start_offset_s: 1, duration_s: 1.5, peak_rss_bytes: 800 * MiB, peak_rss_method: "kernel_hwm", rss_change_bytes: 0, gpu_peaks: [] },
+        start_offset_s: 1, duration_s: 1.5, peak_rss_bytes: 1000 * MiB, peak_rss_method: "kernel_hwm", rss_change_bytes: 0, gpu_peaks: [],
+        peak_rss_above_start_bytes: 20 * MiB },
       { node_id: "3", class_type: "VAELoader", title: null, status: "cached", cached: true, start_offset_s: null, duration_s: null,
         peak_rss_bytes: null, peak_rss_method: null, rss_change_bytes: null, gpu_peaks: [] },
     ],
@@ -35,16 +37,39 @@ export function makeReport(overrides = {}) {
 
 test("node rows flag the slowest and the most memory-hungry executed node", () => {
   const rows = nodeRows(makeReport());
+  // Node 2's absolute peak is higher (it ran after the loader); node 1 added more itself.
   assert.deepEqual(rows.map((r) => [r.nodeId, r.slowest, r.hungriest]), [["1", false, true], ["2", true, false], ["3", false, false]]);
+  assert.deepEqual(rows.map((r) => r.rssAddedBytes), [100 * MiB, 20 * MiB, null]);
   assert.equal(rows[1].label, "<img src=x onerror=alert(1)>", "titles are data; the DOM layer renders them as text");
 });
 
 test("GPU peaks decide memory-hungry when any node has one", () => {
   const report = makeReport();
-  report.nodes[1].gpu_peaks = [{ device: "cuda:0", peak_allocated_bytes: 5 * MiB, peak_reserved_bytes: 6 * MiB }];
+  report.nodes[1].gpu_peaks = [{ device: "cuda:0", peak_allocated_bytes: 5 * MiB, peak_reserved_bytes: 6 * MiB,
+    peak_allocated_above_start_bytes: 4 * MiB, peak_reserved_above_start_bytes: 4 * MiB }];
   const rows = nodeRows(report);
   assert.equal(rows.find((r) => r.hungriest)?.nodeId, "2");
   assert.equal(rows[1].peakGpuBytes, 5 * MiB);
+  assert.equal(rows[1].gpuAddedBytes, 4 * MiB);
+});
+
+test("reports without the figures a node added flag no memory-hungry node", () => {
+  const report = makeReport();
+  for (const n of report.nodes) delete n.peak_rss_above_start_bytes;
+  assert.equal(nodeRows(report).some((r) => r.hungriest), false, "the process's peak is no node's own figure");
+});
+
+test("the same work on a bigger process is no memory regression", () => {
+  const base = makeReport();
+  const later = makeReport({ prompt_id: "p2", started_unix_s: 2000 });
+  // The process grew by 300 MiB between the runs (caches, loaded models): every absolute peak rises.
+  later.nodes = later.nodes.map((n) => (isFinite(n.peak_rss_bytes ?? NaN) ? { ...n, peak_rss_bytes: n.peak_rss_bytes + 300 * MiB } : n));
+  const c = compareRuns(base, later);
+  assert.deepEqual(c.nodes.map((n) => n.memoryRegression), [false, false, false]);
+  assert.equal(c.nodes[0].memoryDelta, 0);
+  const hungrier = makeReport({ prompt_id: "p3", started_unix_s: 3000 });
+  hungrier.nodes = hungrier.nodes.map((n) => (n.node_id === "2" ? { ...n, peak_rss_above_start_bytes: 200 * MiB } : n));
+  assert.equal(compareRuns(base, hungrier).nodes[1].memoryRegression, true);
 });
 
 test("sorting keeps unknown values last in both directions and is stable", () => {

@@ -5,10 +5,12 @@ import { kindInfo } from "./step_kinds.mjs";
 
 /**
  * @typedef {{level: string, message: string, code?: string | null}} Finding
- * @typedef {{device: string, peak_allocated_bytes: number | null, peak_reserved_bytes: number | null}} GpuPeak
+ * @typedef {{device: string, peak_allocated_bytes: number | null, peak_reserved_bytes: number | null,
+ *   peak_allocated_above_start_bytes?: number | null, peak_reserved_above_start_bytes?: number | null}} GpuPeak
  * @typedef {{node_id: string, class_type: string | null, title?: string | null, status: string, cached: boolean,
  *   start_offset_s?: number | null, duration_s?: number | null, peak_rss_bytes?: number | null,
- *   peak_rss_method?: string | null, rss_change_bytes?: number | null, gpu_peaks?: GpuPeak[]}} NodeProfile
+ *   peak_rss_method?: string | null, rss_change_bytes?: number | null, gpu_peaks?: GpuPeak[],
+ *   peak_rss_above_start_bytes?: number | null}} NodeProfile
  * @typedef {{kind: string, node_id: string | null, summary?: Record<string, unknown>, details?: Record<string, unknown>,
  *   findings?: Finding[], monitor_errors?: string[], created_unix_s?: number | null, cached?: boolean}} StepReport
  * @typedef {{prompt_id: string, status: string, started_unix_s: number, finished_unix_s?: number | null,
@@ -53,15 +55,28 @@ export function nodeGpuPeak(node) {
   return values.length ? Math.max(...values) : null;
 }
 
+/** The most GPU memory the node allocated above its own start, over its devices. @param {NodeProfile} node */
+export function nodeGpuAdded(node) {
+  const values = (node.gpu_peaks ?? []).map((p) => p.peak_allocated_above_start_bytes).filter(isNumber);
+  return values.length ? Math.max(...values) : null;
+}
+
+/** @param {NodeProfile} node */
+export function nodeRssAdded(node) {
+  return isNumber(node.peak_rss_above_start_bytes) ? node.peak_rss_above_start_bytes : null;
+}
+
 /**
  * @typedef {{nodeId: string, label: string, classType: string, status: string, cached: boolean,
  *   durationS: number | null, peakRssBytes: number | null, peakGpuBytes: number | null,
+ *   rssAddedBytes: number | null, gpuAddedBytes: number | null,
  *   rssChangeBytes: number | null, slowest: boolean, hungriest: boolean}} NodeRow
  */
 
 /**
- * Per-node rows with the slowest and the most memory-hungry executed node flagged (memory: peak
- * GPU allocated where any node has one, else peak RSS).
+ * Per-node rows with the slowest and the most memory-hungry executed node flagged. Memory is what
+ * the node added above its own start (GPU allocated where any node has it, else RSS): the absolute
+ * peaks include everything that ran before, so they would crown whichever node ran last.
  * @param {RunReport} report
  * @returns {NodeRow[]}
  */
@@ -76,6 +91,8 @@ export function nodeRows(report) {
     durationS: isNumber(n.duration_s) ? n.duration_s : null,
     peakRssBytes: isNumber(n.peak_rss_bytes) ? n.peak_rss_bytes : null,
     peakGpuBytes: nodeGpuPeak(n),
+    rssAddedBytes: nodeRssAdded(n),
+    gpuAddedBytes: nodeGpuAdded(n),
     rssChangeBytes: isNumber(n.rss_change_bytes) ? n.rss_change_bytes : null,
     slowest: false,
     hungriest: false,
@@ -91,8 +108,8 @@ export function nodeRows(report) {
   };
   const slowest = top((r) => r.durationS);
   if (slowest) slowest.slowest = true;
-  const useGpu = executed.some((r) => r.peakGpuBytes !== null);
-  const hungriest = top((r) => (useGpu ? r.peakGpuBytes : r.peakRssBytes));
+  const useGpu = executed.some((r) => r.gpuAddedBytes !== null);
+  const hungriest = top((r) => (useGpu ? r.gpuAddedBytes : r.rssAddedBytes));
   if (hungriest) hungriest.hungriest = true;
   return rows;
 }
@@ -217,9 +234,9 @@ function unitOfKey(key) {
   return null;
 }
 
-/** @param {NodeProfile} n */
+/** What the node itself needed (above its start), so a bigger process is no node regression. @param {NodeProfile} n */
 function nodeMemory(n) {
-  return nodeGpuPeak(n) ?? (isNumber(n.peak_rss_bytes) ? n.peak_rss_bytes : null);
+  return nodeGpuAdded(n) ?? nodeRssAdded(n);
 }
 
 /**

@@ -68,8 +68,10 @@ function problemsSection(report) {
 const NODE_COLUMNS = [
   { key: "nodeId", label: "Node" },
   { key: "durationS", label: "Time", num: true },
-  { key: "peakRssBytes", label: "Peak RSS", num: true },
-  { key: "peakGpuBytes", label: "Peak GPU", num: true },
+  { key: "rssAddedBytes", label: "RSS added", num: true, gpu: false, title: "peak RSS above the node's start: what the node itself added" },
+  { key: "peakRssBytes", label: "Peak RSS", num: true, gpu: false, title: "the process's peak while the node ran, everything before included" },
+  { key: "gpuAddedBytes", label: "GPU added", num: true, gpu: true, title: "peak GPU allocated above the node's start" },
+  { key: "peakGpuBytes", label: "Peak GPU", num: true, gpu: true, title: "peak GPU allocated while the node ran" },
   { key: "cached", label: "Cached" },
 ];
 
@@ -82,11 +84,11 @@ function nodesTable(report, sort, actions) {
   const rows = sortRows(nodeRows(report), /** @type {any} */ (sort.key), sort.dir);
   if (!rows.length) return h("p", { class: "pm-muted", text: report.profile_enabled === false ? "The per-node profile was off for this run." : "No nodes profiled." });
   const hasGpu = rows.some((r) => r.peakGpuBytes !== null);
-  const columns = NODE_COLUMNS.filter((c) => c.key !== "peakGpuBytes" || hasGpu);
+  const columns = NODE_COLUMNS.filter((c) => !c.gpu || hasGpu);
   return h("table", { class: "pm-table pm-nodes" },
     h("thead", {}, h("tr", {}, columns.map((c) => h("th", {
       class: `pm-sortable${c.num ? " pm-num" : ""}${sort.key === c.key ? " pm-sorted" : ""}`,
-      dataset: { key: c.key }, title: "Sort", onclick: () => actions.sort(c.key),
+      dataset: { key: c.key }, title: c.title ? `${c.title} (sort)` : "Sort", onclick: () => actions.sort(c.key),
       text: `${c.label}${sort.key === c.key ? (sort.dir === "desc" ? " ▾" : " ▴") : ""}` })))),
     h("tbody", {}, rows.map((r) => h("tr", {
       class: [r.slowest ? "pm-slowest" : "", r.hungriest ? "pm-hungriest" : "", r.cached ? "pm-cached" : ""].join(" ").trim(),
@@ -95,7 +97,9 @@ function nodesTable(report, sort, actions) {
         r.slowest ? badge("slowest", "warn") : null, r.hungriest ? badge("most memory", "warn") : null,
         r.status === "error" || r.status === "interrupted" ? badge(r.status, "error") : null),
       h("td", { class: "pm-num", text: formatSeconds(r.durationS) }),
+      h("td", { class: "pm-num", text: formatBytes(r.rssAddedBytes) }),
       h("td", { class: "pm-num", text: formatBytes(r.peakRssBytes) }),
+      hasGpu ? h("td", { class: "pm-num", text: formatBytes(r.gpuAddedBytes) }) : null,
       hasGpu ? h("td", { class: "pm-num", text: formatBytes(r.peakGpuBytes) }) : null,
       h("td", { text: r.cached ? "cached" : "" })))));
 }
@@ -197,7 +201,7 @@ export function compareView(x, y, actions) {
     h("h4", { text: "Per node" }),
     h("table", { class: "pm-table pm-compare-nodes" },
       h("thead", {}, h("tr", {}, h("th", { text: "Node" }), h("th", { class: "pm-num", text: "time base → newer" }), h("th", { class: "pm-num", text: "Δ" }),
-        h("th", { class: "pm-num", text: "memory base → newer" }), h("th", { class: "pm-num", text: "Δ" }), h("th", { text: "" }))),
+        h("th", { class: "pm-num", text: "memory added base → newer", title: "peak above the node's start (GPU allocated, else RSS)" }), h("th", { class: "pm-num", text: "Δ" }), h("th", { text: "" }))),
       h("tbody", {}, c.nodes.map((n) => h("tr", { class: n.regression ? "pm-regressed" : "", dataset: { nodeId: n.nodeId }, title: n.presence },
         h("td", {}, h("span", { class: "pm-muted", text: `#${n.nodeId} ` }), clip(n.label, 24)),
         h("td", { class: "pm-num", text: `${n.cachedA ? "cached" : formatSeconds(n.durationA)} → ${n.cachedB ? "cached" : formatSeconds(n.durationB)}` }),
