@@ -72,6 +72,37 @@ def upstream_node_ids(node_id: str | None, prompt: Mapping | None, input_names) 
     return found
 
 
+def run_outcome(messages) -> tuple[str, dict | None]:
+    """(status, error details) of a prompt from its executor's status messages, [(event, data)...]
+    as ComfyUI's PromptExecutor keeps them."""
+    for event, data in messages:
+        if event == "execution_interrupted":
+            return "interrupted", {"node_id": data.get("node_id"), "exception_type": "interrupted"}
+    for event, data in messages:
+        if event == "execution_error":
+            return "error", {
+                "node_id": data.get("node_id"),
+                "node_type": data.get("node_type"),
+                "exception_type": data.get("exception_type"),
+                "exception_message": str(data.get("exception_message", ""))[:2000],
+            }
+    if any(event == "execution_success" for event, _ in messages):
+        return "success", None
+    return "error", {
+        "node_id": None,
+        "exception_type": "unknown",
+        "exception_message": "no final status from ComfyUI",
+    }
+
+
+def cached_node_ids(messages) -> list[str]:
+    """Nodes the executor found in its cache at prompt start (upstream ones never reach a handler)."""
+    for event, data in messages:
+        if event == "execution_cached":
+            return [str(node_id) for node_id in data.get("nodes", [])]
+    return []
+
+
 class RunRecorder:
     def __init__(self, store: RunStore, probes: Probes | None = None, profile_enabled: bool = True):
         self.store = store

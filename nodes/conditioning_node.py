@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
+from ..monitors.conditioning.prompt_text import input_types_from_spec
 from ..monitors.conditioning.report import build_conditioning_step
 from .node_support import hidden_inputs, run_monitor
 from .runtime import get_runtime
@@ -16,13 +17,7 @@ def comfy_input_types(class_type: str) -> dict[str, str] | None:
     class_def = comfy_nodes.NODE_CLASS_MAPPINGS.get(class_type)
     if class_def is None:
         return None
-    spec = class_def.INPUT_TYPES()
-    types = {}
-    for section in ("required", "optional"):
-        for name, info in (spec.get(section) or {}).items():
-            kind = info[0] if isinstance(info, (list, tuple)) and info else None
-            types[name] = kind if isinstance(kind, str) else "COMBO"
-    return types
+    return input_types_from_spec(class_def.INPUT_TYPES())
 
 
 class PipelineMonitorConditioning(io.ComfyNode):

@@ -12,13 +12,13 @@ import logging
 
 from comfy_api.latest import io
 
-from ..monitors.dumps.files import DumpError, dump_file_name
 from ..monitors.dumps.report import (
     LIVE_VALUE,
     NO_DUMPS,
     build_compare_step,
     build_dump_step,
     compare_inputs_problem,
+    dump_name_problem,
     dump_names,
     file_state,
     written_file_name,
@@ -96,11 +96,7 @@ class PipelineMonitorTensorDump(io.ComfyNode):
 
     @classmethod
     def validate_inputs(cls, name):
-        try:
-            dump_file_name(name)
-        except DumpError as exc:
-            return str(exc)
-        return True
+        return dump_name_problem(name) or True
 
     @classmethod
     def execute(cls, name="pm_dump", npy=False, conditioning=None, latent=None, image=None) -> io.NodeOutput:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 
+from ..monitors.recorder import cached_node_ids, run_outcome
 from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
@@ -84,43 +85,13 @@ def attach_metrics(runtime) -> None:
         log.exception("pipeline monitor: fleet metrics not attached")
 
 
-def final_status(executor) -> tuple[str, dict | None]:
-    """The prompt's outcome from the executor's status messages: (status, error details)."""
-    messages = getattr(executor, "status_messages", None) or []
-    for event, data in messages:
-        if event == "execution_interrupted":
-            return "interrupted", {"node_id": data.get("node_id"), "exception_type": "interrupted"}
-    for event, data in messages:
-        if event == "execution_error":
-            return "error", {
-                "node_id": data.get("node_id"),
-                "node_type": data.get("node_type"),
-                "exception_type": data.get("exception_type"),
-                "exception_message": str(data.get("exception_message", ""))[:2000],
-            }
-    if any(event == "execution_success" for event, _ in messages):
-        return "success", None
-    return "error", {
-        "node_id": None,
-        "exception_type": "unknown",
-        "exception_message": "no final status from ComfyUI",
-    }
-
-
-def cached_node_ids(executor) -> list[str]:
-    """Nodes ComfyUI found in its cache at prompt start (upstream ones never reach the handler)."""
-    for event, data in getattr(executor, "status_messages", None) or []:
-        if event == "execution_cached":
-            return [str(node_id) for node_id in data.get("nodes", [])]
-    return []
-
-
 def on_prompt_end(executor) -> None:
     runtime = get_runtime()
     if runtime.recorder.active_prompt_id is None:
         return
-    status, error = final_status(executor)
-    report = runtime.recorder.end_run(status, error, cached_node_ids=cached_node_ids(executor))
+    messages = getattr(executor, "status_messages", None) or []
+    status, error = run_outcome(messages)
+    report = runtime.recorder.end_run(status, error, cached_node_ids=cached_node_ids(messages))
     if report is not None:
         announce_run(report.summary_dict())
 

@@ -16,6 +16,7 @@ from comfy_api.latest import io
 
 from ..monitors.report import failed_step
 from ..monitors.vae.chain import REQUESTS, ChainOptions, run_chain
+from ..monitors.vae.errors import error_for
 from ..monitors.vae.geometry import TileSettings
 from ..monitors.vae.report import STEP_KIND, build_vae_encode_step, log_findings
 from .memory_snapshot import loaded_models_snapshot
@@ -26,19 +27,6 @@ log = logging.getLogger(__name__)
 NODE_ID = "PipelineMonitorVAEEncode"
 # ComfyUI's VAE.encode logs this when it catches a CUDA OOM and retries tiled on its own.
 COMFY_TILED_RETRY_WARNING = "Ran out of memory when regular VAE encoding"
-
-
-class VAEEncodeInputError(ValueError):
-    """The input cannot be encoded (no VAE, empty batch, image too small, wrong channels)."""
-
-
-class VAEEncodeError(RuntimeError):
-    """A strategy failed with an error other than running out of memory."""
-
-
-class VAEEncodeOutOfMemoryError(torch.cuda.OutOfMemoryError):
-    """Every strategy ran out of memory. A CUDA OutOfMemoryError, so ComfyUI's executor handles it
-    as it handles any OOM (unloads models, shows its out-of-memory advice)."""
 
 
 def free_memory_reader(vae):
@@ -129,16 +117,6 @@ def chain_options(
     )
 
 
-def error_for(result) -> Exception:
-    """The exception that stops the prompt when no latent came out."""
-    message = f"{NODE_ID}: {result.error}"
-    if result.error_kind == "bad_input":
-        return VAEEncodeInputError(message)
-    if result.error_kind == "out_of_memory":
-        return VAEEncodeOutOfMemoryError(message)
-    return VAEEncodeError(message)
-
-
 def _is_interrupt(exc) -> bool:
     try:
         import comfy.model_management as mm
@@ -226,6 +204,6 @@ class PipelineMonitorVAEEncode(io.ComfyNode):
         if result.samples is None:
             if result.exception is not None and _is_interrupt(result.exception):
                 raise result.exception
-            raise error_for(result) from result.exception
+            raise error_for(result, NODE_ID) from result.exception
         samples, result.samples = result.samples, None  # the report keeps no tensor
         return io.NodeOutput({"samples": samples}, ui=ui)

@@ -71,6 +71,16 @@ def unknown_text_stats() -> dict:
     return {key: None for key in text_stats("")}
 
 
+def input_types_from_spec(spec: Mapping) -> dict[str, str]:
+    """input name -> type name ("STRING", "CLIP", "COMBO"...) from a node class's INPUT_TYPES()."""
+    types = {}
+    for section in ("required", "optional"):
+        for name, info in (spec.get(section) or {}).items():
+            kind = info[0] if isinstance(info, (list, tuple)) and info else None
+            types[name] = kind if isinstance(kind, str) else "COMBO"
+    return types
+
+
 def is_link(value) -> bool:
     return (
         isinstance(value, (list, tuple))

@@ -46,18 +46,23 @@ def file_state(directory: str, name: str) -> str:
         return f"{name}:missing:{type(exc).__name__}"
 
 
+def dump_name_problem(name: object) -> str | None:
+    """Why `name` cannot name a dump, or None (checked when the prompt is validated and before writing)."""
+    try:
+        dump_file_name(name)
+    except DumpError as exc:
+        return str(exc)
+    return None
+
+
 def compare_inputs_problem(dump_a: str, dump_b: str, directory: str) -> str | None:
     """Why these two names cannot be compared, or None (checked when the prompt is validated)."""
     if dump_a == NO_DUMPS:
         return no_dump_message(
             "No dump to compare yet: write one with Pipeline Monitor: Tensor Dump first.", directory
         )
-    for value in (dump_a,) if dump_b == LIVE_VALUE else (dump_a, dump_b):
-        try:
-            dump_file_name(value)
-        except DumpError as exc:
-            return str(exc)
-    return None
+    names = (dump_a,) if dump_b == LIVE_VALUE else (dump_a, dump_b)
+    return next((problem for problem in map(dump_name_problem, names) if problem is not None), None)
 
 
 def upstream_sources(node_id, prompt) -> dict:
