@@ -227,7 +227,7 @@ def test_image_to_video_workflow_reports_the_latent_and_dumps_it(server):
     assert history["status"]["status_str"] == "success", history["status"]
     steps = {s["kind"]: s for s in server.get_json(f"/pipeline_monitor/runs/{prompt_id}")["steps"]}
     latent = steps["latent"]["summary"]
-    assert latent["kind"] == "video" and latent["shape"] == [1, 16, 3, 32, 32] and latent["n_frames"] == 3
+    assert latent["latent_type"] == "video" and latent["shape"] == [1, 16, 3, 32, 32] and latent["n_frames"] == 3
     assert latent["family"] == "WAN 2.1 / HunyuanVideo / Kandinsky 5" and latent["n_nan"] == 0
     assert steps["tensor_dump"]["summary"]["file_name"] == "pm_i2v_latent.safetensors"
     tensors = load(server.get("/pipeline_monitor/dumps/pm_i2v_latent.safetensors").content)
