@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import os
+import re
 import tempfile
 import time
 import traceback
@@ -53,7 +55,20 @@ def to_jsonable(value: Any) -> Any:
         return None
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
-    return str(value)
+    if isinstance(value, numbers.Integral):  # numpy and other number types: numbers, not their text
+        return int(value)
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        return number if math.isfinite(number) else None
+    text = str(value)
+    if OBJECT_REPR.search(text):
+        # A default repr's memory address means nothing to a reader: name the type instead.
+        return f"{type(value).__module__}.{type(value).__qualname__}"
+    return text
+
+
+# What no report may carry: an object's default repr (`<function f at 0x7f...>`, `<X object at 0x...>`).
+OBJECT_REPR = re.compile(r"<.*? at 0x[0-9a-fA-F]+>|object at 0x[0-9a-fA-F]+")
 
 
 def _fields_dict(obj) -> dict:

@@ -145,10 +145,29 @@ def describe_vae(vae) -> dict[str, Any]:
         info["dtype"] = str(vae_dtype).replace("torch.", "")
     info["latent_channels"] = getattr(vae, "latent_channels", None)
     info["latent_dim"] = getattr(vae, "latent_dim", None)
-    ratio = getattr(vae, "downscale_ratio", None)
-    info["downscale_ratio"] = ratio if isinstance(ratio, (int, float)) else _str_or_none(ratio)
+    ratio, why = _compression_ratio(getattr(vae, "downscale_ratio", None))
+    info["downscale_ratio"] = ratio
+    if why is not None:
+        info["unknown_reasons"]["downscale_ratio"] = why
     info["resident_bytes"] = _resident(info)
     return info
+
+
+def _compression_ratio(ratio) -> tuple[Any, str | None]:
+    """A VAE's downscale_ratio as JSON numbers: a number, or a list with None for the parts that are
+    functions (video VAEs compress time by a function of the frame count); (value, why unknown)."""
+    if ratio is None or (isinstance(ratio, (int, float)) and not isinstance(ratio, bool)):
+        return ratio, None
+    if isinstance(ratio, (list, tuple)):
+        parts = [p if isinstance(p, (int, float)) and not isinstance(p, bool) else None for p in ratio]
+        if None not in parts:
+            return parts, None
+        missing = ", ".join(str(i) for i, p in enumerate(parts) if p is None)
+        return parts, (
+            f"part(s) {missing} are functions of the input size, not numbers "
+            "(see the step's spatial/temporal_compression_ratio)"
+        )
+    return None, f"a {type(ratio).__name__}, not a number (see the step's compression ratios)"
 
 
 def _resident(info: dict[str, Any]) -> int | None:

@@ -61,6 +61,18 @@ def geometry(pixels_shape, latent) -> dict:
     }
 
 
+# On the CPU, "free memory" is the system's available RAM: other processes move it (an encode that
+# grew the process by 53 KB saw it drop by 997 MB), so it is no figure of the encode.
+CPU_FREE_MEMORY_REASON = (
+    "on the CPU free memory is the whole system's available RAM, which other processes move: "
+    "not this encode's (see rss_change_bytes, and details.system_available_memory)"
+)
+
+
+def _on_cpu(device: str | None) -> bool:
+    return bool(device) and str(device).startswith("cpu")
+
+
 def memory_figures(result: ChainResult) -> dict:
     """Peaks with times, immediate impact (peak - before), before/after changes, ratios."""
     figures: dict = {}
@@ -94,6 +106,15 @@ def memory_figures(result: ChainResult) -> dict:
         if result.free_before_bytes is None or result.free_after_bytes is None
         else result.free_after_bytes - result.free_before_bytes
     )
+    if _on_cpu(result.device):
+        figures.update(
+            free_memory_before_bytes=None,
+            free_memory_after_bytes=None,
+            free_memory_change_bytes=None,
+            free_memory_change_pct=None,
+            cleanup_reclaimed_bytes=result.cleanup_reclaimed_bytes,
+        )
+        return figures
     figures.update(
         free_memory_before_bytes=result.free_before_bytes,
         free_memory_after_bytes=result.free_after_bytes,
@@ -158,15 +179,17 @@ def suggestions(
                 "comfy_internal_tiled_retry",
             )
         )
-    if used == "cpu":
-        found.append(
-            Finding(
-                "warning",
+    if used == "cpu" and result.requested != "cpu":
+        gpu_attempts = [a for a in result.attempts if a.strategy in ("direct", "tiled")]
+        if any(a.outcome == OOM for a in gpu_attempts):
+            message = (
                 "Encoded on the CPU after the GPU strategies ran out of memory (slow): lower tile_size "
-                "or temporal_size, or free GPU memory.",
-                "cpu_fallback",
+                "or temporal_size, or free GPU memory."
             )
-        )
+        else:  # only claim out of memory when an attempt ran out of it
+            why = "; ".join(f"{a.strategy} {a.outcome}: {a.reason or a.error_message}" for a in gpu_attempts)
+            message = f"Encoded on the CPU (slow): {why or 'no GPU strategy ran'}."
+        found.append(Finding("warning", message, "cpu_fallback"))
     shape = (result.pixels_info or {}).get("shape") or []
     if tiled and tiled.outcome != SKIPPED and len(shape) == 4 and tiles.tile_size >= max(shape[1], shape[2]):
         found.append(
@@ -219,6 +242,11 @@ def build_step(
     figures = memory_figures(result)
     duration = None if result.span is None else result.span.duration_s
     frames = (pixels.get("shape") or [None])[0]
+    throughput_reason = None
+    if result.samples is None:
+        throughput_reason = "no latent was made"
+    elif result.strategy_used == "dummy":
+        throughput_reason = "dummy latent: zeros made without encoding, so nothing was encoded per second"
     direct_prediction = result.predictions.get("direct")
     direct_attempt = _attempt(result, "direct")
     used_attempt = _attempt(result, result.strategy_used) if result.strategy_used else None
@@ -235,10 +263,8 @@ def build_step(
         "latent_n_elements": None if latent is None else latent["n_elements"],
         "input_bytes": pixels.get("bytes"),
         "duration_s": duration,
-        "frames_per_s": None if result.samples is None else _ratio(frames, duration),
-        "input_mb_per_s": None
-        if result.samples is None
-        else _ratio((pixels.get("bytes") or 0) / MB, duration),
+        "frames_per_s": None if throughput_reason else _ratio(frames, duration),
+        "input_mb_per_s": None if throughput_reason else _ratio((pixels.get("bytes") or 0) / MB, duration),
         "direct_needed_bytes": None if direct_prediction is None else direct_prediction.needed_bytes,
         "direct_free_bytes": None if direct_prediction is None else direct_prediction.free_bytes,
         "direct_predicted_to_fit": None if direct_prediction is None else direct_prediction.fits,
@@ -266,7 +292,18 @@ def build_step(
         "vae": vae_info,
         "device": result.device,
         "span": None if result.span is None else result.span.to_dict(),
+        "throughput_unknown_reason": throughput_reason,
     }
+    if _on_cpu(result.device):
+        details["free_memory_unknown_reason"] = CPU_FREE_MEMORY_REASON
+        details["system_available_memory"] = {
+            "before_bytes": result.free_before_bytes,
+            "after_bytes": result.free_after_bytes,
+            "change_bytes": None
+            if result.free_before_bytes is None or result.free_after_bytes is None
+            else result.free_after_bytes - result.free_before_bytes,
+            "note": "system-wide: includes every other process",
+        }
     return StepReport(
         kind=STEP_KIND,
         node_id=node_id,
