@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from ..latent.analysis import STATS_MAX_ELEMENTS, describe_tensor_bounded
 from ..models.state import describe_clip
 from ..report import Finding, StepReport
-from .family import families_from_encoder_class, family_from_shape, identify_family
+from .family import families_from_encoder_class, family_from_shape, identify_family, remember_family
 from .prompt_text import attach_texts
 from .summary import SIDE_SOURCES
 
@@ -168,6 +168,7 @@ def describe_entry(
     )
     shape_family = family_from_shape(info["hidden_size"], info["pooled_size"], info["n_tokens"], extra_keys)
     info["family"] = identify_family(shape_family, encoder_families)
+    remember_family(cond, info["family"])
     return info
 
 

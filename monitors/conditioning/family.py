@@ -9,6 +9,8 @@ at hand.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass
 
 ANY_POOLED = "any"  # the family has a pooled output whose size varies
@@ -201,3 +203,37 @@ def identify_family(shape_family: dict, encoder_families: tuple[str, ...]) -> di
         "basis": "clip class",
         "shape_family": shape_family["family"],
     }
+
+
+# -- families identified by the conditioning monitor, for later readers of the same tensors ----------
+# The conditioning monitor sees the CLIP (its class names the family exactly); a dump of the same
+# CONDITIONING further down the graph sees only the tensors. The monitor passes its inputs through
+# as the very same objects, so the family is remembered per cond tensor, through a weak reference
+# (no tensor is kept alive), and a dump of that tensor reuses it.
+MAX_REMEMBERED_FAMILIES = 256
+_remembered: dict[int, tuple[weakref.ref, dict]] = {}
+_remembered_lock = threading.Lock()
+
+
+def remember_family(cond, family: dict) -> None:
+    """Note the family identified for a conditioning tensor (no-op for objects without weakrefs)."""
+    try:
+        ref = weakref.ref(cond)
+    except TypeError:
+        return
+    with _remembered_lock:
+        _remembered.pop(id(cond), None)
+        _remembered[id(cond)] = (ref, dict(family))
+        for key in [k for k, (r, _f) in _remembered.items() if r() is None]:
+            del _remembered[key]
+        while len(_remembered) > MAX_REMEMBERED_FAMILIES:
+            del _remembered[next(iter(_remembered))]
+
+
+def remembered_family(cond) -> dict | None:
+    """The family the conditioning monitor identified for this very tensor, or None."""
+    with _remembered_lock:
+        entry = _remembered.get(id(cond))
+    if entry is None or entry[0]() is not cond:  # a freed tensor's id can be reused
+        return None
+    return dict(entry[1])

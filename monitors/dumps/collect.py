@@ -99,12 +99,16 @@ def collect_tensors(conditioning=None, latent=None, image=None) -> CollectedTens
 
 
 def guess_encoder_family(conditioning) -> str | None:
-    """Text-encoder family of the first conditioning entry, from its shape (conditioning_family);
+    """Text-encoder family of the first conditioning entry: the conditioning monitor's answer for
+    these very tensors when it saw them (it knows the CLIP's class), else from the shape;
     None when unknown or not a CONDITIONING."""
     try:
-        from ..conditioning.family import family_from_shape
+        from ..conditioning.family import family_from_shape, remembered_family
 
         cond, extras = conditioning[0][0], conditioning[0][1]
+        guess = remembered_family(cond)
+        if guess is not None and guess.get("confidence") != "unknown":
+            return f"{guess['family']} ({guess['confidence']})"
         pooled = extras.get("pooled_output")
         guess = family_from_shape(
             int(cond.shape[-1]),

@@ -90,3 +90,26 @@ def test_to_jsonable_never_writes_an_object_repr():
     out = to_jsonable({"f": lambda x: x, "thing": Thing(), "nested": [Thing()]})
     assert not OBJECT_REPR.search(json.dumps(out))
     assert out["thing"].endswith("Thing")
+
+
+def test_dump_reuses_the_family_the_conditioning_monitor_identified_from_the_clip():
+    import gc
+    import types
+    import weakref
+
+    import torch
+
+    from monitors.conditioning.analysis import analyse_conditioning
+    from monitors.dumps.collect import guess_encoder_family
+
+    encoder = type("WanTEModel", (), {})()
+    cond = [[torch.randn(1, 7, 32), {"pooled_output": None}]]  # a tiny WAN: no shape rule knows 32
+    assert guess_encoder_family(cond) is None
+    step = analyse_conditioning("9", cond, None, types.SimpleNamespace(cond_stage_model=encoder), None)
+    assert step.summary["family"] == "WAN 2.1/2.2"
+    assert guess_encoder_family(cond) == "WAN 2.1/2.2 (exact)"
+    # Remembered through a weak reference: the tensor is not kept alive.
+    ref = weakref.ref(cond[0][0])
+    del cond, step
+    gc.collect()
+    assert ref() is None
