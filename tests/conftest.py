@@ -51,9 +51,12 @@ def pytest_terminal_summary(terminalreporter):
 def reports_valid_against_the_schema(tmp_path_factory):
     """After the session, every run report written under pytest's temporary folders (stores, the
     profiling API, the real servers) must validate against the schema, strict per-kind summaries
-    included; a report that does not fails the session (tests/report_validation.py)."""
+    included, and carry no false values (object reprs, impossible combinations); a report that
+    does not fails the session (tests/report_validation.py)."""
     yield
     from tests.report_validation import invalid_reports
 
     problems = invalid_reports(tmp_path_factory.getbasetemp())
-    assert not problems, "run reports that do not validate against the schema:\n" + "\n".join(problems)
+    assert not problems, (
+        "run reports that do not validate against the schema or carry false values:\n" + "\n".join(problems)
+    )

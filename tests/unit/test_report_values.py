@@ -113,3 +113,28 @@ def test_dump_reuses_the_family_the_conditioning_monitor_identified_from_the_cli
     del cond, step
     gc.collect()
     assert ref() is None
+
+
+def test_the_session_scan_finds_each_kind_of_false_value():
+    from tests.report_validation import misleading_values
+
+    vae_step = {
+        "kind": "vae_encode",
+        "summary": {"strategy_used": "cpu", "n_out_of_memory": 0, "dummy_used": False, "frames_per_s": 2.0},
+        "details": {"vae": {"downscale_ratio": "<function VAE.__init__.<locals>.<lambda> at 0x7f1c2a>"}},
+        "findings": [{"level": "warning", "message": "Encoded on the CPU after the GPU strategies ran out of memory"}],
+    }
+    dummy_step = {
+        "kind": "vae_encode",
+        "summary": {"strategy_used": "dummy", "dummy_used": True, "n_out_of_memory": 3, "input_mb_per_s": 1.0},
+        "findings": [],
+    }
+    node = {"node_id": "4", "peak_rss_bytes": 100, "peak_rss_above_start_bytes": -5, "gpu_peaks": []}
+    report = {"steps": [vae_step, dummy_step], "nodes": [node], "monitor_errors": ["<X object at 0xdead>"]}
+    found = "\n".join(misleading_values(report))
+    assert "downscale_ratio: object repr" in found and "monitor_errors[0]: object repr" in found
+    assert "claims an out-of-memory" in found
+    assert "input_mb_per_s 1.0 of a dummy latent" in found
+    assert "below the node's own start" in found
+    clean = _step(FakeVAE(), pixels())
+    assert misleading_values({"steps": [to_jsonable(clean)], "nodes": []}) == []
