@@ -177,3 +177,17 @@ test("a step card whose badges fail says why among its monitoring errors instead
   assert.deepEqual(fine.monitorErrors, []);
   assert.equal(fine.worst, "info");
 });
+
+test("process and system readings in step figures are shown but never the step's regression", () => {
+  const step = (/** @type {number} */ rss) => ({ kind: "models", node_id: "3", summary: { process_rss_bytes: rss, total_size_bytes: 10 } });
+  const base = makeReport({ steps: [step(900 * MiB)] });
+  const later = makeReport({ prompt_id: "p2", started_unix_s: 2000, steps: [step(1200 * MiB)] });
+  const c = compareRuns(base, later);
+  const figure = c.steps[0].figures.find((f) => f.key === "process_rss_bytes");
+  assert.equal(figure?.changed, true);
+  assert.equal(figure?.regression, false);
+  assert.equal(c.steps[0].regression, false);
+  const vae = (/** @type {number} */ own) => ({ kind: "vae_encode", node_id: "6", summary: { peak_rss_bytes: 2000 * MiB, rss_peak_increase_bytes: own } });
+  const grown = compareRuns(makeReport({ steps: [vae(10 * MiB)] }), makeReport({ prompt_id: "p3", steps: [vae(300 * MiB)] }));
+  assert.equal(grown.steps[0].regression, true, "what the encode itself added still counts");
+});
