@@ -1,7 +1,34 @@
-"""Statistics of one tensor, exact and in bounded extra memory (chunked), without keeping it.
+"""Statistics of one tensor in bounded extra memory (chunked), on the tensor's own device, without
+keeping it.
 
 Shared by the conditioning, latent, VAE and dump analysers. Statistics cover finite values only;
 NaN and Inf are counted separately. Unknown is None (an empty tensor has no min).
+
+Speed: one pass per chunk of CHUNK_ELEMENTS over floating tensors (`aminmax`, `sum`,
+`vector_norm`, each on the chunk while it is in cache, no copy of a float32 or float64 chunk),
+accumulating in float32 (float64 for float64 tensors and tensors of at most FLOAT64_MAX_ELEMENTS);
+float64 only for the final sums of the
+per-chunk results, which are read back to the host once per tensor. NaN and Inf show up as a
+non-finite chunk minimum or maximum (both propagate NaN); only then does a second pass count them,
+masking with `where` instead of compacting, again with one read-back. Integer and bool tensors,
+sums that overflow the accumulation type and values so small that their squares underflow it
+(UNDERFLOW_SCALE) take the exact float64 path.
+
+Error bound (floating tensors; u = 2**-24 for float32 accumulation, 2**-53 for float64):
+min, max, counts: exact. torch reduces a chunk as a tree (CPU: a cascade sum, at most 16 sequential
+additions per level over <= 7 levels for 4 Mi elements, plus the thread combination; CUDA: a short
+per-thread sequence, then a tree), so no element passes through more than M = SUM_CHAIN_BOUND
+rounded additions, and each chunk sum is within M*u*sum(|x|) of the exact sum (first order). The
+float64 sum of the chunk results adds <= n_chunks * 2**-53 relative, negligible. Hence, with
+A = mean(|x|) and Q = mean(x**2) over the finite values:
+    |mean - exact| <= M*u*A
+    |mean of squares - exact| <= (M+4)*u*Q      (vector_norm: +1 rounding for the root, +2 for
+                                                 squaring it back, +1 for underflow)
+    |variance - exact| <= (M+4)*u*Q + 2*|mean|*M*u*A + (M*u*A)**2
+    |std - exact| <= sqrt(that variance bound)
+`stats_error_bound` computes these; the unit tests check them against a float64 reference. The
+variance is E[x**2] - mean**2, so for values far from zero relative to their spread (mean**2 much
+larger than the variance) the std's relative error grows by mean**2 / variance; the bound says so.
 """
 
 from __future__ import annotations
@@ -10,6 +37,15 @@ import math
 from typing import Any
 
 CHUNK_ELEMENTS = 1 << 22  # 4 Mi elements per pass: bounded temporary memory for any size
+# Up to this size float64 accumulation costs next to nothing (the call's fixed cost dominates), and
+# small tensors are where a caller compares figures by eye: they keep float64's precision.
+FLOAT64_MAX_ELEMENTS = 1 << 16
+SUM_CHAIN_BOUND = 256  # rounded additions an element goes through in torch's reduction of a chunk
+# Squares under the smallest normal number (float32 2**-126, float64 2**-1022) lose precision, each by
+# less than that number, so mean(x**2) moves by less than it. With mean(x**2) >= peak**2 / n, that
+# stays within one unit roundoff of mean(x**2) when peak**2 >= n * smallest_normal / u; below, the
+# exact float64 path.
+UNDERFLOW_SCALE = {"float32": 2.0**-126 / 2.0**-24, "float64": 2.0**-1022 / 2.0**-53}
 
 
 def describe_tensor(tensor) -> dict[str, Any]:
@@ -25,6 +61,14 @@ def describe_tensor(tensor) -> dict[str, Any]:
     return info
 
 
+def stats_error_bound(mean_abs: float, mean_sq: float, mean: float, accumulate_float64: bool = False) -> dict:
+    """The documented worst-case absolute errors of value_stats' mean and std (module docstring)."""
+    unit = 2.0**-53 if accumulate_float64 else 2.0**-24
+    mean_err = SUM_CHAIN_BOUND * unit * mean_abs
+    var_err = (SUM_CHAIN_BOUND + 4) * unit * mean_sq + 2 * abs(mean) * mean_err + mean_err**2
+    return {"mean": mean_err, "variance": var_err, "std": math.sqrt(var_err)}
+
+
 def value_stats(tensor) -> dict[str, Any]:
     import torch
 
@@ -33,16 +77,105 @@ def value_stats(tensor) -> dict[str, Any]:
     if n == 0 or tensor.is_complex() or tensor.device.type == "meta":
         return stats
     flat = tensor.detach().reshape(-1)
-    is_float = flat.is_floating_point()
+    if not flat.is_floating_point():
+        return _exact_float64_stats(flat, stats)
+    small = n <= FLOAT64_MAX_ELEMENTS
+    acc = torch.float64 if small or flat.dtype == torch.float64 else torch.float32
+    with torch.no_grad():
+        mins, maxs, sums, norms = _chunk_reductions(flat, acc)
+        lo_s, hi_s, sum_s, norm_s = torch.stack(
+            [
+                torch.stack(mins).to(torch.float64),
+                torch.stack(maxs).to(torch.float64),
+                torch.stack(sums).to(torch.float64),
+                torch.stack(norms).to(torch.float64),
+            ]
+        ).tolist()  # the one read-back of the common case
+        n_finite = n
+        if not all(map(math.isfinite, lo_s + hi_s)):
+            lo_s, hi_s, sum_s, norm_s, n_nan, n_finite = _masked_reductions(flat, acc)
+            stats["n_nan"], stats["n_inf"] = n_nan, n - n_finite - n_nan
+            if n_finite == 0:
+                return stats
+    lo, hi = min(lo_s), max(hi_s)
+    peak = max(-lo, hi)
+    underflow = peak * peak < n_finite * UNDERFLOW_SCALE[str(acc).replace("torch.", "")]
+    if underflow or not all(map(math.isfinite, sum_s + norm_s)):  # or overflow
+        return _exact_float64_stats(flat, stats)
+    if lo == hi:  # every finite value equal: exact, whatever the rounding of the sums
+        stats.update(min=lo, max=hi, mean=lo, std=0.0)
+        return stats
+    mean = min(hi, max(lo, math.fsum(sum_s) / n_finite))
+    variance = max(0.0, math.fsum(x * x for x in norm_s) / n_finite - mean * mean)
+    stats.update(min=lo, max=hi, mean=mean, std=math.sqrt(variance))
+    return stats
+
+
+def _chunk_reductions(flat, acc):
+    """Per chunk, as device tensors (no host sync): min, max, sum and 2-norm."""
+    import torch
+
+    mins, maxs, sums, norms = [], [], [], []
+    for start in range(0, int(flat.numel()), CHUNK_ELEMENTS):
+        chunk = flat[start : start + CHUNK_ELEMENTS]
+        lo, hi = torch.aminmax(chunk)
+        mins.append(lo)
+        maxs.append(hi)
+        sums.append(chunk.sum(dtype=acc))
+        norms.append(torch.linalg.vector_norm(chunk, dtype=acc))
+    return mins, maxs, sums, norms
+
+
+def _masked_reductions(flat, acc):
+    """The same over finite values only, with NaN and finite counts: non-finite values are
+    replaced (0 for the sums, +-inf for min/max) instead of compacted. One read-back."""
+    import torch
+
+    parts = []
+    for start in range(0, int(flat.numel()), CHUNK_ELEMENTS):
+        chunk = flat[start : start + CHUNK_ELEMENTS]
+        finite = torch.isfinite(chunk)
+        zeroed = torch.where(finite, chunk, 0).to(acc)
+        inf = torch.tensor(math.inf, dtype=acc, device=chunk.device)
+        parts.append(
+            torch.stack(
+                [
+                    torch.where(finite, zeroed, inf).amin(),
+                    torch.where(finite, zeroed, -inf).amax(),
+                    zeroed.sum(),
+                    torch.linalg.vector_norm(zeroed),
+                    torch.isnan(chunk).sum().to(acc),
+                    finite.sum().to(acc),
+                ]
+            ).to(torch.float64)
+        )
+    lo_s, hi_s, sum_s, norm_s, nan_s, finite_s = torch.stack(parts).T.tolist()
+    n_finite = int(sum(finite_s))
+    keep = [i for i, count in enumerate(finite_s) if count]  # chunks with no finite value have no min
+    return (
+        [lo_s[i] for i in keep],
+        [hi_s[i] for i in keep],
+        sum_s,
+        norm_s,
+        int(sum(nan_s)),
+        n_finite,
+    )
+
+
+def _exact_float64_stats(flat, stats: dict[str, Any]) -> dict[str, Any]:
+    """Integer and bool tensors, and finite values whose float32 sums overflow: float64 throughout."""
+    import torch
+
     total = 0.0
     total_sq = 0.0
     n_finite = 0
     lo = math.inf
     hi = -math.inf
+    is_float = flat.is_floating_point()
+    stats["n_nan"] = stats["n_inf"] = 0
     with torch.no_grad():
-        for start in range(0, n, CHUNK_ELEMENTS):
-            chunk = flat[start : start + CHUNK_ELEMENTS]
-            chunk = chunk.to(torch.float64) if not is_float or chunk.dtype != torch.float64 else chunk
+        for start in range(0, int(flat.numel()), CHUNK_ELEMENTS):
+            chunk = flat[start : start + CHUNK_ELEMENTS].to(torch.float64)
             if is_float:
                 finite = torch.isfinite(chunk)
                 n_nan = int(torch.isnan(chunk).sum())
