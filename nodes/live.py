@@ -6,8 +6,8 @@ socket table and its last executing node. Routes: nodes/routes.py.
 
 from __future__ import annotations
 
+from ..monitors.lazy import Lazy
 from ..monitors.live import LiveWatchers
-from .runtime import Lazy
 
 
 def _server_send(event: str, data: dict, sid: str) -> None:

@@ -7,7 +7,8 @@ nodes/profile_hook.py.
 from __future__ import annotations
 
 from ..monitors.exporters.prometheus import PROMETHEUS_MISSING, FleetMetrics
-from .runtime import Lazy, get_runtime
+from ..monitors.lazy import Lazy
+from .runtime import get_runtime
 
 __all__ = ["PROMETHEUS_MISSING", "get_fleet_metrics", "set_fleet_metrics"]
 

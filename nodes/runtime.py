@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 
+from ..monitors.lazy import Lazy
 from ..monitors.recorder import RunRecorder
 from ..monitors.sampler import Sampler
 from ..monitors.store import RunStore
@@ -45,27 +45,6 @@ class Runtime:
         self.store = store
         self.recorder = recorder
         self.sampler = sampler
-
-
-class Lazy:
-    """One process-wide object, made on first use (not at import); tests swap it with set()."""
-
-    def __init__(self, make):
-        self._make = make
-        self._value = None
-        self._lock = threading.Lock()
-
-    def get(self):
-        with self._lock:
-            if self._value is None:
-                self._value = self._make()
-            return self._value
-
-    def set(self, value):
-        """Replace the object; returns the previous one."""
-        with self._lock:
-            previous, self._value = self._value, value
-            return previous
 
 
 def _make_runtime() -> Runtime:

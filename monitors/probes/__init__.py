@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+from ..lazy import Lazy
 from .host import HostBackend
 from .nvml import NvmlBackend
 from .readings import GpuReading, Snapshot
@@ -155,22 +156,8 @@ class Probes:
         }
 
 
-_default: Probes | None = None
-_default_lock = threading.Lock()
-
-
-def get_probes() -> Probes:
-    """The process-wide probes, created on first use (nothing is probed at import)."""
-    global _default
-    with _default_lock:
-        if _default is None:
-            _default = Probes()
-        return _default
-
-
-def set_probes(probes: Probes | None) -> Probes | None:
-    """Replace the process-wide probes (tests); returns the previous ones. None restores the default."""
-    global _default
-    with _default_lock:
-        previous, _default = _default, probes
-        return previous
+_default: Lazy[Probes] = Lazy(Probes)
+# The process-wide probes, created on first use (nothing is probed at import).
+get_probes = _default.get
+# Replace the process-wide probes (tests); returns the previous ones. None restores the default.
+set_probes = _default.set
