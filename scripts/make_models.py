@@ -35,7 +35,9 @@ FULL_LORA = "pm_sd15_full_lora.safetensors"
 
 
 def _tiny_module():
-    spec = importlib.util.spec_from_file_location("pm_make_tiny_models", os.path.join(HERE, "make_tiny_models.py"))
+    spec = importlib.util.spec_from_file_location(
+        "pm_make_tiny_models", os.path.join(HERE, "make_tiny_models.py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -250,8 +252,12 @@ def build_family_lora(comfy, family: Family, model_sd: dict) -> dict:
     lora = {}
     for lora_key, weight_key in linear:
         out_dim, in_dim = model_sd[weight_key[len("diffusion_model.") :]].shape
-        lora[f"{lora_key}.lora_down.weight"] = torch.randn((FAMILY_LORA_RANK, in_dim), generator=generator) * 0.1
-        lora[f"{lora_key}.lora_up.weight"] = torch.randn((out_dim, FAMILY_LORA_RANK), generator=generator) * 0.1
+        lora[f"{lora_key}.lora_down.weight"] = (
+            torch.randn((FAMILY_LORA_RANK, in_dim), generator=generator) * 0.1
+        )
+        lora[f"{lora_key}.lora_up.weight"] = (
+            torch.randn((out_dim, FAMILY_LORA_RANK), generator=generator) * 0.1
+        )
         lora[f"{lora_key}.alpha"] = torch.tensor(float(FAMILY_LORA_RANK))
     return lora
 
@@ -304,7 +310,9 @@ def full_size_shapes(comfy) -> dict:
     clip, _ = meta_shapes(lambda: comfy.sd1_clip.SDClipModel(device="meta", dtype=torch.float16).transformer)
     vae, _ = meta_shapes(lambda: comfy.ldm.models.autoencoder.AutoencoderKL(ddconfig=SD15_VAE, embed_dim=4))
     shapes = {f"model.diffusion_model.{k}": v for k, v in unet.items()}
-    shapes.update({f"cond_stage_model.transformer.{k}": v for k, v in clip.items() if "text_projection" not in k})
+    shapes.update(
+        {f"cond_stage_model.transformer.{k}": v for k, v in clip.items() if "text_projection" not in k}
+    )
     shapes.update({f"first_stage_model.{k}": v for k, v in vae.items()})
     return shapes
 
@@ -377,7 +385,9 @@ def save(sd: dict, path: str, metadata: dict | None = None) -> None:
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".tmp"
-    save_file(sd, tmp, metadata={"format": "pt", "pipeline_monitor": "generated test model", **(metadata or {})})
+    save_file(
+        sd, tmp, metadata={"format": "pt", "pipeline_monitor": "generated test model", **(metadata or {})}
+    )
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
 
@@ -414,14 +424,14 @@ def make_family_models(base: str, comfy=None) -> dict[str, dict[str, str]]:
             continue
         comfy = comfy or tiny.import_comfy()
         if not os.path.isfile(paths["model"]):
-            _write(paths["model"], lambda f=family, p=paths: (build_family(comfy, f), p["model"]))
+            _write(paths["model"], lambda f=family, p=paths, c=comfy: (build_family(c, f), p["model"]))
         from safetensors.torch import load_file
 
         model_sd = load_file(paths["model"])
         _write(
             paths["lora"],
-            lambda f=family, p=paths, m=model_sd: (
-                build_family_lora(comfy, f, m),
+            lambda f=family, p=paths, m=model_sd, c=comfy: (
+                build_family_lora(c, f, m),
                 p["lora"],
                 {"ss_network_dim": str(FAMILY_LORA_RANK), "ss_base_model_version": f.model_class},
             ),
@@ -442,8 +452,11 @@ def make_full_size(base: str, comfy=None) -> dict[str, str]:
             lambda: (
                 build_full_lora(comfy),
                 paths["lora"],
-                {"ss_network_dim": str(FULL_LORA_RANK), "ss_network_alpha": str(FULL_LORA_RANK),
-                 "ss_base_model_version": "sd_v1"},
+                {
+                    "ss_network_dim": str(FULL_LORA_RANK),
+                    "ss_network_alpha": str(FULL_LORA_RANK),
+                    "ss_base_model_version": "sd_v1",
+                },
             ),
         )
     return paths
@@ -462,7 +475,9 @@ def check_full_size(comfy, paths: dict) -> None:
     detected = type(model.model.model_config).__name__
     assert detected == "SD15", detected
     assert type(clip.cond_stage_model).__name__ == "SD1ClipModel"
-    print(f"check ok: {FULL_CHECKPOINT} {detected}, model {model.model_size()} bytes, VAE {type(vae.first_stage_model).__name__}")
+    print(
+        f"check ok: {FULL_CHECKPOINT} {detected}, model {model.model_size()} bytes, VAE {type(vae.first_stage_model).__name__}"
+    )
 
 
 def main(argv=None) -> int:
