@@ -41,6 +41,14 @@ def recompute_coverage(model, clip, path: str, index: dict[str, dict] | None) ->
         key_map = comfy.lora.model_lora_keys_clip(clip_module, key_map)
     origin = {id(tensor): name for name, tensor in lora.items()}
     file_keys = list(lora.keys())  # before convert_lora, which may rename keys in place
-    converted = comfy.lora_convert.convert_lora(lora)
+    # convert_lora may rename keys in place (Wan-Fun): it works on a copy, the file's dict stays whole
+    converted = comfy.lora_convert.convert_lora(dict(lora))
     patch_dict = comfy.lora.load_lora(converted, key_map, log_missing=False)
     return coverage_from_patches(file_keys, origin, converted, key_map, patch_dict, model_module, clip_module)
+
+
+def calculate_weight(entries, weight, key):
+    """ComfyUI's own patch arithmetic on a weight copy (for changes that depend on the base weight)."""
+    import comfy.lora
+
+    return comfy.lora.calculate_weight(entries, weight, key)

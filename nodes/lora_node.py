@@ -5,7 +5,7 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..monitors.lora.report import build_lora_step
-from .lora_keys import lora_path, recompute_coverage
+from .lora_keys import calculate_weight, lora_path, recompute_coverage
 from .node_support import hidden_inputs, run_monitor
 from .runtime import get_runtime
 
@@ -53,6 +53,7 @@ class PipelineMonitorLora(io.ComfyNode):
                 recorder=get_runtime().recorder,
                 lora_path=lora_path,
                 coverage=recompute_coverage,
+                calculate=calculate_weight,
             )
 
         _, ui = run_monitor("lora", node_id, build)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .norms import frobenius_norm, kron_norm, loha_norm, lora_norm
+from .weights import delta_shape_mismatch, weight_rows
 
 MAX_HOPS = 64  # parent-chain walk limit: far more than any real stack of loaders
 MAX_LISTED_KEYS = 1000  # per-key rows kept in a report per side (totals cover every key)
@@ -96,6 +97,20 @@ def _loha_info(weights) -> tuple:
     return rank, _float_or_none(alpha), raw, reason
 
 
+def _glora_rank(weights) -> int:
+    """ComfyUI's own rule (weight_adapter/glora.py): new-style a2 [r, in] unless the old layout fits."""
+    a1, a2, b1, b2 = weights[:4]
+    if int(b2.shape[0]) == int(b1.shape[1]) == int(a1.shape[1]) == int(a2.shape[0]):
+        return int(a2.shape[0])
+    return int(a1.shape[0])
+
+
+def _block_rank(patch_type: str, weights) -> int:
+    """OFT/BOFT: the block size, what LyCORIS trains as the network dim of these adapters."""
+    blocks = weights[0]
+    return int(blocks.shape[1] if patch_type == "oft" else blocks.shape[2])
+
+
 def _lokr_info(weights) -> tuple:
     w1, w2, alpha, w1_a, w1_b, w2_a, w2_b, t2, dora = _padded(weights, 9)
     dim = None  # the rank that divides alpha: the factorised side's (w2 wins), as ComfyUI does
@@ -139,45 +154,69 @@ def patch_tensors(value) -> list:
     return []
 
 
-def analyse_entry(entry) -> dict[str, Any]:
-    """One patch entry -> type, strengths, rank, alpha, scales and the norm of the change it adds."""
-    strength, value, strength_model, offset, function = _padded(entry, 5)
+def analyse_entry(entry, weight_shape: tuple | None = None, not_patched: str | None = None) -> dict[str, Any]:
+    """One patch entry -> type, strengths, rank, alpha, scales, applied or not, and its change norm.
+
+    `weight_shape`: the target weight's shape (checked against the patch's); `not_patched`: why
+    the framework's loader never patches this key (the patch is then not applied, change 0).
+    """
+    strength, value, base_scale, offset, function = _padded(entry, 5)
     patch_type = classify_patch(value)
     strength = _float_or_none(strength)
-    strength_model = _float_or_none(strength_model)
-    rank = alpha = raw = scale = None
+    base_scale = _float_or_none(base_scale)
+    rank = alpha = raw = scale = rank_reason = None
     reason = WITHOUT_NORM.get(patch_type)
+    mismatch = None
     try:
         if patch_type in ADAPTER_INFO:
             rank, alpha, raw, reason = ADAPTER_INFO[patch_type](value.weights)
             scale = _scale(alpha, rank)
+            if patch_type == "lokr" and rank is None:
+                rank_reason = "LoKr with two full factors: no factor has a rank"
         elif patch_type in ("glora", "oft", "boft"):
             alpha = _float_or_none(_padded(value.weights, 5)[4 if patch_type == "glora" else 2])
+            rank = (
+                _glora_rank(value.weights)
+                if patch_type == "glora"
+                else _block_rank(patch_type, value.weights)
+            )
         elif patch_type == "diff":
             tensor = _diff_tensor(value)
             raw = frobenius_norm(tensor) if _is_tensor(tensor) else None
             reason = None if raw is not None else "diff without a tensor"
             scale = 1.0
+        if weight_shape is not None and offset is None:
+            mismatch = delta_shape_mismatch(patch_type, value, tuple(weight_shape))
     except Exception as exc:  # a malformed patch is reported on its row, the others still count
         raw, reason = None, f"unreadable patch: {type(exc).__name__}: {exc}"
     effective = None if scale is None or strength is None else strength * scale
     delta = None if raw is None or effective is None else abs(effective) * raw
+    linear = raw is not None
     if strength == 0.0 and patch_type in ("lora", "loha", "lokr", "diff"):
         delta, reason = 0.0, None  # every one of these scales linearly with the strength
     elif function is not None:
-        delta, reason = None, "a function is applied to the change"
-    elif strength_model is not None and strength_model != 1.0:
-        delta, reason = None, "strength_model rescales the base weight too"
+        delta, reason, linear = None, "a function is applied to the change", False
+    elif base_scale is not None and base_scale != 1.0:
+        delta, reason, linear = None, "the base weight is rescaled too (base_weight_scale)", False
+    not_applied = not_patched or (f"shape mismatch: {mismatch}" if mismatch else None)
+    if not_applied:
+        delta, reason = 0.0, None
     tensors = patch_tensors(value)
     return {
         "type": patch_type,
         "adapter_class": type(value).__name__ if patch_type in ADAPTER_TYPES else None,
         "strength": strength,
-        "strength_model": strength_model,
+        # ComfyUI's own "strength_model" of a patch entry: it multiplies the base weight first
+        "base_weight_scale": base_scale,
         "rank": rank,
+        "rank_unavailable": rank_reason if rank is None else None,
         "alpha": alpha,
         "scale": scale,
         "effective_scale": effective,
+        "applied": not not_applied,
+        "not_applied_reason": not_applied,
+        "shape_mismatch": mismatch,
+        "linear": linear,
         "delta_norm": delta,
         "delta_norm_unavailable": reason if delta is None else None,
         "offset": list(offset) if isinstance(offset, (list, tuple)) else None,
@@ -249,18 +288,31 @@ def _plain_tensor(tensor) -> bool:
     return type(tensor) in (torch.Tensor, torch.nn.Parameter) and tensor.device.type != "meta"
 
 
-def patch_rows(added: Mapping[str, list], base_lookup=None, budget: list | None = None) -> list[dict]:
+def _shape_of(lookup, key: str):
+    try:
+        weight = lookup(key) if lookup is not None else None
+        return tuple(weight.shape) if weight is not None and hasattr(weight, "shape") else None
+    except Exception:
+        return None
+
+
+def patch_rows(
+    added: Mapping[str, list], base_lookup=None, budget: list | None = None, not_patched=None
+) -> list[dict]:
     """One row per added entry, with the base weight norm and relative change where affordable.
 
     `budget` is a one-element list of base-weight elements still allowed to be read (shared by
-    the hops of one side so the whole analysis stays bounded).
+    the hops of one side so the whole analysis stays bounded); `not_patched(key)` says why the
+    framework never patches a key (None: it does).
     """
     rows = []
     for key in sorted(added, key=str):
         base_norm, base_reason = None, None
+        shape = _shape_of(base_lookup, str(key))
+        skip = not_patched(str(key)) if not_patched is not None else None
         for entry in added[key]:
             row = {"key": str(key), "block": block_of(str(key))}
-            row.update(analyse_entry(entry))
+            row.update(analyse_entry(entry, shape, skip))
             if base_lookup is not None and base_norm is None and base_reason is None:
                 base_norm, base_reason = _base_norm(base_lookup, str(key), row["offset"], budget)
             row["base_norm"] = base_norm
@@ -294,13 +346,23 @@ def _root_sum_square(values) -> float:
     return math.sqrt(sum(v * v for v in values))
 
 
-def aggregate(rows: list[dict]) -> dict[str, Any]:
-    """Totals of rows: counts by type, norms (root of summed squares) and relative change."""
-    with_norm = [r for r in rows if r["delta_norm"] is not None]
-    relative = [r for r in with_norm if r["base_norm"]]
-    top = max(relative, key=lambda r: r["relative_change"], default=None)
-    delta_norm = _root_sum_square(r["delta_norm"] for r in with_norm) if with_norm else None
-    base_norm = _root_sum_square(r["base_norm"] for r in relative) if relative else None
+def aggregate(rows: list[dict], weights: list[dict] | None = None) -> dict[str, Any]:
+    """Totals of rows: counts by type, and norms per weight over all its patches.
+
+    `weights` (weight_rows) carry each weight's summed change; the totals are the root of the
+    summed squares over distinct weights (exact: different weights are orthogonal), the base norm
+    counts each weight once. `delta_norm_partial` is true when a weight with applied patches has
+    no norm: the total then covers the others only.
+    """
+    weights = weights if weights is not None else _weights_from_rows(rows)
+    with_norm = [w for w in weights if w["delta_norm"] is not None]
+    relative = [w for w in with_norm if w["base_norm"]]
+    top = max(relative, key=lambda w: w["relative_change"], default=None)
+    # no patched weight at all: the change is known to be 0; weights without a norm: unknown
+    delta_norm = _root_sum_square(w["delta_norm"] for w in with_norm) if with_norm or not weights else None
+    base_norm = _root_sum_square(w["base_norm"] for w in relative) if relative else None
+    partial = [w for w in weights if w["delta_norm"] is None]
+    row_norms = [r for r in rows if r["delta_norm"] is not None]
     devices = Counter()
     for row in rows:
         if row["patch_device"]:
@@ -309,8 +371,13 @@ def aggregate(rows: list[dict]) -> dict[str, Any]:
         "n_keys": len({r["key"] for r in rows}),
         "n_entries": len(rows),
         "n_by_type": dict(Counter(r["type"] for r in rows)),
-        "n_with_delta_norm": len(with_norm),
-        "n_without_delta_norm": len(rows) - len(with_norm),
+        "n_with_delta_norm": len(row_norms),
+        "n_without_delta_norm": len(rows) - len(row_norms),
+        "n_not_applied": sum(1 for r in rows if r.get("applied") is False),
+        "n_shape_mismatches": sum(1 for r in rows if r.get("shape_mismatch")),
+        "n_weights": len(weights),
+        "n_weights_without_delta_norm": len(partial),
+        "delta_norm_partial": bool(partial),
         "n_with_relative_change": len(relative),
         "reasons_without_norm": dict(
             Counter(r["delta_norm_unavailable"] for r in rows if r["delta_norm_unavailable"])
@@ -320,7 +387,7 @@ def aggregate(rows: list[dict]) -> dict[str, Any]:
         "alphas": sorted({r["alpha"] for r in rows if r["alpha"] is not None}),
         "delta_norm": delta_norm,
         "base_norm": base_norm,
-        "relative_change": _relative(relative),
+        "relative_change": delta_norm / base_norm if relative and base_norm else None,
         "max_relative_change": None if top is None else top["relative_change"],
         "max_relative_change_key": None if top is None else top["key"],
         "patch_bytes": sum(r["patch_bytes"] for r in rows),
@@ -328,25 +395,62 @@ def aggregate(rows: list[dict]) -> dict[str, Any]:
     }
 
 
-def _relative(rows) -> float | None:
-    if not rows:
+def _relative(weights) -> float | None:
+    if not weights:
         return None
-    base = _root_sum_square(r["base_norm"] for r in rows)
-    return _root_sum_square(r["delta_norm"] for r in rows) / base if base else None
+    base = _root_sum_square(w["base_norm"] for w in weights)
+    return _root_sum_square(w["delta_norm"] for w in weights) / base if base else None
 
 
-def by_block(rows: list[dict]) -> dict[str, dict]:
-    blocks: dict[str, list] = {}
+def _weights_from_rows(rows: list[dict]) -> list[dict]:
+    """Per-weight rows when no base weight is at hand: cheap linear sums only."""
+    by_key: dict[str, list] = {}
     for row in rows:
-        blocks.setdefault(row["block"], []).append(row)
+        by_key.setdefault(row["key"], []).append(row)
+    out = []
+    for key, members in by_key.items():
+        applied = [r for r in members if r.get("applied", True)]
+        if not applied:
+            total = 0.0
+        elif len(applied) == 1:
+            total = applied[0]["delta_norm"]
+        else:
+            total = None  # the inner products need the entries: see weights.weight_rows
+        base = members[0]["base_norm"]
+        out.append(
+            {
+                "key": key,
+                "block": members[0]["block"],
+                "delta_norm": total,
+                "base_norm": base,
+                "relative_change": total / base if total is not None and base else None,
+            }
+        )
+    return out
+
+
+def weights_of(added: Mapping[str, list], rows: list[dict], lookup, calculate, budget, cache) -> list[dict]:
+    """weight_rows for the entries `added` whose rows are `rows` (same order as patch_rows)."""
+    rows_by_key: dict[str, list] = {}
+    for row in rows:
+        rows_by_key.setdefault(row["key"], []).append(row)
+    return weight_rows({str(k): v for k, v in added.items()}, rows_by_key, lookup, calculate, budget, cache)
+
+
+def by_block(rows: list[dict], weights: list[dict] | None = None) -> dict[str, dict]:
+    weights = weights if weights is not None else _weights_from_rows(rows)
+    blocks: dict[str, list] = {}
+    for weight in weights:
+        blocks.setdefault(weight["block"], []).append(weight)
     result = {}
-    for name, members in sorted(blocks.items()):
-        norms = [r["delta_norm"] for r in members if r["delta_norm"] is not None]
+    for name, members in sorted(blocks.items(), key=lambda item: str(item[0])):
+        norms = [w["delta_norm"] for w in members if w["delta_norm"] is not None]
         result[name] = {
-            "n_keys": len({r["key"] for r in members}),
+            "n_keys": len(members),
             "delta_norm": _root_sum_square(norms) if norms else None,
+            "delta_norm_partial": len(norms) < len(members),
             "relative_change": _relative(
-                [r for r in members if r["delta_norm"] is not None and r["base_norm"]]
+                [w for w in members if w["delta_norm"] is not None and w["base_norm"]]
             ),
         }
     return result

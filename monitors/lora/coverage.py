@@ -18,7 +18,10 @@ from ..report import Finding
 LORA_LOADER_CLASSES = ("LoraLoader", "LoraLoaderModelOnly")
 MAX_WALK = 256  # nodes visited per input walk
 MAX_LISTED_UNMATCHED = 200
-UNMATCHED_FOREIGN_FRACTION = 0.1  # above this share of unmatched keys, suspect another base model
+# Above this share of stray keys (unmatched, text-encoder keys aside) the LoRA was most likely made
+# for another base model: an error. Below it, a warning naming the count (a LoRA with some extra
+# modules, e.g. trained on a variant with more blocks, still does what it should on the rest).
+UNMATCHED_FOREIGN_FRACTION = 0.5
 # Suffixes load_lora consumes for every key it maps, besides what the adapters report (lora.py:40-89).
 CONSUMED_SUFFIXES = ("alpha", "dora_scale", "diff", "diff_b", "set_weight", "w_norm")
 TEXT_ENCODER_GROUPS = (
@@ -227,7 +230,7 @@ def loader_findings(loader: Mapping, file_status: Mapping | None, coverage: Mapp
             Finding("info", f"{where}: model strength 0, the model is unchanged", "lora_strength_zero")
         )
     if file_status is not None and file_status.get("error"):
-        corrupt = file_status.get("header_ok") is False
+        corrupt = file_status.get("header_ok") is False or file_status.get("data_ok") is False
         findings.append(
             Finding(
                 "error",
@@ -274,15 +277,12 @@ def loader_findings(loader: Mapping, file_status: Mapping | None, coverage: Mapp
                 )
             )
         if other:
-            hint = (
-                ": this LoRA was made for another base model"
-                if other / n >= UNMATCHED_FOREIGN_FRACTION
-                else ""
-            )
+            foreign = other / n > UNMATCHED_FOREIGN_FRACTION
+            hint = ": most keys are stray, this LoRA was made for another base model" if foreign else ""
             findings.append(
                 Finding(
-                    "warning",
-                    f"{where}: {other} of {n} keys unmatched{hint} (see unmatched_keys)",
+                    "error" if foreign else "warning",
+                    f"{where}: {other} of {n} keys unmatched, ComfyUI ignores them{hint} (see unmatched_keys)",
                     "lora_keys_unmatched",
                 )
             )

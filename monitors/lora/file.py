@@ -36,6 +36,10 @@ class CorruptHeader(ValueError):
     """The file is not a readable safetensors file."""
 
 
+class TruncatedData(CorruptHeader):
+    """The header is whole but the tensor data it describes is cut off (an incomplete download)."""
+
+
 def read_safetensors_header(path: str) -> tuple[dict[str, dict], dict[str, str]]:
     """(tensor name -> {dtype, shape, data_offsets}, __metadata__) from the header alone."""
     file_size = os.path.getsize(path)
@@ -72,6 +76,17 @@ def _check_tensor_entry(name: str, info, data_size: int) -> None:
         raise CorruptHeader(f"entry {name!r} has no dtype")
     if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
         raise CorruptHeader(f"entry {name!r} has an invalid shape {shape!r}")
+    if (
+        isinstance(offsets, list)
+        and len(offsets) == 2
+        and all(isinstance(o, int) for o in offsets)
+        and 0 <= offsets[0] <= offsets[1]
+        and offsets[1] > data_size
+    ):
+        raise TruncatedData(
+            f"the file is cut short: tensor {name!r} needs {offsets[1]} bytes of data, "
+            f"the file holds {data_size} (an incomplete download or copy)"
+        )
     if (
         not isinstance(offsets, list)
         or len(offsets) != 2
@@ -135,6 +150,11 @@ def lora_file_status(name: str | None, path: str | None) -> tuple[dict[str, Any]
     status["format"] = "safetensors"
     try:
         tensors, metadata = read_safetensors_header(path)
+    except TruncatedData as exc:
+        status["header_ok"] = True
+        status["data_ok"] = False
+        status["error"] = str(exc)
+        return status, None
     except CorruptHeader as exc:
         status["header_ok"] = False
         status["error"] = f"corrupt safetensors header: {exc}"

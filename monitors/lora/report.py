@@ -38,6 +38,7 @@ def analyse_loaders(node_id, prompt, model, clip, errors: list, recorder, lora_p
                 coverage is not None
                 and status["exists"]
                 and status["header_ok"] is not False
+                and status.get("data_ok") is not False
                 and not loader["skipped"]
             ):
                 loader["coverage"] = coverage(
@@ -73,12 +74,36 @@ def _side_findings(kind: str, side: dict | None) -> list[Finding]:
         return [Finding("warning", f"{kind}: not analysed: {side.get('reason')}", "lora_not_a_patcher")]
     totals = side["overall"]["totals"]
     findings = []
-    if totals["n_without_delta_norm"]:
+    rows = [row for hop in side["hops"] for row in hop["keys"]]
+    mismatched = [row for row in rows if row.get("shape_mismatch")]
+    if mismatched:
+        examples = "; ".join(f"{row['key']}: {row['shape_mismatch']}" for row in mismatched[:5])
+        findings.append(
+            Finding(
+                "error",
+                f"{kind}: {totals['n_shape_mismatches']} patches do not fit the shape of the model's weights "
+                f"and ComfyUI leaves those weights unchanged: this LoRA is for a different model size "
+                f"({examples})",
+                "lora_shape_mismatch",
+            )
+        )
+    skipped = [row for row in rows if row.get("applied") is False and not row.get("shape_mismatch")]
+    if skipped:
+        reasons = "; ".join(sorted({f"{row['key']}: {row['not_applied_reason']}" for row in skipped[:5]}))
+        findings.append(
+            Finding(
+                "warning",
+                f"{kind}: {len(skipped)} patches are queued but ComfyUI never applies them ({reasons})",
+                "lora_patches_not_applied",
+            )
+        )
+    if totals["delta_norm_partial"]:
         reasons = "; ".join(f"{n} x {why}" for why, n in totals["reasons_without_norm"].items())
         findings.append(
             Finding(
                 "info",
-                f"{kind}: no cheap change norm for {totals['n_without_delta_norm']} patches ({reasons})",
+                f"{kind}: the change norm total is partial: {totals['n_weights_without_delta_norm']} weights "
+                f"have no norm ({reasons})",
                 "lora_norm_unavailable",
             )
         )
@@ -86,8 +111,14 @@ def _side_findings(kind: str, side: dict | None) -> list[Finding]:
 
 
 def _applied(side: dict | None) -> bool:
-    totals = side["overall"]["totals"] if side and side.get("analysed") else None
-    return bool(totals and any(s != 0.0 for s in totals["strengths"]))
+    """Some patch with a non-zero strength that ComfyUI really applies."""
+    if not side or not side.get("analysed"):
+        return False
+    return any(
+        row.get("applied", True) and row["strength"] not in (None, 0.0)
+        for hop in side["hops"]
+        for row in hop["keys"]
+    )
 
 
 def _no_file(name: str | None) -> None:
@@ -105,6 +136,7 @@ def build_lora_step(
     recorder=None,
     lora_path: Callable[[str | None], str | None] = _no_file,
     coverage: Callable | None = None,
+    calculate: Callable | None = None,
 ) -> StepReport:
     """The `lora` step of the MODEL / CLIP given, against their patch history or the `*_before` objects.
 
@@ -122,7 +154,7 @@ def build_lora_step(
                 )
             continue
         try:
-            sides[kind] = analyse_side(kind, after, before)
+            sides[kind] = analyse_side(kind, after, before, calculate=calculate)
         except Exception as exc:
             errors.append(f"{kind}: {type(exc).__name__}: {exc}")
             log.warning("pipeline monitor: LoRA analysis of %s failed: %s", kind, exc)
@@ -175,6 +207,8 @@ def build_lora_step(
         summary[f"{kind}_n_hops"] = len(side["hops"]) if totals else None
         summary[f"{kind}_n_patch_keys_added"] = totals.get("n_keys")
         summary[f"{kind}_delta_norm"] = totals.get("delta_norm")
+        summary[f"{kind}_delta_norm_partial"] = totals.get("delta_norm_partial")
+        summary[f"{kind}_n_patches_not_applied"] = totals.get("n_not_applied")
         summary[f"{kind}_relative_change_ratio"] = totals.get("relative_change")
         summary[f"{kind}_patch_bytes"] = totals.get("patch_bytes")
     summary["analysis_s"] = time.perf_counter() - started

@@ -21,7 +21,9 @@ from .analysis import (
     parent_chain,
     patch_rows,
     patches_of,
+    weights_of,
 )
+from .weights import leaf_parameter_rule
 
 MAX_LISTED_NAMES = 200  # state-dict key names listed per change kind
 PLACEMENT_FIELDS = (
@@ -49,8 +51,21 @@ def _describe(kind: str, obj, is_patcher: bool) -> dict[str, Any]:
     return info
 
 
-def analyse_side(kind: str, after, before=None, base_norms: bool = True) -> dict[str, Any]:
-    """Everything the step reports for one side; `before` None means: walk the parent chain."""
+def not_patched_rule(patcher):
+    """ComfyUI's loader patches parameters of leaf modules only (ModelPatcher._load_list): the
+    rule applies where the patcher has that loader, feature-detected."""
+    if not callable(getattr(patcher, "_load_list", None)):
+        return None
+    return leaf_parameter_rule(getattr(patcher, "model", None))
+
+
+def analyse_side(kind: str, after, before=None, base_norms: bool = True, calculate=None) -> dict[str, Any]:
+    """Everything the step reports for one side; `before` None means: walk the parent chain.
+
+    `calculate(entries, weight, key)` is the framework's weight arithmetic (ComfyUI's
+    calculate_weight): with it, patches whose change depends on the base weight get exact norms
+    on a copy of that weight, within the read budget.
+    """
     after_patcher = patcher_of(kind, after)
     if after_patcher is None or not hasattr(after_patcher, "patches"):
         return {"kind": kind, "analysed": False, "reason": f"{type(after).__name__} has no patches"}
@@ -66,15 +81,20 @@ def analyse_side(kind: str, after, before=None, base_norms: bool = True) -> dict
         baseline = _describe(kind, before_patcher, is_patcher=True)
         mode = "parent_chain"
     lookup = base_weight_lookup(after_patcher) if base_norms else None
+    rule = not_patched_rule(after_patcher)
     budget = [BASE_NORM_ELEMENT_BUDGET]
     listed = [MAX_LISTED_KEYS]
-    hops, all_rows, patched_keys = [], [], set()
+    cache: dict = {}
+    hops, all_rows, patched_keys, all_added = [], [], set(), {}
     for index, (child, parent) in enumerate(pairs):
         added = added_entries(patches_of(child), patches_of(parent))
         removed = added_entries(patches_of(parent), patches_of(child))
-        rows = patch_rows(added, lookup, budget)
+        rows = patch_rows(added, lookup, budget, rule)
+        weights = weights_of(added, rows, lookup, calculate, budget, cache)
         patched_keys.update(str(k) for k in added)
         all_rows.extend(rows)
+        for key, entries in added.items():
+            all_added.setdefault(key, []).extend(entries)
         shown = rows[: listed[0]]
         listed[0] -= len(shown)
         hops.append(
@@ -88,12 +108,18 @@ def analyse_side(kind: str, after, before=None, base_norms: bool = True) -> dict
                 "n_patch_keys_added": len(added),
                 "n_entries_added": sum(len(v) for v in added.values()),
                 "n_entries_removed": sum(len(v) for v in removed.values()),
-                "totals": aggregate(rows),
-                "by_block": by_block(rows),
+                "totals": aggregate(rows, weights),
+                "by_block": by_block(rows, weights),
                 "keys": shown,
                 "keys_truncated": len(shown) < len(rows),
             }
         )
+    # All hops together, each key's entries in the order ComfyUI applies them (its patches list)
+    ordered = {k: _in_patch_order(all_rows, k, all_added[k], after_patcher) for k in all_added}
+    overall_rows = [row for k in sorted(ordered, key=str) for row, _ in ordered[k]]
+    overall_weights = weights_of(
+        {k: [e for _, e in v] for k, v in ordered.items()}, overall_rows, lookup, calculate, budget, cache
+    )
     after_info = _describe(kind, after, is_patcher=False)
     return {
         "kind": kind,
@@ -103,10 +129,23 @@ def analyse_side(kind: str, after, before=None, base_norms: bool = True) -> dict
         "after": after_info,
         "identity": identity_changes(kind, after, before, after_patcher, before_patcher, len(pairs)),
         "hops": hops,
-        "overall": {"totals": aggregate(all_rows), "by_block": by_block(all_rows)},
+        "overall": {
+            "totals": aggregate(all_rows, overall_weights),
+            "by_block": by_block(all_rows, overall_weights),
+            "weights": overall_weights[:MAX_LISTED_KEYS],
+            "weights_truncated": len(overall_weights) > MAX_LISTED_KEYS,
+        },
         "weight_modifications": weight_modifications(before_patcher, after_patcher, patched_keys),
         "placement_changes": placement_changes(baseline, after_info),
     }
+
+
+def _in_patch_order(rows: list[dict], key, entries: list, patcher) -> list[tuple]:
+    """(row, entry) pairs of one key in the order of the patcher's own list for that key."""
+    pairs = {id(e): (r, e) for r, e in zip([r for r in rows if r["key"] == str(key)], entries, strict=True)}
+    order = [id(e) for e in patches_of(patcher).get(key, ())]
+    ranked = [pairs[i] for i in order if i in pairs]
+    return ranked + [p for i, p in pairs.items() if i not in set(order)]
 
 
 def _str(value) -> str | None:

@@ -66,7 +66,27 @@ LORA = StepKindVocabulary(
                     "integer",
                 ),
                 SummaryField(
-                    "delta_norm", "change norm", None, "Frobenius norm of the weight change", "number"
+                    "delta_norm",
+                    "change norm",
+                    None,
+                    "Frobenius norm of the weight change: per weight the norm of the sum of its patches, "
+                    "patches ComfyUI does not apply count 0",
+                    "number",
+                ),
+                SummaryField(
+                    "delta_norm_partial",
+                    "change norm partial",
+                    None,
+                    "true when some patched weight has no change norm: the change norm and its ratio "
+                    "cover the other weights only",
+                    "boolean",
+                ),
+                SummaryField(
+                    "n_patches_not_applied",
+                    "patches not applied",
+                    "count",
+                    "patches ComfyUI queues but never applies (shape mismatch, non-leaf module, buffer)",
+                    "integer",
                 ),
                 SummaryField("patch_bytes", "patch size", "bytes", "memory held by the patches", "integer"),
             ),

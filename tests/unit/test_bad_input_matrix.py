@@ -238,7 +238,7 @@ LORA_FILE_CASES = [
             d / "o.safetensors",
             json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode(),
         ),
-        "corrupt",
+        "cut short",  # the header is whole: the data is what is missing
     ),
     (
         "lora_metadata_not_object",

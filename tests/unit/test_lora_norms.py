@@ -231,7 +231,9 @@ def test_function_or_strength_model_make_the_norm_unknown():
     value = Adapter("lora", (rand(4, 2), rand(2, 4), None, None, None, None))
     assert "function" in analyse_entry(entry(value, function=lambda a: a))["delta_norm_unavailable"]
     row = analyse_entry(entry(value, strength_model=0.5))
-    assert row["delta_norm"] is None and "strength_model" in row["delta_norm_unavailable"]
+    assert row["delta_norm"] is None and "base_weight_scale" in row["delta_norm_unavailable"]
+    # ComfyUI's entry-level strength_model has its own name: strength_model is the loader's only
+    assert row["base_weight_scale"] == 0.5 and "strength_model" not in row
 
 
 def test_rows_are_plain_data():

@@ -149,8 +149,20 @@ def test_side_walks_one_hop_per_clone_with_exact_norms():
         assert hop["totals"]["strengths"] == [strength]
     overall = side["overall"]["totals"]
     assert overall["n_entries"] == 5 and overall["n_keys"] == 3
-    every = [r["delta_norm"] for h in hops for r in h["keys"]]
-    assert overall["delta_norm"] == pytest.approx(sum(v * v for v in every) ** 0.5)
+    # per weight the norm of the summed change (two LoRAs share two weights), not a root of
+    # summed squares of the patches; each weight's base norm counted once
+    summed = {}
+    for patches, strength, keys in ((first_patches, 0.8, WEIGHTS), (second_patches, -0.5, list(WEIGHTS)[:2])):
+        for key in keys:
+            summed[key] = summed.get(key, 0) + materialised_change(patches, strength, key)
+    exact = sum(float(torch.linalg.vector_norm(c)) ** 2 for c in summed.values()) ** 0.5
+    assert overall["delta_norm"] == pytest.approx(exact, rel=1e-9)
+    base_total = sum(float(torch.linalg.vector_norm(state[k].double())) ** 2 for k in WEIGHTS) ** 0.5
+    assert overall["relative_change"] == pytest.approx(exact / base_total, rel=1e-9)
+    assert overall["delta_norm_partial"] is False
+    weights = {w["key"]: w for w in side["overall"]["weights"]}
+    for key, change in summed.items():
+        assert weights[key]["delta_norm"] == pytest.approx(float(torch.linalg.vector_norm(change)), rel=1e-9)
     assert overall["ranks"] == [2, 4] and overall["n_by_type"] == {"lora": 5}
     blocks = side["overall"]["by_block"]
     assert set(blocks) == {"diffusion_model.blocks.0", "diffusion_model.blocks.1", "diffusion_model.out"}
@@ -213,7 +225,9 @@ def test_offset_patch_uses_the_slice_of_the_base_weight():
 
 def test_aggregate_of_nothing():
     totals = aggregate([])
-    assert totals["n_entries"] == 0 and totals["delta_norm"] is None and totals["relative_change"] is None
+    # nothing patched: the change is exactly 0, relative to nothing
+    assert totals["n_entries"] == 0 and totals["delta_norm"] == 0.0 and totals["relative_change"] is None
+    assert totals["delta_norm_partial"] is False
 
 
 def test_clip_side_reads_the_clip_patcher():

@@ -139,7 +139,17 @@ export const VOCABULARY = {
    "model_delta_norm": {
     "label": "model change norm",
     "unit": null,
-    "description": "model: Frobenius norm of the weight change"
+    "description": "model: Frobenius norm of the weight change: per weight the norm of the sum of its patches, patches ComfyUI does not apply count 0"
+   },
+   "model_delta_norm_partial": {
+    "label": "model change norm partial",
+    "unit": null,
+    "description": "model: true when some patched weight has no change norm: the change norm and its ratio cover the other weights only"
+   },
+   "model_n_patches_not_applied": {
+    "label": "model patches not applied",
+    "unit": "count",
+    "description": "model: patches ComfyUI queues but never applies (shape mismatch, non-leaf module, buffer)"
    },
    "model_patch_bytes": {
     "label": "model patch size",
@@ -164,7 +174,17 @@ export const VOCABULARY = {
    "clip_delta_norm": {
     "label": "clip change norm",
     "unit": null,
-    "description": "clip: Frobenius norm of the weight change"
+    "description": "clip: Frobenius norm of the weight change: per weight the norm of the sum of its patches, patches ComfyUI does not apply count 0"
+   },
+   "clip_delta_norm_partial": {
+    "label": "clip change norm partial",
+    "unit": null,
+    "description": "clip: true when some patched weight has no change norm: the change norm and its ratio cover the other weights only"
+   },
+   "clip_n_patches_not_applied": {
+    "label": "clip patches not applied",
+    "unit": "count",
+    "description": "clip: patches ComfyUI queues but never applies (shape mismatch, non-leaf module, buffer)"
    },
    "clip_patch_bytes": {
     "label": "clip patch size",
@@ -1003,11 +1023,15 @@ export const KEYS = /** @type {const} */ ({
   "model_n_patch_keys_added": "model_n_patch_keys_added",
   "model_n_hops": "model_n_hops",
   "model_delta_norm": "model_delta_norm",
+  "model_delta_norm_partial": "model_delta_norm_partial",
+  "model_n_patches_not_applied": "model_n_patches_not_applied",
   "model_patch_bytes": "model_patch_bytes",
   "clip_relative_change_ratio": "clip_relative_change_ratio",
   "clip_n_patch_keys_added": "clip_n_patch_keys_added",
   "clip_n_hops": "clip_n_hops",
   "clip_delta_norm": "clip_delta_norm",
+  "clip_delta_norm_partial": "clip_delta_norm_partial",
+  "clip_n_patches_not_applied": "clip_n_patches_not_applied",
   "clip_patch_bytes": "clip_patch_bytes",
   "analysis_s": "analysis_s"
  },
