@@ -135,8 +135,9 @@ def family_from_shape(
     """The family a conditioning of this shape comes from, with the other possible ones.
 
     confidence: "exact" (a marker extra, or the padded length of a short prompt), "likely"
-    (shape fits, length is that of a longer prompt), "ambiguous" (hidden and pooled sizes fit
-    but the token count does not), "unknown" (no family has this hidden/pooled size).
+    (one family fits shape and length, the length that of a longer prompt), "ambiguous" (hidden
+    and pooled sizes fit several families and the token count singles none out, or fits none),
+    "unknown" (no family has this hidden/pooled size). `candidates` lists the other families.
     """
     extra_keys = set(extra_keys)
     shaped = [r for r in FAMILY_RULES if r.hidden == hidden and _pooled_matches(r, pooled_size)]
@@ -149,8 +150,10 @@ def family_from_shape(
         chosen, confidence = exact[0], "exact"
     elif possible:
         # The family that pads the most explains a long prompt best (a 600-token T5 prompt is
-        # more likely WAN's 512 grown than a free-length encoder's).
-        chosen, confidence = max(possible, key=lambda r: r.padded_to), "likely"
+        # more likely WAN's 512 grown than a free-length encoder's), but when other families give
+        # the same hidden/pooled sizes and length the shape cannot tell them apart: say so.
+        chosen = max(possible, key=lambda r: r.padded_to)
+        confidence = "likely" if len(possible) == 1 else "ambiguous"
     elif shaped:
         chosen, confidence = shaped[0], "ambiguous"
     else:
