@@ -300,6 +300,16 @@ def headline_text(kind: str, summary: Mapping[str, Any]) -> str:
     return "\n".join(lines) if lines else "no figures"
 
 
+MAX_PROBLEM_LINES = 5
+
+
+def step_text(step) -> str:
+    """A monitor node's UI text: its kind's headline figures, then the first warnings and errors
+    (a fallback or a dummy latent must show on the node, not only in the report)."""
+    problems = [f.message for f in step.findings if f.level in ("warning", "error")]
+    return "\n".join([headline_text(step.kind, step.summary), *problems[:MAX_PROBLEM_LINES]])
+
+
 # -- schema versions ------------------------------------------------------------------------------
 
 

@@ -11,19 +11,10 @@ import logging
 from collections.abc import Callable, Mapping
 
 from ..monitors.report import StepReport, failed_step
-from ..monitors.vocabulary import headline_text
+from ..monitors.vocabulary import step_text
 from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
-
-MAX_PROBLEM_LINES = 5
-
-
-def step_text(step: StepReport) -> str:
-    """A node's UI text: its kind's headline figures, then the first warnings and errors."""
-    problems = [f.message for f in step.findings if f.level in ("warning", "error")]
-    return "\n".join([headline_text(step.kind, step.summary), *problems[:MAX_PROBLEM_LINES]])
-
 
 def hidden_inputs(cls) -> tuple[str | None, Mapping | None]:
     """(node id, API-format prompt) that ComfyUI hands a V3 node."""

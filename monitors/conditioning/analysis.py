@@ -361,25 +361,3 @@ def summarise(sides: dict, clip_info: dict | None, comparison: dict | None) -> d
             value = (side.get("family") or {}).get("family") if key is None else side.get(key)
             summary[f"{where}_{name}"] = value
     return summary
-
-
-def ui_lines(step: StepReport) -> list[str]:
-    """Short lines for the node's ui text (no prompt text: that is in the report)."""
-    summary, lines = step.summary, []
-    for where in SIDES:
-        if where == "negative" and not summary.get("negative_connected"):
-            continue
-        line = f"{where}: {summary.get(f'{where}_family') or 'invalid'}"
-        if summary.get(f"{where}_n_tokens") is not None:
-            line += f", {summary[f'{where}_n_tokens']} tokens x {summary[f'{where}_hidden_size']}"
-        if summary.get(f"{where}_pooled_size") is not None:
-            line += f", pooled {summary[f'{where}_pooled_size']}"
-        if summary.get(f"{where}_n_characters") is not None:
-            line += f", {summary[f'{where}_n_characters']} chars"
-        if summary.get(f"{where}_encode_s") is not None:
-            line += f", encoded in {summary[f'{where}_encode_s']:.3f} s"
-        lines.append(line)
-    problems = [f for f in step.findings if f.level in ("warning", "error")]
-    if problems:
-        lines.append(f"{len(problems)} problem(s): {problems[0].message}")
-    return lines

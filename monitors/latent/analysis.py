@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..report import Finding, format_bytes, sum_known
+from ..report import Finding, sum_known
 from ..tensor_stats import describe_tensor
 
 # Above this many elements only metadata is reported: statistics of a 128 Mi-element tensor
@@ -244,19 +244,3 @@ def analyse_latent(latent) -> tuple[dict, dict, list[Finding]]:
         "n_parts": len(described) if details.get("nested") else None,
     }
     return summary, details, findings
-
-
-def latent_ui_text(summary: Mapping[str, Any]) -> str:
-    if summary.get("shape") is None:
-        return "no latent samples"
-    parts = [f"{summary['latent_type']} {summary['shape']}"]
-    if summary.get("family"):
-        parts.append(summary["family"])
-    parts.append(f"{summary['dtype']} on {summary['device']}, {format_bytes(summary['size_bytes'])}")
-    if summary.get("mean") is not None:
-        parts.append(f"mean {summary['mean']:.3g} std {summary['std']:.3g}")
-    if summary.get("n_nan") or summary.get("n_inf"):
-        parts.append(f"NaN {summary['n_nan']} Inf {summary['n_inf']}")
-    if summary.get("has_noise_mask"):
-        parts.append("noise mask")
-    return " | ".join(parts)

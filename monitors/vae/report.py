@@ -315,38 +315,6 @@ def build_step(
     )
 
 
-def ui_lines(step: StepReport) -> list[str]:
-    """Short lines for the node's UI text."""
-    s = step.summary
-    lines = []
-    if s.get("strategy_used"):
-        head = (
-            f"{s['strategy_used']} in {s['duration_s']:.2f} s"
-            if s.get("duration_s") is not None
-            else s["strategy_used"]
-        )
-        if s.get("dummy_used"):
-            head = "DUMMY ZEROS: every strategy ran out of memory"
-        lines.append(head)
-        lines.append(
-            f"{s.get('latent_type')} latent {s.get('latent_shape')} {s.get('latent_dtype')} "
-            f"{format_bytes(s.get('latent_bytes'))}"
-        )
-        if s.get("frames_per_s") is not None:
-            lines.append(f"{s['frames_per_s']:.1f} frames/s, {s['input_mb_per_s']:.1f} MB/s in")
-        lines.append(f"peak RSS {format_bytes(s.get('peak_rss_bytes'))}")
-        if s.get("peak_gpu_allocated_bytes") is not None:
-            lines[-1] += f", GPU allocated {format_bytes(s['peak_gpu_allocated_bytes'])}"
-    elif s.get("error"):
-        lines.append(f"FAILED: {s['error']}")
-    for attempt in step.details.get("attempts", []):
-        if attempt["outcome"] in ("oom", "error", "skipped") and attempt["strategy"] != "dummy":
-            why = attempt.get("reason") or attempt.get("error_type")
-            lines.append(f"{attempt['strategy']}: {attempt['outcome']} ({why})")
-    lines.extend(f.message for f in step.findings if f.level != "info")
-    return lines
-
-
 def build_vae_encode_step(
     node_id: str | None, result: ChainResult, vae=None, allow_dummy: bool = False
 ) -> StepReport:

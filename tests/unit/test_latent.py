@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitors.latent import analysis as latent_mod
-from monitors.latent.analysis import analyse_latent, latent_ui_text
+from monitors.latent.analysis import analyse_latent
+from monitors.vocabulary import headline_text
 
 
 def codes(findings):
@@ -86,7 +87,7 @@ def test_noise_mask_batch_index_and_extras():
     assert details["batch_index"] == [3, 4] and details["n_batch_index"] == 2
     assert details["latent_type"] == "image"
     assert details["extras"] == {"custom": {"shape": [3], "dtype": "float32"}, "note": "str"}
-    assert "noise mask" in latent_ui_text(summary)
+    assert "noise mask" in headline_text("latent", summary)
 
 
 def test_without_noise_mask():
@@ -110,7 +111,7 @@ def test_without_noise_mask():
 def test_bad_input_is_a_finding_not_a_crash(value, code):
     summary, details, findings = analyse_latent(value)
     assert code in codes(findings)
-    assert isinstance(latent_ui_text(summary), str)
+    assert isinstance(headline_text("latent", summary), str)
 
 
 def test_huge_shape_is_metadata_only_without_allocation():
