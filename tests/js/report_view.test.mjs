@@ -93,7 +93,7 @@ test("problems: errors first, then warnings, then notes", () => {
   });
   const items = problems(report);
   assert.deepEqual(items.map((p) => p.level), ["error", "error", "warning", "warning", "info", "info"]);
-  assert.match(items[0].message, /node 2 \(KSampler\): RuntimeError: boom/);
+  assert.match(items[0].message, /node #2 \(KSampler\): RuntimeError: boom/);
   assert.equal(items[1].where, "VAE encode #6");
 });
 

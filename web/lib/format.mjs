@@ -88,7 +88,8 @@ export function formatValue(key, value, kind) {
     if (!Number.isFinite(value)) return MISSING;
     const field = declaredField(kind, key);
     const unit = field ? field.unit : unitOfName(key);
-    if (unit === "per_s") return `${formatPlainNumber(value)}/s`;
+    // "frames per second" already names the rate; "encode rate" does not
+    if (unit === "per_s") return /per second/.test(field?.label ?? "") ? formatPlainNumber(Number(value.toPrecision(3))) : `${formatPlainNumber(Number(value.toPrecision(3)))}/s`;
     if (unit === "bytes") return formatBytes(value);
     if (unit === "s") return formatSeconds(value);
     if (unit === "pct") return formatPercent(value);

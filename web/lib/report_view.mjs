@@ -27,7 +27,8 @@ export const REGRESSION = { relative: 0.1, seconds: 0.05, bytes: 64 * 1024 * 102
 
 /** @param {string} status */
 export function statusTone(status) {
-  return { success: "ok", running: "info", interrupted: "warn", error: "error" }[status] ?? "info";
+  // A cancel is the user's choice, not a failure: neutral.
+  return { success: "ok", running: "info", interrupted: "neutral", error: "error" }[status] ?? "info";
 }
 
 /**
@@ -97,7 +98,8 @@ export function nodeRows(report) {
     slowest: false,
     hungriest: false,
   }));
-  const executed = rows.filter((r) => !r.cached);
+  // Only nodes that ran to the end: a node that failed after 13 ms is neither slow nor hungry.
+  const executed = rows.filter((r) => !r.cached && r.status === "executed");
   const top = (/** @type {(r: NodeRow) => number | null} */ get) => {
     let best = null;
     for (const row of executed) {
@@ -150,8 +152,12 @@ const LEVEL_ORDER = /** @type {Record<string, number>} */ ({ error: 0, warning: 
 export function problems(report) {
   const items = [];
   const error = report.error;
-  if (error) {
-    let message = `node ${error.node_id ?? "?"} (${error.node_type ?? "?"}): ${error.exception_type ?? "error"}`;
+  if (error && report.status === "interrupted") {
+    const at = error.node_id ? ` while node #${error.node_id}${error.node_type ? ` (${error.node_type})` : ""} ran` : "";
+    items.push({ level: "info", where: "run", message: `interrupted${at}: later nodes did not run` });
+  } else if (error) {
+    const where = error.node_id ? `node #${error.node_id}${error.node_type ? ` (${error.node_type})` : ""}: ` : "";
+    let message = `${where}${error.exception_type ?? "error"}`;
     if (error.exception_message) message += `: ${error.exception_message}`;
     items.push({ level: "error", where: "run", message });
   }

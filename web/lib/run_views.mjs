@@ -1,8 +1,9 @@
 // The panel's views of runs: the list, one run (problems, per-node table, step cards) and the
 // comparison of two runs. Each returns a fresh element; `actions` carries what the user can do.
 import { h } from "./dom.mjs";
-import { MISSING, clip, declaredField, formatBytes, formatDelta, formatSeconds, formatTime, formatValue, labelFromKey } from "./format.mjs";
-import { compareRuns, nodeRows, orderForCompare, problems, sortRows, statusTone, stepCard } from "./report_view.mjs";
+import { MISSING, clip, formatBytes, formatDelta, formatSeconds, formatTime, formatValue, labelFromKey, safeFileName } from "./format.mjs";
+import { compareRuns, nodeRows, orderForCompare, problems, sortRows, statusTone } from "./report_view.mjs";
+import { designedCard } from "./step_cards.mjs";
 
 /**
  * @typedef {import("./report_view.mjs").RunReport} RunReport
@@ -95,7 +96,7 @@ function nodesTable(report, sort, actions) {
       dataset: { nodeId: r.nodeId } },
       h("td", { title: `${r.classType} (${r.status})` }, h("span", { class: "pm-muted", text: `#${r.nodeId} ` }), clip(r.label, 32),
         r.slowest ? badge("slowest", "warn") : null, r.hungriest ? badge("most memory", "warn") : null,
-        r.status === "error" || r.status === "interrupted" ? badge(r.status, "error") : null),
+        r.status === "error" ? badge("failed", "error") : r.status === "interrupted" ? badge("interrupted", "neutral") : null),
       h("td", { class: "pm-num", text: formatSeconds(r.durationS) }),
       h("td", { class: "pm-num", text: formatBytes(r.rssAddedBytes) }),
       h("td", { class: "pm-num", text: formatBytes(r.peakRssBytes) }),
@@ -104,40 +105,79 @@ function nodesTable(report, sort, actions) {
       h("td", { text: r.cached ? "cached" : "" })))));
 }
 
-/** @param {Record<string, unknown>} summary @param {string[]} keys @param {string} kind */
-function figures(summary, keys, kind) {
-  return h("dl", { class: "pm-figures" }, keys.map((k) => h("div", { class: "pm-figure", dataset: { key: k } },
-    h("dt", { text: labelFromKey(k, kind), title: declaredField(kind, k)?.description ?? k }),
-    h("dd", { text: formatValue(k, summary[k], kind), title: typeof summary[k] === "string" ? String(summary[k]) : null }))));
+/** @param {import("./step_cards.mjs").Figure[]} items */
+function figureList(items) {
+  return h("dl", { class: "pm-figures" }, items.map((f) => h("div", { class: "pm-figure" },
+    h("dt", { text: f.label, title: f.title ?? null }), h("dd", { text: f.value, title: f.value.length > 24 ? f.value : null }))));
 }
 
-/** Details as indented JSON text, built only when opened (reports can be large). @param {Record<string, unknown>} details */
-function detailsBlock(details) {
-  const pre = h("pre", { class: "pm-json" });
-  const block = h("details", { class: "pm-details" }, h("summary", { text: "Details" }), pre);
-  block.addEventListener("toggle", () => {
-    if (block.open && !pre.textContent) pre.textContent = JSON.stringify(details, null, 1);
-  });
-  return block;
+/**
+ * One designed block of a card, as elements (text only, never markup).
+ * @param {import("./step_cards.mjs").Block} block
+ */
+export function blockView(block) {
+  const title = "title" in block && block.title ? h("div", { class: "pm-block-title", text: block.title }) : null;
+  const note = "note" in block && block.note ? h("div", { class: "pm-muted pm-block-note", text: block.note }) : null;
+  if (block.type === "figures") return h("div", { class: "pm-block" }, title, figureList(block.items));
+  if (block.type === "text") return h("div", { class: "pm-block" }, title, h("p", { class: "pm-text", text: block.text }), note);
+  if (block.type === "sides") {
+    return h("div", { class: "pm-block pm-sides" }, block.sides.map((side) => h("div", { class: "pm-side" },
+      h("div", { class: "pm-block-title", text: side.title }),
+      side.text !== null ? h("p", { class: "pm-text pm-prompt-text", text: side.text }) : h("p", { class: "pm-muted", text: side.note ?? "–" }),
+      side.text !== null && side.note ? h("div", { class: "pm-muted pm-block-note", text: side.note }) : null)));
+  }
+  if (block.type === "groups") {
+    return h("div", { class: "pm-block" }, title, h("ul", { class: "pm-groups" }, block.groups.map((g) =>
+      h("li", {}, g.label ? h("span", { class: "pm-group-label", text: `${g.label}: ` }) : null, h("span", { class: "pm-mono", text: g.items.join("; ") })))), note);
+  }
+  if (block.type === "bars") {
+    return h("div", { class: "pm-block" }, title, h("div", { class: "pm-bars" }, block.items.map((b) => h("div", { class: "pm-bar-row", title: `${b.label}: ${b.text}` },
+      h("span", { class: "pm-bar-label", text: b.label }),
+      h("span", { class: "pm-bar-track" }, h("span", { class: "pm-bar", style: `width:${Math.max(2, Math.round(100 * b.fraction))}%` })),
+      h("span", { class: "pm-num pm-bar-value", text: b.text })))), note);
+  }
+  const heads = block.columns.some((c) => c.label);
+  return h("div", { class: "pm-block pm-table-wrap" }, title,
+    h("table", { class: `pm-table ${block.cls ?? ""}`.trim() },
+      heads ? h("thead", {}, h("tr", {}, block.columns.map((c) => h("th", { class: c.num ? "pm-num" : null, text: c.label, title: c.title ?? null })))) : null,
+      h("tbody", {}, block.rows.map((r) => h("tr", { class: r.tone ? `pm-row-${r.tone}` : null, title: r.title ?? null },
+        r.cells.map((cell, i) => h("td", { class: block.columns[i]?.num ? "pm-num" : null, text: cell })))))), note);
 }
 
-/** @param {import("./report_view.mjs").StepReport} step */
-export function stepCardView(step) {
-  const card = stepCard(step);
+/** Save one step's JSON as a file (the card itself never shows JSON). @param {import("./report_view.mjs").StepReport} step */
+function downloadStepJson(step) {
+  const url = URL.createObjectURL(new Blob([JSON.stringify(step, null, 1)], { type: "application/json" }));
+  const link = h("a", { href: url, download: safeFileName(`pipeline_monitor_${step.kind}_${step.node_id ?? "step"}.json`) });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+/**
+ * A step card: headline figures, the kind's designed blocks, one readable "details".
+ * @param {import("./report_view.mjs").StepReport} step
+ * @param {{stale?: string | null}} [options] stale: how the run ended when not in success ("failed", "interrupted"): later nodes did not run
+ */
+export function stepCardView(step, options = {}) {
+  const card = designedCard(step);
+  const more = card.more.length
+    ? h("details", { class: "pm-details" }, h("summary", { text: "Details" }), card.more.map(blockView))
+    : null;
   return h("article", { class: `pm-step pm-worst-${card.worst}`, dataset: { kind: card.kind, nodeId: card.nodeId ?? "" } },
     h("header", { class: "pm-step-head" }, h("span", { class: "pm-step-title", text: card.title }),
       h("span", { class: "pm-muted", text: ` #${card.nodeId ?? "?"}` }),
-      card.badges.map((b) => badge(b.text, b.tone, b.title))),
+      card.badges.map((b) => badge(b.text, b.tone, b.title)),
+      options.stale ? badge(`run ${options.stale}`, "neutral", `the run ${options.stale} after this step: what came after it did not run`) : null,
+      h("button", { class: "pm-button pm-step-json", text: "JSON", title: "Download this step's JSON", onclick: () => downloadStepJson(step) })),
     card.findings.length || card.monitorErrors.length
       ? h("ul", { class: "pm-findings" },
         card.findings.map((f) => h("li", { class: `pm-level-${f.level}`, text: f.message })),
         card.monitorErrors.map((m) => h("li", { class: "pm-level-warning", text: `monitoring: ${m}` })))
       : null,
-    figures(card.summary, card.keyFigures, card.kind),
-    card.moreFigures.length
-      ? h("details", { class: "pm-more" }, h("summary", { text: `${card.moreFigures.length} more figures` }), figures(card.summary, card.moreFigures, card.kind))
-      : null,
-    detailsBlock(card.details));
+    card.headline.length ? figureList(card.headline) : null,
+    card.sections.map(blockView),
+    more);
 }
 
 /**
@@ -165,8 +205,10 @@ export function runView(report, runs, sort, actions) {
     h("h4", { text: "Errors and suggestions" }), problemsSection(report),
     h("h4", { text: "Nodes" }), nodesTable(report, sort, actions),
     h("h4", { text: `Monitor steps (${steps.length})` }),
-    steps.length ? h("div", { class: "pm-steps" }, steps.map(stepCardView))
-      : h("p", { class: "pm-muted", text: "No monitor nodes in this prompt." }));
+    steps.length ? h("div", { class: "pm-steps" }, steps.map((step) => stepCardView(step, { stale: report.status === "error" ? "failed" : report.status === "interrupted" ? "interrupted" : null })))
+      : h("p", { class: "pm-muted pm-no-steps", text: report.status === "success"
+        ? "No monitor nodes in this prompt."
+        : `No monitor step recorded: the run ${report.status === "interrupted" ? "was interrupted" : "failed"} before any monitor node finished.` }));
 }
 
 /** @param {boolean} flag @param {string} [title] */
