@@ -170,19 +170,22 @@ def test_run_list_run_view_and_step_cards(page, runs, shots):
     vae_badges = page.inner_text('.pm-step[data-kind="vae_encode"] .pm-step-head')
     assert "direct" in vae_badges or "tiled" in vae_badges or "cpu" in vae_badges
     lora_text = page.inner_text('.pm-step[data-kind="lora"]')
-    assert "unmatched" in lora_text
+    # designed cards: the LoRA's own table, the unmatched key names by block, per-block bars
+    assert LORA in lora_text and "Strength model / clip" in lora_text and "Rank" in lora_text
+    assert "blocks 9: self_attn_q" in lora_text, lora_text
+    assert page.locator('.pm-step[data-kind="lora"] .pm-bar').count() >= 1
+    assert page.locator('.pm-step[data-kind="vae_encode"] .pm-attempts tbody tr').count() >= 1
+    assert page.locator('.pm-step[data-kind="models"] .pm-models tbody tr').count() == 2
     assert page.locator(".pm-nodes tr.pm-slowest").count() == 1
     assert page.locator(".pm-nodes tr.pm-hungriest").count() == 1
     page.screenshot(path=str(shots / "4_run_top.png"))
-    # the hostile title and prompt text are shown as text and never run
+    # the hostile title and prompt text are shown as text (the conditioning card shows the
+    # prompt, positive beside negative) and never run; no card shows JSON, it is a download
+    prompt_text = page.inner_text('.pm-step[data-kind="conditioning"] .pm-sides')
+    assert "a cat 0 <img src=x onerror=" in prompt_text and "Negative" in prompt_text
     page.click('.pm-step[data-kind="conditioning"] .pm-details summary')
-    details = '.pm-step[data-kind="conditioning"] .pm-json'
-    # The details are rendered when opened: wait for the text instead of reading at once.
-    page.wait_for_function(
-        "([selector, text]) => (document.querySelector(selector)?.innerText || '').includes(text)",
-        arg=[details, "a cat 0 <img src=x onerror="],
-        timeout=10_000,
-    )
+    assert page.locator(".pm-step .pm-json").count() == 0
+    assert "{" not in page.inner_text('.pm-step[data-kind="conditioning"] .pm-details')
     assert page.evaluate("window.__pmXss") is None
     assert page.locator(f"{PANEL} img").count() == 0
     page.locator('.pm-step[data-kind="lora"]').scroll_into_view_if_needed()
