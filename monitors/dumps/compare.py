@@ -2,8 +2,19 @@
 mean absolute difference, relative error, cosine similarity, allclose; and a one-line verdict.
 
 `a` is the reference. allclose follows torch.allclose(b, a, rtol, atol): |b - a| <= atol + rtol*|a|,
-with NaN equal to NaN and an Inf equal only to the same Inf. Work is chunked in float64, so extra
-memory is bounded whatever the tensor size; tensors are fetched one pair at a time.
+with NaN equal to NaN and an Inf equal only to the same Inf. Tensors are fetched one pair at a time
+and worked through in chunks on their own device (never copied to the CPU), so extra memory is
+bounded whatever the tensor size.
+
+Speed: when every value is finite (the common case) each chunk is reduced in one pass of torch
+kernels in the pair's common float type (float32 for float32, float16 and bfloat16; float64 when
+either side is float64, or for pairs of at most FLOAT64_MAX_ELEMENTS, where it costs nothing), and
+the per-chunk results are read back once per pair. The tolerance test is torch.isclose's formula in
+that type, so n_not_close and allclose are exactly torch.allclose's on the pair cast to it; equal
+is exact; max_abs_diff is |b - a| rounded once to that type. Sums and norms accumulate in that type
+per chunk (error bound as in monitors/tensor_stats.py: M*u relative to the sum of magnitudes) and
+in float64 across chunks. A chunk with NaN or Inf (its max |b - a| or a norm not finite) sends the
+pair to the float64 path that handles them, also on the tensors' device.
 compare_dumps / compare_dump_with open dumps (safetensors only, see dumps.py) and compare them.
 """
 
@@ -16,7 +27,9 @@ from typing import Any
 
 from .files import DumpReader, open_dump
 
-CHUNK_ELEMENTS = 1 << 22
+CHUNK_ELEMENTS = 1 << 22  # the float64 path's chunk
+FAST_CHUNK_ELEMENTS = 1 << 18  # the fast path's: its four buffers stay in the CPU's caches
+FLOAT64_MAX_ELEMENTS = 1 << 16
 STATUSES = ("identical", "close", "different", "incompatible", "nothing_to_compare")
 
 
@@ -54,17 +67,12 @@ def compare_pair(a, b, rtol: float, atol: float) -> dict[str, Any]:
         return row
 
     flat_a, flat_b = a.detach().reshape(-1), b.detach().reshape(-1)
-    totals = dict.fromkeys(("sum_diff", "dot", "norm_a2", "norm_b2", "diff2"), 0.0)
-    totals.update(max_diff=0.0, n_finite_diff=0, n_not_close=0, n_nan_mismatch=0)
+    if flat_b.device != flat_a.device:  # a dump (CPU) against a live GPU value: compare on the GPU
+        flat_a = flat_a.to(flat_b.device)
     with torch.no_grad():
-        for start in range(0, n, CHUNK_ELEMENTS):
-            ca = flat_a[start : start + CHUNK_ELEMENTS].to("cpu", torch.float64)
-            cb = flat_b[start : start + CHUNK_ELEMENTS].to("cpu", torch.float64)
-            both_finite = torch.isfinite(ca) & torch.isfinite(cb)
-            if bool(both_finite.all()):
-                _add_finite_chunk(totals, ca, cb, rtol, atol)
-            else:
-                _add_chunk_with_specials(totals, ca, cb, both_finite, rtol, atol)
+        totals = _fast_totals(flat_a, flat_b, rtol, atol)
+        if totals is None:
+            totals = _float64_totals(flat_a, flat_b, rtol, atol)
     max_diff, sum_diff, n_finite_diff = totals["max_diff"], totals["sum_diff"], totals["n_finite_diff"]
     dot, norm_a2, norm_b2, diff2 = totals["dot"], totals["norm_a2"], totals["norm_b2"], totals["diff2"]
     n_not_close, n_nan_mismatch = totals["n_not_close"], totals["n_nan_mismatch"]
@@ -84,6 +92,74 @@ def compare_pair(a, b, rtol: float, atol: float) -> dict[str, Any]:
     if not row["allclose"]:
         row["reason"] = f"{n_not_close} of {n} elements outside tolerance"
     return row
+
+
+def _fast_totals(flat_a, flat_b, rtol: float, atol: float) -> dict | None:
+    """One pass of kernels per chunk, results read back once; None when a value is not finite
+    (or the float32 sums overflow), for the float64 path to handle. Products go to chunk-sized
+    buffers summed by torch.sum (a cascade sum): torch.dot and vector_norm accumulate long
+    sequential runs on the CPU."""
+    import torch
+
+    n = int(flat_a.numel())
+    wide = torch.float64 in (flat_a.dtype, flat_b.dtype) or n <= FLOAT64_MAX_ELEMENTS
+    acc = torch.float64 if wide else torch.float32
+    size = min(n, FAST_CHUNK_ELEMENTS)
+    buffers = [torch.empty(size, dtype=acc, device=flat_a.device) for _ in range(4)]
+    parts = []
+    for start in range(0, n, FAST_CHUNK_ELEMENTS):
+        ca, cb = flat_a[start : start + FAST_CHUNK_ELEMENTS], flat_b[start : start + FAST_CHUNK_ELEMENTS]
+        length = int(ca.numel())
+        a_buf, b_buf, diff, work = (buf[:length] for buf in buffers)
+        ca = ca if ca.dtype == acc else a_buf.copy_(ca)
+        cb = cb if cb.dtype == acc else b_buf.copy_(cb)
+        torch.sub(cb, ca, out=diff).abs_()
+        # torch.isclose(b, a)'s allowed error minus |b - a|: its sign is exact (gradual underflow)
+        slack = torch.abs(ca, out=work).mul_(rtol).add_(atol).sub_(diff).amin()
+        figures = [diff.amax(), diff.sum(), slack]
+        for x, y in ((diff, diff), (ca, ca), (cb, cb), (ca, cb)):
+            figures.append(torch.mul(x, y, out=work).sum())
+        parts.append(torch.stack(figures).to(torch.float64))
+    columns = torch.stack(parts).T.tolist()  # the one read-back when every value is close
+    max_s, sum_s, slack_s, diff2_s, a2_s, b2_s, dot_s = columns
+    if not all(map(math.isfinite, max_s + sum_s + diff2_s + a2_s + b2_s + dot_s)):
+        return None
+    n_not_close = 0
+    if min(slack_s) < 0:  # some element outside tolerance: count them, one more read-back
+        counts = []
+        for start in range(0, n, FAST_CHUNK_ELEMENTS):
+            ca = flat_a[start : start + FAST_CHUNK_ELEMENTS].to(acc)
+            cb = flat_b[start : start + FAST_CHUNK_ELEMENTS].to(acc)
+            counts.append(((cb - ca).abs_() > ca.abs().mul_(rtol).add_(atol)).sum())
+        n_not_close = int(torch.stack(counts).sum().item())
+    return {
+        "max_diff": max(max_s),
+        "sum_diff": math.fsum(sum_s),
+        "n_finite_diff": n,
+        "n_not_close": n_not_close,
+        "n_nan_mismatch": 0,
+        "dot": math.fsum(dot_s),
+        "norm_a2": math.fsum(a2_s),
+        "norm_b2": math.fsum(b2_s),
+        "diff2": math.fsum(diff2_s),
+    }
+
+
+def _float64_totals(flat_a, flat_b, rtol: float, atol: float) -> dict:
+    """Chunks in float64 on the tensors' device, NaN and Inf handled; syncs per chunk."""
+    import torch
+
+    totals = dict.fromkeys(("sum_diff", "dot", "norm_a2", "norm_b2", "diff2"), 0.0)
+    totals.update(max_diff=0.0, n_finite_diff=0, n_not_close=0, n_nan_mismatch=0)
+    for start in range(0, int(flat_a.numel()), CHUNK_ELEMENTS):
+        ca = flat_a[start : start + CHUNK_ELEMENTS].to(torch.float64)
+        cb = flat_b[start : start + CHUNK_ELEMENTS].to(torch.float64)
+        both_finite = torch.isfinite(ca) & torch.isfinite(cb)
+        if bool(both_finite.all()):
+            _add_finite_chunk(totals, ca, cb, rtol, atol)
+        else:
+            _add_chunk_with_specials(totals, ca, cb, both_finite, rtol, atol)
+    return totals
 
 
 def _add_finite_chunk(totals: dict, ca, cb, rtol: float, atol: float) -> None:

@@ -145,3 +145,67 @@ def test_property_allclose_agrees_with_torch(a, noise, rtol, atol):
     if row["cosine_similarity"] is not None:
         assert -1.0 <= row["cosine_similarity"] <= 1.0
     assert row["equal"] == bool(((ta == tb) | (ta.isnan() & tb.isnan())).all())
+
+
+@pytest.fixture
+def float32_chunks(monkeypatch):
+    """The fast path in float32 over several chunks, as for large tensors."""
+    monkeypatch.setattr(tensor_compare, "FAST_CHUNK_ELEMENTS", 1000)
+    monkeypatch.setattr(tensor_compare, "FLOAT64_MAX_ELEMENTS", 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("noise", [0.0, 1e-4, 1e-1])
+def test_float32_chunks_match_a_float64_reference(float32_chunks, dtype, noise):
+    g = torch.Generator().manual_seed(5)
+    a = (3.0 + torch.randn(10_007, generator=g)).to(dtype)
+    b = (a.float() + noise * torch.randn(10_007, generator=g)).to(dtype)
+    row = compare_pair(a, b, 1e-3, 1e-5)
+    a32, b32 = a.float(), b.float()
+    # counts, allclose and equality: exactly torch's on the pair in float32
+    assert row["n_not_close"] == int((~torch.isclose(b32, a32, rtol=1e-3, atol=1e-5)).sum())
+    assert row["allclose"] == torch.allclose(b32, a32, rtol=1e-3, atol=1e-5)
+    assert row["equal"] == bool((a == b).all())
+    assert row["max_abs_diff"] == float((b32 - a32).abs().max())  # |b - a| rounded once to float32
+    # sums: within the documented bound (M * u of the sum of magnitudes) of float64
+    ad, bd = a.double(), b.double()
+    eps = tensor_compare_bound()
+    diff = (bd - ad).abs()
+    assert abs(row["mean_abs_diff"] - float(diff.mean())) <= eps * float(diff.mean()) + 2**-24 * float(
+        diff.max()
+    )
+    rel = float(torch.linalg.vector_norm(bd - ad) / torch.linalg.vector_norm(ad))
+    assert abs(row["relative_error"] - rel) <= eps * rel + 2**-24 * float(diff.max()) / float(ad.abs().mean())
+    cos = float(torch.dot(ad, bd) / (torch.linalg.vector_norm(ad) * torch.linalg.vector_norm(bd)))
+    assert abs(row["cosine_similarity"] - cos) <= 3 * eps
+
+
+def tensor_compare_bound():
+    from monitors.tensor_stats import SUM_CHAIN_BOUND
+
+    return (SUM_CHAIN_BOUND + 2) * 2.0**-24
+
+
+def test_close_pairs_read_back_once_and_counts_read_back_once_more(float32_chunks, monkeypatch):
+    calls = []
+    original_tolist, original_item = torch.Tensor.tolist, torch.Tensor.item
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: calls.append("tolist") or original_tolist(self))
+    monkeypatch.setattr(torch.Tensor, "item", lambda self: calls.append("item") or original_item(self))
+    monkeypatch.setattr(torch.Tensor, "__bool__", lambda self: pytest.fail("bool() syncs per chunk"))
+    a = torch.randn(10_000)
+    compare_pair(a, a + 1e-9, 1e-3, 1e-5)
+    assert calls == ["tolist"]
+    calls.clear()
+    b = a.clone()
+    b[17] += 1.0
+    assert compare_pair(a, b, 1e-3, 1e-5)["n_not_close"] == 1
+    assert calls == ["tolist", "item"]
+
+
+def test_non_finite_pairs_take_the_float64_path_in_float32_chunks(float32_chunks):
+    a = torch.randn(5000)
+    b = a.clone()
+    a[10], b[10] = float("nan"), float("nan")
+    b[4000] = float("inf")
+    row = compare_pair(a, b, 1e-5, 1e-8)
+    assert row["n_nan_mismatch"] == 0 and row["n_not_close"] == 1 and row["max_abs_diff"] == 0.0

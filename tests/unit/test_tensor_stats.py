@@ -133,3 +133,14 @@ def test_one_read_back_per_tensor(monkeypatch):
     calls.clear()
     value_stats(values)
     assert len(calls) == 2  # the fast pass, then the masked pass that counts
+
+
+def test_default_chunks_of_a_large_offset_tensor_stay_within_the_bound():
+    """Long sequential float32 accumulations (vector_norm, dot on the CPU) break the bound here."""
+    values = 100.0 + torch.rand((1 << 21) + 5, generator=torch.Generator().manual_seed(4))
+    ref = values.double()
+    stats = value_stats(values)
+    bound = _bound_of(ref)
+    assert abs(stats["mean"] - float(ref.mean())) <= bound["mean"]
+    assert abs(stats["std"] - float(ref.std(unbiased=False))) <= bound["std"]
+    assert stats["min"] == float(ref.min()) and stats["max"] == float(ref.max())
