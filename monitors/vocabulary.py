@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import report as run_report
+
 # unit -> what the field's name must say about it (a test checks every declared name)
 UNITS = ("bytes", "s", "pct", "ratio", "fraction", "per_s", "count")
 JSON_TYPES = ("integer", "number", "string", "boolean", "array", "object")
@@ -129,13 +131,12 @@ def registry() -> dict[str, StepKindVocabulary]:
         from .lora.summary import LORA
         from .models.summary import MODELS
         from .profiling.summary import PROFILING
-        from .report import STEP_KINDS
         from .vae.summary import VAE_ENCODE
 
         kinds = [MODELS, LORA, CONDITIONING, VAE_ENCODE, LATENT, TENSOR_DUMP, TENSOR_COMPARE, PROFILING]
         by_kind = {k.kind: k for k in kinds}
-        if tuple(by_kind) != tuple(STEP_KINDS):
-            raise RuntimeError(f"vocabulary kinds {tuple(by_kind)} differ from STEP_KINDS {STEP_KINDS}")
+        if tuple(by_kind) != tuple(run_report.STEP_KINDS):
+            raise RuntimeError(f"vocabulary kinds {tuple(by_kind)} differ from STEP_KINDS {run_report.STEP_KINDS}")
         _REGISTRY = by_kind
     return _REGISTRY
 
@@ -165,15 +166,7 @@ def key(kind: str, name: str) -> str:
 
 
 def format_bytes(n: int | float | None) -> str:
-    if n is None:
-        return MISSING
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{sign}{n:.0f} {unit}" if unit == "B" else f"{sign}{n:.1f} {unit}"
-        n /= 1024
-    return f"{sign}{n:.1f} TiB"
+    return MISSING if n is None else run_report.format_bytes(n)
 
 
 def format_seconds(seconds: float | None) -> str:
@@ -323,8 +316,6 @@ def upgrade_summary(kind: str, summary: Mapping[str, Any], from_version: int) ->
 
 def upgrade_report(report: Mapping[str, Any]) -> dict:
     """A report of schema_version 1 in version 2 names (a copy); other versions as they are."""
-    from .report import SCHEMA_VERSION
-
     version = report.get("schema_version")
     if version != 1:
         return dict(report)
@@ -335,7 +326,7 @@ def upgrade_report(report: Mapping[str, Any]) -> dict:
         else step
         for step in report.get("steps") or []
     ]
-    out["schema_version"] = SCHEMA_VERSION
+    out["schema_version"] = run_report.SCHEMA_VERSION
     return out
 
 
@@ -353,10 +344,8 @@ def summary_schema(vocab: StepKindVocabulary) -> dict:
 
 def generated_schema(base: Mapping[str, Any]) -> dict:
     """The run report schema with each kind's summary definition from the vocabulary."""
-    from .report import SCHEMA_VERSION
-
     schema = copy.deepcopy(dict(base))
-    schema["properties"]["schema_version"] = {"const": SCHEMA_VERSION}
+    schema["properties"]["schema_version"] = {"const": run_report.SCHEMA_VERSION}
     defs = schema["$defs"]
     for name in [n for n in defs if n.startswith("summary_")]:
         del defs[name]
@@ -379,8 +368,6 @@ def schema_text(base: Mapping[str, Any]) -> str:
 
 
 def js_data() -> dict:
-    from .report import SCHEMA_VERSION
-
     kinds = {}
     for kind, vocab in registry().items():
         kinds[kind] = {
@@ -391,7 +378,7 @@ def js_data() -> dict:
             },
             "v1Renames": dict(vocab.v1_renames),
         }
-    return {"schemaVersion": SCHEMA_VERSION, "kinds": kinds}
+    return {"schemaVersion": run_report.SCHEMA_VERSION, "kinds": kinds}
 
 
 def js_text() -> str:
