@@ -95,6 +95,28 @@ def run_outcome(messages) -> tuple[str, dict | None]:
     }
 
 
+WORKFLOW_NAME_KEY = "pipeline_monitor_workflow_name"
+
+
+def workflow_from_extra_data(extra_data) -> dict | None:
+    """The workflow a prompt was queued from, as ComfyUI 0.8 passes it: the frontend sends the
+    graph as extra_data.extra_pnginfo.workflow, with its `id` but no file name; the panel adds
+    the open workflow's name under extra.pipeline_monitor_workflow_name. None without a graph."""
+    pnginfo = extra_data.get("extra_pnginfo") if isinstance(extra_data, Mapping) else None
+    graph = pnginfo.get("workflow") if isinstance(pnginfo, Mapping) else None
+    if not isinstance(graph, Mapping):
+        return None
+    extra = graph.get("extra") if isinstance(graph.get("extra"), Mapping) else {}
+    name = extra.get(WORKFLOW_NAME_KEY)
+    name = name.strip()[:200] if isinstance(name, str) and name.strip() else None
+    graph_id = graph.get("id")
+    return {
+        "name": name,
+        "id": graph_id if isinstance(graph_id, str) and graph_id else None,
+        "name_unknown_reason": None if name else "the prompt's workflow carries no name (queued without the panel)",
+    }
+
+
 def cached_node_ids(messages) -> list[str]:
     """Nodes the executor found in its cache at prompt start (upstream ones never reach a handler)."""
     for event, data in messages:
@@ -165,9 +187,15 @@ class RunRecorder:
         return info or (None, None)
 
     def end_run(
-        self, status: str, error: Mapping | None = None, reason: str | None = None, cached_node_ids=()
+        self,
+        status: str,
+        error: Mapping | None = None,
+        reason: str | None = None,
+        cached_node_ids=(),
+        workflow: Mapping | None = None,
     ) -> RunReport | None:
-        """Close the run; `cached_node_ids` adds cached rows for nodes the handler never saw."""
+        """Close the run; `cached_node_ids` adds cached rows for nodes the handler never saw;
+        `workflow` ({name, id, ...}, see workflow_from_extra_data) names what was queued."""
         with self._lock:
             run, self._run = self._run, None
         if run is None:
@@ -211,6 +239,7 @@ class RunRecorder:
             error=dict(error) if error else None,
             monitor_errors=tuple(run.monitor_errors),
             profile_enabled=run.profile_enabled,
+            workflow=dict(workflow) if workflow else None,
         )
         try:
             self.store.add(report)

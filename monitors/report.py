@@ -149,6 +149,9 @@ class RunReport:
     monitor_errors: tuple[str, ...] = ()
     profile_enabled: bool = True
     schema_version: int = SCHEMA_VERSION
+    # The workflow the prompt was queued from ({name, id, name_unknown_reason}); None when the
+    # prompt came without one (a script posting API-format JSON).
+    workflow: Mapping[str, Any] | None = None
 
     @property
     def peak_rss_bytes(self) -> int | None:
@@ -159,18 +162,39 @@ class RunReport:
 
     def summary_dict(self) -> dict:
         """The row shown in run lists."""
-        return {
-            "schema_version": self.schema_version,
-            "prompt_id": self.prompt_id,
-            "status": self.status,
-            "started_unix_s": self.started_unix_s,
-            "duration_s": self.duration_s,
-            "peak_rss_bytes": self.peak_rss_bytes,
-            "peak_gpu_allocated_bytes": max_gpu_peak(self.nodes),
-            "n_nodes": len(self.nodes),
-            "n_cached": sum(1 for n in self.nodes if n.cached),
-            "step_kinds": sorted({s.kind for s in self.steps}),
-        }
+        return run_summary(self.to_dict())
+
+
+def run_summary(report: Mapping[str, Any]) -> dict:
+    """The run-list row of a report dict (a new report, or one read back from disk)."""
+    nodes = [n for n in report.get("nodes") or () if isinstance(n, Mapping)]
+    steps = [s for s in report.get("steps") or () if isinstance(s, Mapping)]
+    gpu = [
+        p.get("peak_allocated_bytes")
+        for n in nodes
+        for p in n.get("gpu_peaks") or ()
+        if isinstance(p, Mapping) and isinstance(p.get("peak_allocated_bytes"), (int, float))
+    ]
+    levels = [f.get("level") for s in steps for f in s.get("findings") or () if isinstance(f, Mapping)]
+    n_monitor_problems = sum(len(s.get("monitor_errors") or ()) for s in steps)
+    span = report.get("span") if isinstance(report.get("span"), Mapping) else {}
+    workflow = report.get("workflow") if isinstance(report.get("workflow"), Mapping) else {}
+    return {
+        "schema_version": report.get("schema_version"),
+        "prompt_id": report.get("prompt_id"),
+        "status": report.get("status"),
+        "started_unix_s": report.get("started_unix_s"),
+        "duration_s": report.get("duration_s"),
+        "peak_rss_bytes": span.get("peak_rss_bytes"),
+        "peak_gpu_allocated_bytes": max(gpu) if gpu else None,
+        "n_nodes": len(nodes),
+        "n_cached": sum(1 for n in nodes if n.get("cached")),
+        "step_kinds": sorted({str(s.get("kind")) for s in steps}),
+        "workflow_name": workflow.get("name"),
+        "workflow_id": workflow.get("id"),
+        "n_errors": levels.count("error"),
+        "n_warnings": levels.count("warning") + n_monitor_problems,
+    }
 
 
 def node_profile_from_span(node_id, class_type, title, status, result, run_started_unix_s) -> NodeProfile:

@@ -13,7 +13,7 @@ import re
 import threading
 from collections import OrderedDict
 
-from .report import RunReport, format_run_summary, write_json_atomic
+from .report import RunReport, format_run_summary, run_summary, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,42 @@ class RunStore:
                 os.unlink(path)
             except OSError:
                 pass
+
+    def load_from_disk(self) -> int:
+        """Fill the list with the newest reports on disk (at most max_runs), so a restarted server
+        shows its history; reports already in memory win. Unreadable files are logged and skipped.
+        Returns how many were loaded."""
+        if self.reports_dir is None or not os.path.isdir(self.reports_dir):
+            return 0
+        entries = []
+        with os.scandir(self.reports_dir) as it:
+            for entry in it:
+                run_id = entry.name[: -len(".json")]
+                if entry.is_file() and entry.name.endswith(".json") and is_valid_run_id(run_id):
+                    entries.append((entry.stat().st_mtime, run_id, entry.path))
+        entries.sort(reverse=True)
+        loaded = []
+        for _, run_id, path in entries:
+            if len(loaded) >= self.max_runs:
+                break
+            try:
+                with open(path, encoding="utf-8") as f:
+                    data = json.load(f)
+                if not isinstance(data, dict) or data.get("prompt_id") != run_id:
+                    raise ValueError("not a run report of this name")
+                loaded.append((run_id, data, run_summary(data)))
+            except (OSError, ValueError) as exc:
+                log.warning("pipeline monitor: report %s not loaded: %s", path, exc)
+        with self._lock:
+            for run_id, data, summary in reversed(loaded):  # oldest first, as add() keeps them
+                if run_id in self._runs:
+                    continue
+                self._runs[run_id] = data
+                self._summaries[run_id] = summary
+            ordered = sorted(self._runs.items(), key=lambda item: item[1].get("started_unix_s") or 0)
+            self._runs = OrderedDict(ordered[-self.max_runs :])
+            self._summaries = {k: self._summaries[k] for k in self._runs}
+        return len(loaded)
 
     def configure(self, max_runs: int | None = None, max_files: int | None = None) -> None:
         with self._lock:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 
-from ..monitors.recorder import cached_node_ids, run_outcome
+from ..monitors.recorder import cached_node_ids, run_outcome, workflow_from_extra_data
 from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
@@ -85,13 +85,15 @@ def attach_metrics(runtime) -> None:
         log.exception("pipeline monitor: fleet metrics not attached")
 
 
-def on_prompt_end(executor) -> None:
+def on_prompt_end(executor, extra_data=None) -> None:
     runtime = get_runtime()
     if runtime.recorder.active_prompt_id is None:
         return
     messages = getattr(executor, "status_messages", None) or []
     status, error = run_outcome(messages)
-    report = runtime.recorder.end_run(status, error, cached_node_ids=cached_node_ids(messages))
+    report = runtime.recorder.end_run(
+        status, error, cached_node_ids=cached_node_ids(messages), workflow=workflow_from_extra_data(extra_data)
+    )
     if report is not None:
         announce_run(report.summary_dict())
 
@@ -152,11 +154,13 @@ def install() -> bool:
 
     @functools.wraps(original_execute_async)
     async def execute_async(self, *args, **kwargs):
+        # execute_async(prompt, prompt_id, extra_data={}, execute_outputs=[]) in ComfyUI 0.8
+        extra_data = kwargs.get("extra_data", args[2] if len(args) > 2 else None)
         try:
             return await original_execute_async(self, *args, **kwargs)
         finally:
             try:
-                on_prompt_end(self)
+                on_prompt_end(self, extra_data)
             except Exception:
                 log.exception("pipeline monitor: could not finish the run record")
 

@@ -49,6 +49,11 @@ class Runtime:
 
 def _make_runtime() -> Runtime:
     store = RunStore(reports_dir(), max_runs=_env_int(ENV_MAX_RUNS, 50), background_writes=True)
+    try:
+        # History survives a restart: the panel lists the reports already on disk.
+        store.load_from_disk()
+    except Exception as exc:
+        log.warning("pipeline monitor: earlier reports not loaded: %s: %s", type(exc).__name__, exc)
     recorder = RunRecorder(store, profile_enabled=os.environ.get(ENV_PROFILE, "1") != "0")
     sampler = Sampler(interval_s=_env_int(ENV_SAMPLE_INTERVAL_MS, 500) / 1000.0)
     return Runtime(store, recorder, sampler)

@@ -8,6 +8,7 @@ import { api } from "../../scripts/api.js";
 import { MonitorPanel } from "./lib/panel.mjs";
 import { SETTINGS, settingsPusher } from "./lib/settings.mjs";
 import { showNodeSummary } from "./lib/node_summary.mjs";
+import { nameQueuedWorkflows } from "./lib/workflow_name.mjs";
 
 const TAB_ID = "pipeline-monitor";
 
@@ -46,6 +47,7 @@ app.registerExtension({
 
   setup() {
     addStylesheet();
+    nameQueuedWorkflows(app); // runs are listed by their workflow's name
     // Listeners are registered once; with the tab closed the server sends no samples, and a run
     // event only updates the list in memory.
     api.addEventListener(/** @type {any} */ ("pipeline_monitor.sample"), (/** @type {any} */ event) => panel.onSample(event.detail));

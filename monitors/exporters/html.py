@@ -257,6 +257,10 @@ def render_html(report: Mapping) -> str:
         f" · peak GPU {esc(format_value('peak_bytes', gpu))} · {len(nodes)} nodes"
         f" ({sum(1 for n in nodes if n.get('cached'))} cached)</p>"
     )
+    workflow = report.get("workflow") if isinstance(report.get("workflow"), Mapping) else {}
+    workflow_name = workflow.get("name")
+    named = f"<p>workflow <b>{esc(workflow_name)}</b></p>" if workflow_name else ""
+    title = f"{workflow_name} · {prompt_id}" if workflow_name else prompt_id
     steps = (
         "".join(step_html(s) for s in report.get("steps") or []) or '<p class="muted">No monitor steps.</p>'
     )
@@ -264,8 +268,8 @@ def render_html(report: Mapping) -> str:
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name=viewport content="width=device-width, initial-scale=1">'
-        f"<title>Pipeline Monitor · {esc(prompt_id)}</title><style>{STYLE}</style></head><body>"
-        f'<h1>Pipeline Monitor report</h1><p class="mono muted">prompt {esc(prompt_id)}</p>{head}'
+        f"<title>Pipeline Monitor · {esc(title)}</title><style>{STYLE}</style></head><body>"
+        f'<h1>Pipeline Monitor report</h1>{named}<p class="mono muted">prompt {esc(prompt_id)}</p>{head}'
         f"<h2>Errors and suggestions</h2>{problems_html(report)}"
         f"<h2>Timeline</h2>{timeline_svg(report)}"
         f"<h2>Time per node</h2>{breakdown_svg(report, 'duration_s', 'bar', format_seconds)}"

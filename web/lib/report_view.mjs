@@ -16,10 +16,10 @@ import { kindInfo } from "./step_kinds.mjs";
  * @typedef {{prompt_id: string, status: string, started_unix_s: number, finished_unix_s?: number | null,
  *   duration_s?: number | null, nodes?: NodeProfile[], steps?: StepReport[], span?: Record<string, any> | null,
  *   system?: Record<string, unknown>, error?: Record<string, any> | null, monitor_errors?: string[],
- *   profile_enabled?: boolean, schema_version?: number}} RunReport
+ *   profile_enabled?: boolean, schema_version?: number, workflow?: {name?: string | null, id?: string | null} | null}} RunReport
  * @typedef {{prompt_id: string, status: string, started_unix_s: number, duration_s?: number | null,
  *   peak_rss_bytes?: number | null, peak_gpu_allocated_bytes?: number | null, n_nodes?: number, n_cached?: number,
- *   step_kinds?: string[]}} RunSummary
+ *   step_kinds?: string[], workflow_name?: string | null, workflow_id?: string | null, n_errors?: number, n_warnings?: number}} RunSummary
  */
 
 /** Regression thresholds: a difference counts only above both the relative and the absolute one. */
@@ -29,6 +29,55 @@ export const REGRESSION = { relative: 0.1, seconds: 0.05, bytes: 64 * 1024 * 102
 export function statusTone(status) {
   // A cancel is the user's choice, not a failure: neutral.
   return { success: "ok", running: "info", interrupted: "neutral", error: "error" }[status] ?? "info";
+}
+
+/**
+ * The name a person knows a run by: its workflow's name, else a short prompt id.
+ * @param {{workflow_name?: string | null, workflow?: {name?: string | null} | null, prompt_id: string}} run
+ */
+export function runName(run) {
+  const name = run.workflow_name ?? run.workflow?.name;
+  return name ? String(name).replace(/\.json$/i, "") : `prompt ${String(run.prompt_id).slice(0, 8)}`;
+}
+
+/**
+ * Whether two runs come from the same workflow: the graph's id when both have one, else the name.
+ * @param {RunSummary} a
+ * @param {RunSummary} b
+ */
+export function sameWorkflow(a, b) {
+  if (a.workflow_id && b.workflow_id) return a.workflow_id === b.workflow_id;
+  return Boolean(a.workflow_name) && a.workflow_name === b.workflow_name;
+}
+
+/**
+ * The run a comparison starts from: the last successful run of the same workflow before this one;
+ * else the last successful run of the same workflow; else the last successful run; else none.
+ * @param {RunSummary} run
+ * @param {RunSummary[]} runs
+ * @returns {string | null}
+ */
+export function defaultCompareTarget(run, runs) {
+  const others = sortRunsNewestFirst(runs.filter((r) => r.prompt_id !== run.prompt_id && r.status === "success"));
+  const same = others.filter((r) => sameWorkflow(run, r));
+  const earlier = same.find((r) => (r.started_unix_s ?? 0) <= (run.started_unix_s ?? 0));
+  return (earlier ?? same[0] ?? others[0])?.prompt_id ?? null;
+}
+
+/**
+ * A run's status as a person reads it: "success", "success · 2 warnings", "failed · 1 error",
+ * "interrupted"; the tone colours the badge (a success with warnings is no clean success).
+ * @param {RunSummary} run
+ */
+export function runStatus(run) {
+  const plural = (/** @type {number} */ n, /** @type {string} */ word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  const errors = run.n_errors ?? 0;
+  const warnings = run.n_warnings ?? 0;
+  const label = run.status === "error" ? "failed" : run.status;
+  const counts = [errors ? plural(errors, "error") : "", warnings ? plural(warnings, "warning") : ""].filter(Boolean);
+  let tone = statusTone(run.status);
+  if (run.status === "success" && (errors || warnings)) tone = errors ? "error" : "warn";
+  return { text: [label, ...counts].join(" · "), tone };
 }
 
 /**

@@ -2,7 +2,7 @@
 // comparison of two runs. Each returns a fresh element; `actions` carries what the user can do.
 import { h } from "./dom.mjs";
 import { MISSING, clip, formatBytes, formatDelta, formatSeconds, formatTime, formatValue, labelFromKey, safeFileName } from "./format.mjs";
-import { compareRuns, nodeRows, orderForCompare, problems, sortRows, statusTone } from "./report_view.mjs";
+import { compareRuns, defaultCompareTarget, nodeRows, orderForCompare, problems, runName, runStatus, sortRows } from "./report_view.mjs";
 import { designedCard } from "./step_cards.mjs";
 
 /**
@@ -29,30 +29,46 @@ export function runsListView(runs, actions) {
     return h("section", { class: "pm-runs" }, head,
       h("p", { class: "pm-muted", text: "No runs yet: queue a prompt and its report appears here." }));
   }
-  const showGpu = runs.some((r) => r.peak_gpu_allocated_bytes != null);
-  const rows = runs.map((r) =>
-    h("tr", { class: "pm-run-row", tabindex: "0", dataset: { promptId: r.prompt_id }, title: `prompt ${r.prompt_id}`,
+  // One entry per run, two lines: the workflow's name and how it ended, then when, how long and
+  // how much memory; reads at a glance in the narrow sidebar.
+  const rows = runs.map((r) => {
+    const status = runStatus(r);
+    const figures = [formatTime(r.started_unix_s), formatSeconds(r.duration_s), `peak ${formatBytes(r.peak_rss_bytes)}`];
+    if (r.peak_gpu_allocated_bytes != null) figures.push(`GPU ${formatBytes(r.peak_gpu_allocated_bytes)}`);
+    return h("div", { class: "pm-run-row", role: "button", tabindex: "0", dataset: { promptId: r.prompt_id, status: r.status },
+      title: `prompt ${r.prompt_id}${r.step_kinds?.length ? `\nmonitors: ${r.step_kinds.join(", ")}` : ""}`,
       onclick: () => actions.openRun(r.prompt_id),
       onkeydown: (/** @type {KeyboardEvent} */ e) => { if (e.key === "Enter") actions.openRun(r.prompt_id); } },
-      h("td", { text: formatTime(r.started_unix_s) }),
-      h("td", { class: "pm-num", text: formatSeconds(r.duration_s) }),
-      h("td", { class: "pm-num", text: formatBytes(r.peak_rss_bytes) }),
-      showGpu ? h("td", { class: "pm-num", text: formatBytes(r.peak_gpu_allocated_bytes) }) : null,
-      h("td", {}, badge(r.status, statusTone(r.status)),
-        r.step_kinds?.length ? h("span", { class: "pm-muted pm-kinds", text: ` ${r.step_kinds.join(", ")}` }) : null)));
-  return h("section", { class: "pm-runs" }, head,
-    h("table", { class: "pm-table" },
-      h("thead", {}, h("tr", {}, h("th", { text: "Time" }), h("th", { class: "pm-num", text: "Duration" }),
-        h("th", { class: "pm-num", text: "Peak RSS" }), showGpu ? h("th", { class: "pm-num", text: "Peak GPU" }) : null,
-        h("th", { text: "Status" }))),
-      h("tbody", {}, rows)));
+      h("div", { class: "pm-run-line" }, h("span", { class: "pm-run-name", text: runName(r) }), badge(status.text, status.tone)),
+      h("div", { class: "pm-run-figures pm-muted", text: figures.join(" · ") }));
+  });
+  return h("section", { class: "pm-runs" }, head, h("div", { class: "pm-run-list" }, rows));
+}
+
+/**
+ * A report as a run-list row (its listed summary when there is one: it has the counts).
+ * @param {RunReport} report
+ * @param {RunSummary[]} [runs]
+ * @returns {RunSummary}
+ */
+function summaryOf(report, runs = []) {
+  const listed = runs.find((r) => r.prompt_id === report.prompt_id);
+  const levels = (report.steps ?? []).flatMap((s) => (s.findings ?? []).map((f) => f.level));
+  return listed ?? {
+    prompt_id: report.prompt_id, status: report.status, started_unix_s: report.started_unix_s,
+    workflow_name: report.workflow?.name ?? null, workflow_id: report.workflow?.id ?? null,
+    n_errors: levels.filter((l) => l === "error").length,
+    n_warnings: levels.filter((l) => l === "warning").length + (report.steps ?? []).reduce((n, s) => n + (s.monitor_errors?.length ?? 0), 0),
+  };
 }
 
 /** @param {RunReport} report */
 function runHead(report) {
   const nodes = report.nodes ?? [];
+  const status = runStatus(summaryOf(report));
   return h("div", { class: "pm-run-head" },
-    badge(report.status, statusTone(report.status)),
+    h("div", { class: "pm-run-title", text: runName(report) }),
+    badge(status.text, status.tone),
     h("span", { text: ` ${formatTime(report.started_unix_s)} · ${formatSeconds(report.duration_s)} · peak RSS ${formatBytes(report.span?.peak_rss_bytes)} · ${nodes.length} nodes (${nodes.filter((n) => n.cached).length} cached)` }),
     report.profile_enabled === false ? badge("profile off", "warn") : null);
 }
@@ -188,8 +204,10 @@ export function stepCardView(step, options = {}) {
  */
 export function runView(report, runs, sort, actions) {
   const others = runs.filter((r) => r.prompt_id !== report.prompt_id);
-  const select = h("select", { class: "pm-compare-select", title: "Run to compare with" },
-    others.map((r) => h("option", { value: r.prompt_id, text: `${formatTime(r.started_unix_s)} · ${formatSeconds(r.duration_s)} · ${r.status}` })));
+  const chosen = defaultCompareTarget(summaryOf(report, runs), others);
+  const select = h("select", { class: "pm-compare-select", title: "Run to compare with (first choice: the last successful run of this workflow)" },
+    others.map((r) => h("option", { value: r.prompt_id, selected: r.prompt_id === chosen,
+      text: `${runName(r)} · ${formatTime(r.started_unix_s)} · ${formatSeconds(r.duration_s)} · ${runStatus(r).text}` })));
   const steps = report.steps ?? [];
   return h("section", { class: "pm-run", dataset: { promptId: report.prompt_id } },
     h("div", { class: "pm-toolbar" },
