@@ -220,6 +220,70 @@ class Span:
                     span._offer(f"cuda:{index}.{counter}", value, now, METHOD_ALLOCATOR_PEAK)
 
 
+# The named groups of the memory picture: metric name in a snapshot -> name in the picture.
+_PICTURE_RAM = (
+    ("ram_used_bytes", "used_bytes"),
+    ("ram_available_bytes", "available_bytes"),
+    ("ram_used_pct", "used_pct"),
+)
+_PICTURE_GPU = ("allocated_bytes", "reserved_bytes", "nvml_used_bytes", "utilization_pct")
+
+
+def _figure(result: SpanResult, metric: str) -> dict:
+    """baseline, end, change and extreme with when it was reached: the peak, or for the metrics
+    whose low point matters (available RAM) the low."""
+    change = result.changes.get(metric)
+    low = metric in LOW_POINT_METRICS
+    extreme = (result.lows if low else result.peaks).get(metric)
+    key = "low" if low else "peak"
+    return {
+        "baseline": None if change is None else change.before,
+        "end": None if change is None else change.after,
+        "change": None if change is None else change.delta,
+        "change_pct": None if change is None else change.delta_pct,
+        key: None if extreme is None else extreme.value,
+        f"{key}_at_s": None if extreme is None else extreme.at_s,
+    }
+
+
+def memory_picture(result: SpanResult) -> dict:
+    """The complete, named memory set of one span, the same for every monitor step that has one.
+
+    System RAM (used, available with its low point, percent), process RSS, and per GPU the torch
+    allocator's allocated and reserved, NVML's used memory and the utilisation seen during the
+    span. A figure the span's detail level did not read (a light span reads no system RAM or
+    NVML) is None with the reason in `unknown_reasons`."""
+    ram = {name: _figure(result, metric) for metric, name in _PICTURE_RAM}
+    devices = sorted({m.split(".")[0] for m in result.changes if m.startswith("cuda:")}, key=_device_index)
+    gpus = [
+        {"device": device, **{name: _figure(result, f"{device}.{name}") for name in _PICTURE_GPU}}
+        for device in devices
+    ]
+    reasons = {}
+    if all(v["baseline"] is None and v["end"] is None for v in ram.values()):
+        reasons["system_ram"] = "not read by this span (light detail) or the host probe failed"
+    if gpus and all(g["nvml_used_bytes"]["end"] is None for g in gpus):
+        reasons["gpu_nvml"] = "NVML not read by this span (light detail) or not available"
+    if not gpus:
+        reasons["gpus"] = "no GPU seen by torch or NVML"
+    return {
+        "duration_s": result.duration_s,
+        "start_unix_s": result.start_unix_s,
+        "peak_rss_method": result.peak_rss_method,
+        "system_ram": ram,
+        "process_rss_bytes": _figure(result, "process_rss_bytes"),
+        "gpus": gpus,
+        "unknown_reasons": reasons,
+    }
+
+
+def _device_index(device: str) -> int:
+    try:
+        return int(device.split(":")[1])
+    except (IndexError, ValueError):
+        return 0
+
+
 def observe_open_spans(snapshot: Snapshot) -> None:
     """Offer a sampler tick to every open span."""
     with _registry_lock:

@@ -16,6 +16,7 @@ import time
 from ..exporters.html import render_html
 from ..exporters.trace import reports_to_trace
 from ..report import Finding, RunReport, StepReport, format_run_summary, write_json_atomic
+from ..span import memory_picture
 from . import usage
 from .suggestions import suggest
 
@@ -117,6 +118,8 @@ def build_report(session, status: str, error: dict | None, span_result, duration
         "gpu_utilization_before_pct": _gpu_utilisation(None if span_result is None else span_result.baseline),
         "gpu_utilization_after_pct": _gpu_utilisation(None if span_result is None else span_result.end),
         "config": session.config.to_dict(),
+        # The named before/end/change/peak@time set every monitor step with a span carries.
+        "memory": None if span_result is None else memory_picture(span_result),
     }
     draft = {
         "duration_s": duration_s,

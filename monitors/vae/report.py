@@ -10,6 +10,7 @@ import time
 
 from ..models.state import describe_vae
 from ..report import Finding, StepReport, format_bytes
+from ..span import memory_picture
 from ..tensor_stats import describe_tensor
 from .chain import OOM, SKIPPED, ChainResult
 from .geometry import TileSettings
@@ -67,6 +68,16 @@ CPU_FREE_MEMORY_REASON = (
     "on the CPU free memory is the whole system's available RAM, which other processes move: "
     "not this encode's (see rss_change_bytes, and details.system_available_memory)"
 )
+
+
+def n_pixels(pixels_shape) -> int | None:
+    """frames x height x width of an IMAGE batch [frames, height, width, channels]; channels left out."""
+    if not pixels_shape or len(pixels_shape) < 3:
+        return None
+    frames, height, width = pixels_shape[:3]
+    if not all(isinstance(v, int) for v in (frames, height, width)):
+        return None
+    return frames * height * width
 
 
 def _on_cpu(device: str | None) -> bool:
@@ -262,6 +273,7 @@ def build_step(
         "latent_bytes": None if latent is None else latent["bytes"],
         "latent_n_elements": None if latent is None else latent["n_elements"],
         "input_bytes": pixels.get("bytes"),
+        "input_n_pixels": n_pixels(pixels.get("shape")),
         "duration_s": duration,
         "frames_per_s": None if throughput_reason else _ratio(frames, duration),
         "input_mb_per_s": None if throughput_reason else _ratio((pixels.get("bytes") or 0) / MB, duration),
@@ -292,6 +304,8 @@ def build_step(
         "vae": vae_info,
         "device": result.device,
         "span": None if result.span is None else result.span.to_dict(),
+        # The same named before/end/change/peak@time set as every monitor step with a span.
+        "memory": None if result.span is None else memory_picture(result.span),
         "throughput_unknown_reason": throughput_reason,
     }
     if _on_cpu(result.device):

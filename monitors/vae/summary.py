@@ -114,6 +114,13 @@ VAE_ENCODE = StepKindVocabulary(
         SummaryField("latent_n_elements", "latent elements", "count", "elements of the latent", "integer"),
         SummaryField("input_bytes", "input size", "bytes", "bytes of the input pixels", "integer"),
         SummaryField(
+            "input_n_pixels",
+            "input pixels",
+            "count",
+            "pixels of the input: frames x height x width, without channels",
+            "integer",
+        ),
+        SummaryField(
             "input_mb_per_s",
             "input MB per second",
             "per_s",

@@ -82,6 +82,7 @@ def test_video_step_has_type_shape_compression_sizes_and_rates():
     assert s["latent_dtype"] == "float32" and s["latent_device"] == "cpu"
     assert s["latent_n_elements"] == 16 * 3 * 8 * 8 and s["latent_bytes"] == 4 * 16 * 3 * 8 * 8
     assert s["input_bytes"] == 9 * 64 * 64 * 3 * 4
+    assert s["input_n_pixels"] == 9 * 64 * 64  # frames x height x width, no channels
     assert s["duration_s"] > 0
     assert s["frames_per_s"] == pytest.approx(9 / s["duration_s"])
     assert s["input_mb_per_s"] == pytest.approx(s["input_bytes"] / 1e6 / s["duration_s"])
@@ -205,6 +206,12 @@ def test_memory_figures_peaks_times_changes_ratio_and_free_memory():
     assert s["free_memory_before_bytes"] == 8 * GiB and s["free_memory_after_bytes"] == 7 * GiB
     assert s["free_memory_change_bytes"] == -GiB and s["free_memory_change_pct"] == pytest.approx(-12.5)
     assert s["cleanup_reclaimed_bytes"] == GiB
+    memory = step.details["memory"]  # the named set every step with a span carries
+    assert memory["gpus"][0]["allocated_bytes"]["peak"] == 4 * GiB
+    assert memory["gpus"][0]["allocated_bytes"]["change"] == 4 * GiB
+    assert memory["process_rss_bytes"]["peak"] == 1024 * MiB
+    assert memory["process_rss_bytes"]["peak_at_s"] >= 0
+    assert memory["system_ram"]["available_bytes"]["low"] is not None
     attempts = step.details["attempts"]
     assert attempts[0]["peaks"]["gpu_allocated"]["value"] == 2 * GiB
     assert attempts[1]["peaks"]["gpu_allocated"]["value"] == 4 * GiB

@@ -483,6 +483,11 @@ export const VOCABULARY = {
     "unit": "bytes",
     "description": "bytes of the input pixels"
    },
+   "input_n_pixels": {
+    "label": "input pixels",
+    "unit": "count",
+    "description": "pixels of the input: frames x height x width, without channels"
+   },
    "input_mb_per_s": {
     "label": "input MB per second",
     "unit": "per_s",
@@ -1087,6 +1092,7 @@ export const KEYS = /** @type {const} */ ({
   "latent_device": "latent_device",
   "latent_n_elements": "latent_n_elements",
   "input_bytes": "input_bytes",
+  "input_n_pixels": "input_n_pixels",
   "input_mb_per_s": "input_mb_per_s",
   "input_frames": "input_frames",
   "latent_frames": "latent_frames",
