@@ -61,10 +61,18 @@ def make_run_id(name: str, rank: int | None) -> str:
 
 
 class _OpenStage:
-    __slots__ = ("node_id", "stage", "span", "depth", "thread")
+    __slots__ = ("node_id", "stage", "span", "depth", "thread", "started_s", "duration_s")
 
-    def __init__(self, node_id, stage, span, depth, thread):
+    def __init__(self, node_id, stage, span, depth, thread, started_s=None):
         self.node_id, self.stage, self.span, self.depth, self.thread = node_id, stage, span, depth, thread
+        self.started_s, self.duration_s = started_s, None
+
+
+def measures_memory(config: ProfilingConfig) -> bool:
+    """Whether stages need memory readings: only when a memory figure is configured. Otherwise a
+    stage is timed with two clock reads (no probe, no psutil call, no span) and its row's memory
+    figures are None: the report's config (metrics.system_memory / gpu_memory off) says why."""
+    return bool(config.metrics.system_memory or config.metrics.gpu_memory)
 
 
 class ProfileSession:
@@ -84,6 +92,12 @@ class ProfileSession:
         self._seq = 0
         self._limit = config.max_data_points
         self.rows: list[NodeProfile] = []
+        # Time-only stages (no memory figure configured) keep a tuple per call in a list allocated
+        # once; rows are built from them when the session finishes, off the decorated calls' path.
+        self._timed_only = not measures_memory(config)
+        self._timed: list[tuple | None] = [None] * self._limit if self._timed_only else []
+        self._n_timed = 0
+        self._perf_origin = time.perf_counter()
         self.stage_threads: dict[str, str] = {}
         self.phases = PhaseAccumulator()
         self.diffusion_steps: list[dict] = []
@@ -122,6 +136,7 @@ class ProfileSession:
         try:
             self.span = Span(f"session {self.name}", probes=self._probes, detail=DETAIL_FULL).start()
             self.started_unix_s = self.span._start_unix
+            self._perf_origin = time.perf_counter()
         except Exception as exc:
             self.note(f"session span failed to start: {type(exc).__name__}: {exc}")
         try:
@@ -146,6 +161,7 @@ class ProfileSession:
         for stack in stacks:
             for record in reversed(list(stack)):  # stages still open (e.g. in a thread still running)
                 self.close_stage(record, "interrupted", stack=stack)
+        self._build_timed_rows()
         span_result = None
         if self.span is not None:
             try:
@@ -173,6 +189,12 @@ class ProfileSession:
         with self._lock:
             self._seq += 1
             node_id = str(self._seq)
+        if self._timed_only:
+            record = _OpenStage(node_id, stage, None, len(stack), threading.current_thread().name)
+            stack.append(record)
+            self.current_stage = stage
+            record.started_s = time.perf_counter()  # last: the stage's own time starts here
+            return record
         try:
             span = Span(f"stage {stage}", probes=self._probes, detail=DETAIL_LIGHT).start()
         except Exception as exc:
@@ -189,6 +211,8 @@ class ProfileSession:
         """Close a stage; returns its duration in seconds (None when it could not be measured)."""
         if record is None:
             return None
+        if record.span is None:
+            return self._close_timed_stage(record, status, title, stack)
         stack = self._stack() if stack is None else stack
         if record in stack:
             stack.remove(record)
@@ -226,6 +250,55 @@ class ProfileSession:
                     f"more than {self._limit} stage calls: later rows not kept (phases stay exact)"
                 )
         return result.duration_s
+
+    def _close_timed_stage(self, record: _OpenStage, status: str, title: str | None, stack) -> float | None:
+        ended = time.perf_counter()
+        if record.duration_s is not None:
+            return record.duration_s  # already closed (by finish)
+        stack = self._stack() if stack is None else stack
+        if stack and stack[-1] is record:
+            stack.pop()
+        elif record in stack:
+            stack.remove(record)
+        self.current_stage = stack[-1].stage if stack else None
+        if status == "error" and self.failed_stage is None:
+            self.failed_stage = (record.node_id, record.stage)
+        duration = record.duration_s = ended - record.started_s
+        self.phases.add(record.stage, duration, depth=record.depth, error=status != "executed")
+        with self._lock:
+            n = self._n_timed
+            if n < self._limit:
+                self._timed[n] = (record, status, title)
+                self._n_timed = n + 1
+            elif n == self._limit:
+                self._n_timed = n + 1
+                self._note_once_locked(
+                    f"more than {self._limit} stage calls: later rows not kept (phases stay exact)"
+                )
+        return duration
+
+    def _build_timed_rows(self) -> None:
+        """NodeProfile rows of the time-only stages, built once at the end."""
+        with self._lock:
+            timed = self._timed[: min(self._n_timed, self._limit)]
+        rows = []
+        for record, status, title in timed:
+            rows.append(
+                NodeProfile(
+                    node_id=record.node_id,
+                    class_type=record.stage,
+                    title=title or record.stage,
+                    status=status,
+                    cached=False,
+                    start_offset_s=record.started_s - self._perf_origin,
+                    duration_s=record.duration_s,
+                )
+            )
+        with self._lock:
+            self.rows.extend(rows)
+            for record, _status, _title in timed:
+                if record.thread != self.thread_name:
+                    self.stage_threads[record.node_id] = record.thread
 
     def _note_once_locked(self, message: str) -> None:
         if message not in self.monitor_errors and len(self.monitor_errors) < MAX_MONITOR_ERRORS:
