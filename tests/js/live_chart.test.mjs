@@ -50,13 +50,40 @@ test("the byte axis ends at a round value above the maximum", () => {
   assert.ok(niceBytesMax(17 * GiB) >= 17 * GiB * 1.05);
 });
 
-test("the chart window grows with the data, up to five minutes", async () => {
-  const { chartWindow } = await import("../../web/lib/live_chart.mjs");
+test("the chart window is fixed, so the time axis does not jump while one watches", async () => {
+  const { chartWindow, CHART_WINDOW_S } = await import("../../web/lib/live_chart.mjs");
   const buffer = new SampleBuffer();
   buffer.extend([sample(0), sample(5)]);
-  assert.equal(chartWindow(buffer.points), 30);
-  buffer.push(sample(100));
-  assert.equal(chartWindow(buffer.points), 120);
-  for (let t = 110; t <= 1000; t += 10) buffer.push(sample(t));
-  assert.equal(chartWindow(buffer.window()), 300);
+  assert.equal(chartWindow(buffer.points), CHART_WINDOW_S);
+  for (let t = 10; t <= 1000; t += 10) buffer.push(sample(t));
+  assert.equal(chartWindow(buffer.window()), CHART_WINDOW_S);
+});
+
+test("runs become bands, cut where samples stopped; gaps are found", async () => {
+  const { runBands, isGap } = await import("../../web/lib/live_chart.mjs");
+  const buffer = new SampleBuffer();
+  buffer.extend([0, 1, 2, 30, 31].map((t) => ({ ...sample(t), prompt_id: "p1" })));
+  buffer.extend([32, 33].map((t) => sample(t)));
+  buffer.push({ ...sample(34), prompt_id: "p2" });
+  assert.deepEqual(runBands(buffer.points).map((b) => [b.promptId, b.start, b.end]), [["p1", 0, 2], ["p1", 30, 31], ["p2", 34, 34]]);
+  assert.equal(isGap(buffer.points[2], buffer.points[3]), true);
+  assert.equal(isGap(buffer.points[0], buffer.points[1]), false);
+});
+
+test("the byte axis fits the plotted series, not system RAM, in round steps", async () => {
+  const { byteAxis } = await import("../../web/lib/live_chart.mjs");
+  const MiB = 1024 ** 2;
+  const axis = byteAxis(940 * MiB, 978 * MiB);
+  assert.ok(axis.lo <= 940 * MiB && axis.lo > 800 * MiB, `lo ${axis.lo / MiB}`);
+  assert.ok(axis.hi >= 978 * MiB && axis.hi < 1100 * MiB, `hi ${axis.hi / MiB}`);
+  assert.equal((axis.hi - axis.lo) % axis.step, 0);
+  assert.deepEqual(byteAxis(0, 0), { lo: 0, hi: 1024 ** 3, step: 256 * MiB });
+});
+
+test("the hover readout takes the nearest point within reach", async () => {
+  const { pointNear } = await import("../../web/lib/live_chart.mjs");
+  const buffer = new SampleBuffer();
+  buffer.extend([sample(0), sample(10)]);
+  assert.equal(pointNear(buffer.points, 8, 3)?.t, 10);
+  assert.equal(pointNear(buffer.points, 5, 1), null);
 });

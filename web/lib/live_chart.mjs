@@ -1,7 +1,9 @@
-// The live chart: a bounded buffer of sampler ticks and a hand-rolled canvas drawing of RAM,
-// process RSS, GPU allocated/reserved (bytes, left axis) and GPU utilisation (%, right axis) over
-// the last minutes, with the executing node marked on the time axis. Drawing happens only when
-// asked (one requestAnimationFrame per new sample while the panel is open), never on a timer.
+// The live chart: a bounded buffer of sampler ticks and a hand-rolled canvas drawing of process
+// RSS and GPU allocated/reserved (bytes, left axis scaled to them, not to system RAM, which is
+// only a chip) and GPU utilisation (%, right axis) over a fixed window, with each run as a band,
+// the executing node on the time axis, breaks where samples stopped (tab closed, server down),
+// and a hover readout. Drawing happens only when asked (one requestAnimationFrame per new sample
+// or pointer move while the panel is open), never on a timer.
 import { formatBytes, isNumber } from "./format.mjs";
 
 /**
@@ -11,16 +13,76 @@ import { formatBytes, isNumber } from "./format.mjs";
  */
 
 export const WINDOW_S = 300;
-const WINDOW_STEPS_S = [30, 60, 120, 300];
+/** The window shown: fixed, so the scale does not jump while a prompt runs. */
+export const CHART_WINDOW_S = 120;
+/** Samples further apart than this (or 4 sampling intervals) are not joined by a line. */
+export const GAP_S = 5;
 
 /**
- * The time span to show: the smallest step that covers the data (at most WINDOW_S), so a chart
- * opened a few seconds ago is not a sliver at the right edge.
+ * The time span to show: always CHART_WINDOW_S (a window that grew with the data made the time
+ * axis jump from 30 s to 5 min while one watched).
+ * @param {Point[]} _points
+ */
+export function chartWindow(_points) {
+  return CHART_WINDOW_S;
+}
+
+/**
+ * Whether there is a gap (no samples: tab closed, server down) between two consecutive points.
+ * @param {Point} a @param {Point} b @param {number} [intervalS] the sampling interval
+ */
+export function isGap(a, b, intervalS = 0.5) {
+  return b.t - a.t > Math.max(GAP_S, 4 * intervalS);
+}
+
+/**
+ * Runs of consecutive points of the same prompt, cut at gaps: [{start, end, promptId}].
  * @param {Point[]} points
  */
-export function chartWindow(points) {
-  const span = points.length > 1 ? points[points.length - 1].t - points[0].t : 0;
-  return WINDOW_STEPS_S.find((s) => s >= span) ?? WINDOW_S;
+export function runBands(points) {
+  /** @type {{start: number, end: number, promptId: string}[]} */
+  const bands = [];
+  /** @type {{start: number, end: number, promptId: string} | null} */
+  let open = null;
+  let prev = null;
+  for (const p of points) {
+    if (open && p.promptId === open.promptId && prev && !isGap(prev, p)) open.end = p.t;
+    else {
+      open = p.promptId ? { start: p.t, end: p.t, promptId: p.promptId } : null;
+      if (open) bands.push(open);
+    }
+    prev = p;
+  }
+  return bands;
+}
+
+/**
+ * The point nearest to time `t` (within `maxDistanceS`), for the hover readout.
+ * @param {Point[]} points @param {number} t @param {number} maxDistanceS
+ * @returns {Point | null}
+ */
+export function pointNear(points, t, maxDistanceS) {
+  let best = null;
+  for (const p of points) if (!best || Math.abs(p.t - t) < Math.abs(best.t - t)) best = p;
+  return best && Math.abs(best.t - t) <= maxDistanceS ? best : null;
+}
+
+/**
+ * A byte axis fitted to the plotted series: round steps, 4 intervals, from below the lowest to
+ * above the highest value, so a process RSS of 978 MiB that moves by 30 MiB is not a flat line.
+ * @param {number} min @param {number} max
+ */
+export function byteAxis(min, max) {
+  if (!(max > 0)) return { lo: 0, hi: 1024 ** 3, step: 256 * 1024 ** 2 };
+  const span = Math.max(max - min, max * 0.05, 1024 ** 2);
+  const raw = span / 4;
+  const unit = 1024 ** Math.max(0, Math.floor(Math.log(raw) / Math.log(1024)));
+  const step = ([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024].map((m) => m * unit).find((v) => v >= raw * 1.1)) ?? raw * 1.1;
+  const lo = Math.max(0, Math.floor(min / step) * step);
+  let hi = Math.ceil(max / step) * step;
+  if (hi <= lo) hi = lo + step;
+  if (hi - max < step * 0.1) hi += step;
+  return { lo, hi, step };
 }
 export const MAX_POINTS = 3000;
 
@@ -118,9 +180,10 @@ export function nodeSegments(points) {
   return segments;
 }
 
-/** The series present in the points, with their colours; GPU series only where a GPU reports. */
+/** The series present in the points, with their colours; GPU series only where a GPU reports.
+ * System RAM is a chip, not a line (`plot: false`): its scale would flatten the process's line. */
 export const SERIES = [
-  { key: "ramUsed", name: "RAM used", color: "#94a3b8", unit: "bytes" },
+  { key: "ramUsed", name: "RAM used", color: "#94a3b8", unit: "bytes", plot: false },
   { key: "rss", name: "process RSS", color: "#4ade80", unit: "bytes" },
   { key: "gpuAllocated", name: "GPU allocated", color: "#60a5fa", unit: "bytes" },
   { key: "gpuReserved", name: "GPU reserved", color: "#c084fc", unit: "bytes" },
@@ -160,7 +223,7 @@ export function niceBytesMax(max) {
  * Paint the chart. `colors` come from the page's theme (CSS variables).
  * @param {HTMLCanvasElement} canvas
  * @param {Point[]} points
- * @param {{fg: string, muted: string, grid: string, windowS?: number}} colors
+ * @param {{fg: string, muted: string, grid: string, windowS?: number, hoverT?: number | null}} colors
  */
 export function drawChart(canvas, points, colors) {
   const dpr = globalThis.devicePixelRatio || 1;
@@ -187,16 +250,21 @@ export function drawChart(canvas, points, colors) {
   const now = last ? last.t : Date.now() / 1000;
   const x = (/** @type {number} */ t) => left + w * (1 - (now - t) / windowS);
 
-  const series = presentSeries(points);
+  const series = presentSeries(points).filter((s) => s.plot !== false);
   let maxBytes = 0;
+  let minBytes = Infinity;
+  const from = now - windowS;
   for (const p of points) {
+    if (p.t < from) continue;
     for (const s of series) {
       const v = seriesValue(p, s.key);
-      if (s.unit === "bytes" && v !== null && v > maxBytes) maxBytes = v;
+      if (s.unit !== "bytes" || v === null) continue;
+      if (v > maxBytes) maxBytes = v;
+      if (v < minBytes) minBytes = v;
     }
   }
-  const yMax = niceBytesMax(maxBytes);
-  const yBytes = (/** @type {number} */ v) => top + h * (1 - v / yMax);
+  const axis = byteAxis(Number.isFinite(minBytes) ? minBytes : 0, maxBytes);
+  const yBytes = (/** @type {number} */ v) => top + h * (1 - (v - axis.lo) / (axis.hi - axis.lo));
   const yPct = (/** @type {number} */ v) => top + h * (1 - v / 100);
 
   // grid and axes
@@ -205,13 +273,13 @@ export function drawChart(canvas, points, colors) {
   ctx.lineWidth = 1;
   ctx.textAlign = "right";
   ctx.textBaseline = "middle";
-  for (let i = 0; i <= 4; i++) {
-    const y = Math.round(top + (h * i) / 4) + 0.5;
+  for (let v = axis.lo; v <= axis.hi + 1; v += axis.step) {
+    const y = Math.round(yBytes(v)) + 0.5;
     ctx.beginPath();
     ctx.moveTo(left, y);
     ctx.lineTo(left + w, y);
     ctx.stroke();
-    ctx.fillText(formatBytes(yMax * (1 - i / 4)).replace(".0 ", " "), left - 4, y);
+    ctx.fillText(formatBytes(v).replace(".0 ", " "), left - 4, y);
   }
   if (series.some((s) => s.unit === "pct")) {
     ctx.textAlign = "left";
@@ -226,11 +294,23 @@ export function drawChart(canvas, points, colors) {
     ctx.fillText(label, left + (w * i) / 5, axisY);
   }
 
-  // executing node: a strip on the time axis, one segment per node, with dashed start lines
+  // runs as bands behind the lines; the executing node as a strip on the time axis
   ctx.save();
   ctx.beginPath();
   ctx.rect(left, 0, w, cssH);
   ctx.clip();
+  for (const band of runBands(points)) {
+    ctx.fillStyle = "rgba(96, 165, 250, 0.10)";
+    const x0 = x(band.start);
+    ctx.fillRect(x0, top, Math.max(2, x(band.end) - x0), h);
+  }
+  if (colors.hoverT !== undefined && colors.hoverT !== null) {
+    ctx.strokeStyle = colors.fg;
+    ctx.beginPath();
+    ctx.moveTo(Math.round(x(colors.hoverT)) + 0.5, top);
+    ctx.lineTo(Math.round(x(colors.hoverT)) + 0.5, top + h + strip);
+    ctx.stroke();
+  }
   const segs = nodeSegments(points);
   const palette = ["#f97316", "#22d3ee", "#e879f9", "#a3e635"];
   segs.forEach((seg, i) => {
@@ -245,12 +325,14 @@ export function drawChart(canvas, points, colors) {
     ctx.lineTo(Math.round(x0) + 0.5, top + h);
     ctx.stroke();
     ctx.setLineDash([]);
+    // A label only where the whole of it fits: clipped names ("#6 VA…") said nothing; the hover
+    // readout names every node.
     const text = `#${seg.id} ${seg.label}`;
     ctx.fillStyle = colors.fg;
     ctx.textAlign = "left";
     ctx.textBaseline = "top";
     const room = (segs[i + 1] ? x(segs[i + 1].start) : left + w) - x0 - 4;
-    if (room > 24) ctx.fillText(fitText(ctx, text, room), x0 + 3, top + 2);
+    if (ctx.measureText(text).width <= room) ctx.fillText(text, x0 + 3, top + 2);
   });
 
   // lines
@@ -260,8 +342,12 @@ export function drawChart(canvas, points, colors) {
     ctx.setLineDash(s.unit === "pct" ? [4, 3] : []);
     ctx.beginPath();
     let drawing = false;
+    /** @type {Point | null} */
+    let prev = null;
     for (const p of points) {
       const v = seriesValue(p, s.key);
+      if (prev && isGap(prev, p)) drawing = false; // no line across a time without samples
+      prev = p;
       if (v === null) {
         drawing = false;
         continue;
@@ -281,12 +367,4 @@ export function drawChart(canvas, points, colors) {
     ctx.textBaseline = "middle";
     ctx.fillText("waiting for samples…", left + w / 2, top + h / 2);
   }
-}
-
-/** @param {CanvasRenderingContext2D} ctx @param {string} text @param {number} room */
-function fitText(ctx, text, room) {
-  if (ctx.measureText(text).width <= room) return text;
-  let t = text;
-  while (t.length > 1 && ctx.measureText(`${t}…`).width > room) t = t.slice(0, -1);
-  return `${t}…`;
 }

@@ -2,8 +2,8 @@
 // Data stays in this object between openings; the DOM is rebuilt on every mount. While the tab
 // is closed nothing runs: no timer, no animation frame, and the server is told to stop pushing.
 import { clear, h } from "./dom.mjs";
-import { formatBytes, formatPercent, safeFileName } from "./format.mjs";
-import { SampleBuffer, WINDOW_S, chartWindow, drawChart, presentSeries, seriesValue } from "./live_chart.mjs";
+import { formatBytes, formatPercent, formatTime, safeFileName } from "./format.mjs";
+import { SampleBuffer, WINDOW_S, chartWindow, drawChart, pointNear, presentSeries, seriesValue } from "./live_chart.mjs";
 import { sortRunsNewestFirst, upsertRun } from "./report_view.mjs";
 import { compareView, runView, runsListView } from "./run_views.mjs";
 import { upgradeReport } from "./step_kinds.mjs";
@@ -36,6 +36,10 @@ export class MonitorPanel {
     this.canvas = null;
     /** @type {HTMLElement | null} */
     this.values = null;
+    /** @type {HTMLElement | null} */
+    this.readout = null;
+    /** @type {number | null} time under the pointer, for the hover readout */
+    this.hoverT = null;
     /** @type {HTMLElement | null} */
     this.main = null;
     /** @type {ReturnType<typeof setInterval> | null} */
@@ -80,10 +84,13 @@ export class MonitorPanel {
     this.stats.mounts += 1;
     this.canvas = h("canvas", { class: "pm-chart", role: "img", "aria-label": "memory over the last minutes" });
     this.values = h("div", { class: "pm-live-values" });
+    this.readout = h("div", { class: "pm-readout pm-muted", text: "Point at the chart for the values at that time." });
     this.main = h("div", { class: "pm-main" });
+    this.canvas.addEventListener("pointermove", (event) => this.hover(event));
+    this.canvas.addEventListener("pointerleave", () => this.hover(null));
     this.root = h("div", { class: "pipeline-monitor-panel" },
       h("div", { class: "pm-title" }, h("span", { text: "Pipeline Monitor" })),
-      h("section", { class: "pm-live" }, this.values, h("div", { class: "pm-chart-box" }, this.canvas)),
+      h("section", { class: "pm-live" }, this.values, h("div", { class: "pm-chart-box" }, this.canvas), this.readout),
       this.main);
     el.append(this.root);
     const generation = this.generation;
@@ -103,7 +110,8 @@ export class MonitorPanel {
     this.resizer?.disconnect();
     this.renewTimer = this.frame = this.resizer = null;
     this.root?.remove();
-    this.root = this.canvas = this.values = this.main = null;
+    this.root = this.canvas = this.values = this.main = this.readout = null;
+    this.hoverT = null;
     void this.watch(false, this.generation);
   }
 
@@ -151,8 +159,44 @@ export class MonitorPanel {
       muted: color("--descrip-text", "#999"),
       grid: color("--border-color", "#444"),
       windowS: chartWindow(points),
+      hoverT: this.hoverT,
     });
     this.renderValues();
+    this.renderReadout();
+  }
+
+  /**
+   * The time under the pointer (the chart's plot starts 48 px from the left and ends 30 px from
+   * the right, as drawChart lays it out); null when the pointer left.
+   * @param {PointerEvent | null} event
+   */
+  hover(event) {
+    if (!this.canvas) return;
+    const last = this.buffer.latest();
+    if (!event || !last) {
+      this.hoverT = null;
+    } else {
+      const rect = this.canvas.getBoundingClientRect();
+      const plotW = Math.max(10, rect.width - 48 - 30);
+      const fraction = Math.min(1, Math.max(0, (event.clientX - rect.left - 48) / plotW));
+      this.hoverT = last.t - chartWindow(this.buffer.points) * (1 - fraction);
+    }
+    this.scheduleDraw();
+  }
+
+  renderReadout() {
+    if (!this.readout) return;
+    const points = this.buffer.window(chartWindow(this.buffer.points));
+    const p = this.hoverT === null ? null : pointNear(points, this.hoverT, 3);
+    if (!p) {
+      this.readout.textContent = this.hoverT === null ? "Point at the chart for the values at that time." : "no samples at that time";
+      return;
+    }
+    const parts = [formatTime(p.t), `RSS ${formatBytes(p.rss)}`];
+    if (p.gpus[0]) parts.push(`GPU ${formatBytes(p.gpus[0].allocated)}`);
+    parts.push(p.node ? `node #${p.node.id} ${p.node.label}` : "idle");
+    if (p.promptId) parts.push(`run ${p.promptId.slice(0, 8)}`);
+    this.readout.textContent = parts.join(" · ");
   }
 
   renderValues() {
