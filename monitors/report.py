@@ -93,6 +93,16 @@ class GpuPeak:
     # what the node itself added: the peak minus the counter at the node's start
     peak_allocated_above_start_bytes: int | None = None
     peak_reserved_above_start_bytes: int | None = None
+    # The counters at the node's start and end and when each peak was seen: read by the span
+    # anyway, so they cost nothing more (node rows stay cheap: no system RAM or NVML here).
+    allocated_start_bytes: int | None = None
+    allocated_end_bytes: int | None = None
+    allocated_change_bytes: int | None = None
+    reserved_start_bytes: int | None = None
+    reserved_end_bytes: int | None = None
+    reserved_change_bytes: int | None = None
+    peak_allocated_at_s: float | None = None
+    peak_reserved_at_s: float | None = None
 
     def to_dict(self) -> dict:
         return _fields_dict(self)
@@ -114,6 +124,11 @@ class NodeProfile:
     # What the node itself added: its peak above the process's RSS at the node's start. Badges,
     # bars and regressions use this, since the absolute peak mostly follows what ran before.
     peak_rss_above_start_bytes: int | None = None
+    # Process RSS at the node's start and end, and seconds after the start when the peak was seen
+    # (for kernel_hwm: when the high-water mark was read).
+    rss_start_bytes: int | None = None
+    rss_end_bytes: int | None = None
+    peak_rss_at_s: float | None = None
 
     def to_dict(self) -> dict:
         return _fields_dict(self)
@@ -212,17 +227,40 @@ def node_profile_from_span(node_id, class_type, title, status, result, run_start
         peak_rss_bytes=result.peak_rss_bytes,
         peak_rss_method=result.peak_rss_method,
         rss_change_bytes=None if rss_change is None else rss_change.delta,
-        gpu_peaks=tuple(
-            GpuPeak(
-                d,
-                _int_or_none(result.peak(f"{d}.allocated_bytes")),
-                _int_or_none(result.peak(f"{d}.reserved_bytes")),
-                _int_or_none(result.above_start(f"{d}.allocated_bytes")),
-                _int_or_none(result.above_start(f"{d}.reserved_bytes")),
-            )
-            for d in devices
-        ),
+        gpu_peaks=tuple(_gpu_peak(result, d) for d in devices),
         peak_rss_above_start_bytes=_int_or_none(result.above_start("process_rss_bytes")),
+        rss_start_bytes=None if rss_change is None else _int_or_none(rss_change.before),
+        rss_end_bytes=None if rss_change is None else _int_or_none(rss_change.after),
+        peak_rss_at_s=_peak_at_s(result, "process_rss_bytes"),
+    )
+
+
+def _peak_at_s(result, metric: str) -> float | None:
+    peak = result.peaks.get(metric)
+    return None if peak is None else peak.at_s
+
+
+def _gpu_peak(result, device: str) -> GpuPeak:
+    changes = {c: result.changes.get(f"{device}.{c}") for c in ("allocated_bytes", "reserved_bytes")}
+
+    def part(counter: str, name: str):
+        change = changes[counter]
+        return None if change is None else _int_or_none(getattr(change, name))
+
+    return GpuPeak(
+        device,
+        _int_or_none(result.peak(f"{device}.allocated_bytes")),
+        _int_or_none(result.peak(f"{device}.reserved_bytes")),
+        _int_or_none(result.above_start(f"{device}.allocated_bytes")),
+        _int_or_none(result.above_start(f"{device}.reserved_bytes")),
+        allocated_start_bytes=part("allocated_bytes", "before"),
+        allocated_end_bytes=part("allocated_bytes", "after"),
+        allocated_change_bytes=part("allocated_bytes", "delta"),
+        reserved_start_bytes=part("reserved_bytes", "before"),
+        reserved_end_bytes=part("reserved_bytes", "after"),
+        reserved_change_bytes=part("reserved_bytes", "delta"),
+        peak_allocated_at_s=_peak_at_s(result, f"{device}.allocated_bytes"),
+        peak_reserved_at_s=_peak_at_s(result, f"{device}.reserved_bytes"),
     )
 
 

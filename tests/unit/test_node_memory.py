@@ -107,3 +107,22 @@ def test_html_report_bars_rank_nodes_by_what_they_added(tmp_path):
     assert "100.0 MiB" in chart and "10.0 MiB" in chart
     assert "1.1 GiB" not in chart  # the process's peak is in the table, not in the bars
     assert "RSS added" in page.split("<h2>Nodes</h2>", 1)[1]
+
+
+def test_node_rows_carry_start_end_change_and_peak_times_from_their_own_readings(tmp_path):
+    """The cheap part of the memory picture: RSS and allocator counters at start and end, the change,
+    and when each peak was seen; no system RAM or NVML reading per node."""
+    report = _run_two_nodes(tmp_path, 1 * GiB)
+    rows = {n.node_id: n for n in report.nodes}
+    node1 = rows["1"]
+    assert (node1.rss_start_bytes, node1.rss_end_bytes) == (1 * GiB, 1 * GiB + 100 * MiB)
+    assert node1.rss_change_bytes == node1.rss_end_bytes - node1.rss_start_bytes
+    assert node1.peak_rss_at_s is not None and node1.peak_rss_at_s >= 0
+    gpu = node1.gpu_peaks[0]
+    assert (gpu.allocated_start_bytes, gpu.allocated_end_bytes) == (2 * GiB, 2 * GiB + 300 * MiB)
+    assert gpu.allocated_change_bytes == 300 * MiB
+    assert gpu.reserved_start_bytes is not None and gpu.reserved_change_bytes is not None
+    assert gpu.peak_allocated_at_s is not None and gpu.peak_reserved_at_s is not None
+    on_disk = json.loads((tmp_path / "p.json").read_text())
+    jsonschema.validate(on_disk, SCHEMA)
+    assert on_disk["nodes"][0]["gpu_peaks"][0]["allocated_change_bytes"] == 300 * MiB
