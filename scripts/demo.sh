@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Pipeline Monitor demo: a ComfyUI server with this pack, tiny model files and one profiled run.
 #
-#   COMFYUI_PATH=/path/to/ComfyUI scripts/demo.sh [--exit-after-run]
+#   COMFYUI_PATH=/path/to/ComfyUI scripts/demo.sh [--exit-after-run] [--full-size]
+#
+# --full-size: also generates a real-size SD1.5-architecture checkpoint (~2 GB, random weights)
+#    and a rank-32 kohya LoRA into .demo/models (scripts/make_models.py, once, about a minute)
+#    and queues workflows/api/text_to_image_lora_monitor_full_size.json (64x64, 2 steps on the CPU)
+#    instead of the tiny demo workflow.
 #
 # 1. Sets up the Python that runs ComfyUI (scripts/setup_env.sh): by default .venv in the repo,
 #    with the pinned torch and torchvision (used on the CPU: the server runs with --cpu),
@@ -24,12 +29,16 @@ set -euo pipefail
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PORT=${PORT:-8188}
 EXIT_AFTER_RUN=${DEMO_EXIT_AFTER_RUN:-0}
+FULL_SIZE=0
+WORKFLOW_API=workflows/api/models_profile_demo.json
+RUN_TIMEOUT_S=120
 DEMO="$REPO_ROOT/.demo"
 URL="http://127.0.0.1:$PORT"
 
 for arg in "$@"; do
     case "$arg" in
         --exit-after-run) EXIT_AFTER_RUN=1 ;;
+        --full-size) FULL_SIZE=1; RUN_TIMEOUT_S=300; WORKFLOW_API=workflows/api/text_to_image_lora_monitor_full_size.json ;;
         -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
     esac
@@ -52,6 +61,9 @@ PY=$(bash "$REPO_ROOT/scripts/setup_env.sh" | tail -n 1)
 mkdir -p "$DEMO/custom_nodes" "$DEMO/models" "$DEMO/input" "$DEMO/output" "$DEMO/user/default/workflows"
 ln -sfn "$REPO_ROOT" "$DEMO/custom_nodes/pipeline-monitor"
 "$PY" "$REPO_ROOT/scripts/make_tiny_models.py" "$DEMO" | sed 's/^/[demo] /'
+if [ "$FULL_SIZE" = "1" ]; then
+    "$PY" "$REPO_ROOT/scripts/make_models.py" "$DEMO" --full-size | sed 's/^/[demo] /'
+fi
 cp "$REPO_ROOT/workflows/models_profile_demo.json" "$DEMO/user/default/workflows/"
 
 # -- 3. server, one profiled run ---------------------------------------------------------------------
@@ -79,10 +91,10 @@ for _ in $(seq 1 240); do
     sleep 0.5
 done
 answers || { tail -n 40 "$LOG" >&2; die "ComfyUI did not answer within 120 s"; }
-say "ComfyUI is up; queuing workflows/api/models_profile_demo.json"
+say "ComfyUI is up; queuing $WORKFLOW_API"
 
 set +e
-"$PY" "$REPO_ROOT/scripts/queue_workflow.py" "$URL" "$REPO_ROOT/workflows/api/models_profile_demo.json"
+"$PY" "$REPO_ROOT/scripts/queue_workflow.py" --timeout "$RUN_TIMEOUT_S" "$URL" "$REPO_ROOT/$WORKFLOW_API"
 RUN_STATUS=$?
 set -e
 
