@@ -20,6 +20,9 @@ def comfy_input_types(class_type: str) -> dict[str, str] | None:
     return input_types_from_spec(class_def.INPUT_TYPES())
 
 
+MIB = 1024**2
+
+
 class PipelineMonitorConditioning(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
@@ -36,6 +39,20 @@ class PipelineMonitorConditioning(io.ComfyNode):
                 io.Clip.Input(
                     "clip", optional=True, tooltip="The CLIP that encoded the prompts: names the encoder."
                 ),
+                io.Model.Input(
+                    "model",
+                    optional=True,
+                    tooltip="The diffusion model: its id, class and device at encode time are recorded.",
+                ),
+                io.Int.Input(
+                    "memory_budget_mib",
+                    default=0,
+                    min=0,
+                    max=1024 * 1024,
+                    optional=True,
+                    tooltip="Memory one text encode node may add (MiB); above it the report has a "
+                    "warning. 0: no check.",
+                ),
             ],
             outputs=[
                 io.Conditioning.Output(display_name="positive"),
@@ -48,13 +65,21 @@ class PipelineMonitorConditioning(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, positive, negative=None, clip=None) -> io.NodeOutput:
+    def execute(cls, positive, negative=None, clip=None, model=None, memory_budget_mib=0) -> io.NodeOutput:
         node_id, prompt = hidden_inputs(cls)
 
         def build():
             recorder = get_runtime().recorder
             return build_conditioning_step(
-                node_id, prompt, positive, negative, clip, recorder=recorder, input_types=comfy_input_types
+                node_id,
+                prompt,
+                positive,
+                negative,
+                clip,
+                recorder=recorder,
+                input_types=comfy_input_types,
+                model=model,
+                memory_budget_bytes=(memory_budget_mib or 0) * MIB,
             )
 
         _, ui = run_monitor("conditioning", node_id, build)

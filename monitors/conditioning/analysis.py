@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from ..latent.analysis import STATS_MAX_ELEMENTS, describe_tensor_bounded
 from ..models.state import describe_clip
 from ..report import Finding, StepReport
+from .encode_cost import describe_diffusion_model, describe_encode
 from .family import families_from_encoder_class, family_from_shape, identify_family, remember_family
 from .prompt_text import attach_texts
 from .summary import SIDE_SOURCES
@@ -288,12 +289,21 @@ def describe_clip_input(clip, findings: _Findings, errors: list) -> tuple[dict |
 
 
 def analyse_conditioning(
-    node_id, positive, negative=None, clip=None, traces: Mapping | None = None
+    node_id,
+    positive,
+    negative=None,
+    clip=None,
+    traces: Mapping | None = None,
+    *,
+    model=None,
+    memory_budget_bytes: int | None = None,
 ) -> StepReport:
     """The `conditioning` step: both sides, their texts and cost, the CLIP, and the checks.
 
     `traces` maps "positive"/"negative" to prompt_text.trace_text_encoders() results whose
-    encoders may carry a "profile" (the encode node's per-node profile row).
+    encoders may carry a "profile" (the encode node's per-node profile row). `model` is the
+    diffusion model as it was at encode time (optional); `memory_budget_bytes` (0 or None: no
+    check) is what one encode node may add before a finding says so.
     """
     findings, errors = _Findings(), []
     clip_info, families = describe_clip_input(clip, findings, errors)
@@ -328,17 +338,33 @@ def analyse_conditioning(
         if sides["negative"]["connected"]
         else None
     )
+    connected = {where: side for where, side in sides.items() if side.get("connected")}
+    encode, budget_findings = describe_encode(connected, memory_budget_bytes)
+    for level, message, code in budget_findings:
+        findings.add(level, message, code)
+    diffusion_model = describe_diffusion_model(model)
     if findings.n_dropped:
         errors.append(f"{findings.n_dropped} more finding(s) dropped (limit {MAX_FINDINGS})")
+    summary = summarise(sides, clip_info, comparison)
+    summary.update(
+        encode_total_s=encode["total_s"],
+        encode_peak_above_start_bytes=encode["peak_above_start_bytes"],
+        memory_budget_bytes=encode["memory_budget"]["budget_bytes"],
+        memory_budget_exceeded=encode["memory_budget"]["exceeded"],
+        model_class=diffusion_model["class"],
+        model_device=diffusion_model["device"],
+    )
     return StepReport(
         kind="conditioning",
         node_id=None if node_id is None else str(node_id),
-        summary=summarise(sides, clip_info, comparison),
+        summary=summary,
         details={
             "positive": sides["positive"],
             "negative": sides["negative"],
             "comparison": comparison,
             "clip": clip_info,
+            "encode": encode,
+            "diffusion_model": diffusion_model,
         },
         findings=tuple(findings.items),
         monitor_errors=tuple(errors),

@@ -31,8 +31,12 @@ def build_conditioning_step(
     *,
     recorder=None,
     input_types: Callable[[str], dict | None] | None = None,
+    model=None,
+    memory_budget_bytes: int | None = None,
 ) -> StepReport:
     """`input_types(class_type)` names the input types of a node class (None: by input name only)."""
     sides = ("positive",) if negative is None else ("positive", "negative")
     traces = trace_sides(node_id, prompt, sides, recorder, input_types)
-    return analyse_conditioning(node_id, positive, negative, clip, traces)
+    return analyse_conditioning(
+        node_id, positive, negative, clip, traces, model=model, memory_budget_bytes=memory_budget_bytes
+    )

@@ -60,6 +60,37 @@ CONDITIONING = StepKindVocabulary(
             headline=True,
         ),
         SummaryField("clip_n_patches", "CLIP patches", "count", "patches on the connected CLIP", "integer"),
+        SummaryField(
+            "encode_total_s",
+            "encode time (all)",
+            "s",
+            "time of every text encode node of the prompt together",
+            "number",
+            headline=True,
+        ),
+        SummaryField(
+            "encode_peak_above_start_bytes",
+            "encode memory",
+            "bytes",
+            "most memory one encode node added above its start (GPU allocated, else RSS)",
+            "integer",
+        ),
+        SummaryField(
+            "memory_budget_bytes", "memory budget", "bytes", "memory one encode node may add", "integer"
+        ),
+        SummaryField(
+            "memory_budget_exceeded",
+            "over budget",
+            None,
+            "an encode node added more than the memory budget",
+            "boolean",
+        ),
+        SummaryField(
+            "model_class", "diffusion model", None, "class of the MODEL connected at encode time", "string"
+        ),
+        SummaryField(
+            "model_device", "model device", None, "device of the diffusion model at encode time", "string"
+        ),
         *sided(
             SIDES,
             (

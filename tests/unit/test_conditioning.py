@@ -363,3 +363,72 @@ def test_extras_are_bounded():
     entry = step.details["positive"]["entries"][0]
     assert entry["n_extra_keys"] == 500 and len(entry["extra_keys"]) == MAX_EXTRAS
     assert len(entry["extras"]) <= MAX_EXTRAS
+
+
+def _encoder_profile(duration_s, rss_above, gpu_above=None):
+    gpu = [] if gpu_above is None else [{"device": "cuda:0", "peak_allocated_above_start_bytes": gpu_above}]
+    return {
+        "duration_s": duration_s,
+        "cached": False,
+        "peak_rss_bytes": 10 * rss_above,
+        "peak_rss_above_start_bytes": rss_above,
+        "rss_change_bytes": rss_above // 2,
+        "gpu_peaks": gpu,
+    }
+
+
+def test_encode_total_time_memory_per_encoder_and_budget_finding():
+    MiB = 1024**2
+    traces = {
+        "positive": _trace(
+            "a cat", node_id="6", profile=_encoder_profile(0.5, 100 * MiB, gpu_above=300 * MiB)
+        ),
+        "negative": _trace("blurry", node_id="7", profile=_encoder_profile(0.25, 50 * MiB)),
+    }
+    step = analyse_conditioning(
+        "9",
+        conditioning(77, 768, 768),
+        conditioning(77, 768, 768, seed=1),
+        None,
+        traces,
+        memory_budget_bytes=200 * MiB,
+    )
+    json.dumps(to_jsonable(step), allow_nan=False)
+    encode = step.details["encode"]
+    assert encode["total_s"] == 0.75 and step.summary["encode_total_s"] == 0.75
+    assert encode["n_encoders"] == 2
+    by_node = {e["node_id"]: e for e in encode["encoders"]}
+    assert by_node["6"]["memory_above_start_bytes"] == 300 * MiB  # the GPU figure first
+    assert by_node["6"]["peak_gpu_allocated_above_start_bytes"] == 300 * MiB
+    assert by_node["7"]["memory_above_start_bytes"] == 50 * MiB and by_node["7"]["sides"] == ["negative"]
+    assert step.summary["encode_peak_above_start_bytes"] == 300 * MiB
+    assert step.summary["memory_budget_bytes"] == 200 * MiB
+    assert step.summary["memory_budget_exceeded"] is True
+    over = [f for f in step.findings if f.code == "memory_budget_exceeded"]
+    assert len(over) == 1 and "node 6" in over[0].message and over[0].level == "warning"
+
+
+def test_no_budget_and_no_model_are_none_with_a_reason():
+    step = analyse(
+        conditioning(77, 768, 768), traces={"positive": _trace("a cat", profile=_encoder_profile(0.1, 1))}
+    )
+    assert step.summary["memory_budget_exceeded"] is None and step.summary["memory_budget_bytes"] is None
+    assert step.details["encode"]["memory_budget"]["unknown_reason"]
+    assert step.summary["model_class"] is None
+    assert "MODEL" in step.details["diffusion_model"]["unknown_reason"]
+
+
+def test_diffusion_model_identity_at_encode_time():
+    class FakeModelPatcher:
+        def __init__(self):
+            self.model = torch.nn.Linear(2, 2)
+            self.patches = {}
+            self.load_device = torch.device("cpu")
+
+    model = FakeModelPatcher()
+    step = analyse_conditioning("9", conditioning(77, 768, 768), model=model)
+    info = step.details["diffusion_model"]
+    assert info["object_id"] == id(model) and info["class"] == "FakeModelPatcher"
+    assert info["module_class"] == "Linear" and info["device"] == "cpu"
+    assert step.summary["model_class"] == "FakeModelPatcher" and step.summary["model_device"] == "cpu"
+    json.dumps(to_jsonable(step), allow_nan=False)

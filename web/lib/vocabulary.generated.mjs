@@ -209,6 +209,7 @@ export const VOCABULARY = {
    "encoder_class",
    "negative_connected",
    "hidden_size_match",
+   "encode_total_s",
    "positive_n_tokens",
    "positive_hidden_size",
    "positive_pooled_size",
@@ -240,6 +241,36 @@ export const VOCABULARY = {
     "label": "CLIP patches",
     "unit": "count",
     "description": "patches on the connected CLIP"
+   },
+   "encode_total_s": {
+    "label": "encode time (all)",
+    "unit": "s",
+    "description": "time of every text encode node of the prompt together"
+   },
+   "encode_peak_above_start_bytes": {
+    "label": "encode memory",
+    "unit": "bytes",
+    "description": "most memory one encode node added above its start (GPU allocated, else RSS)"
+   },
+   "memory_budget_bytes": {
+    "label": "memory budget",
+    "unit": "bytes",
+    "description": "memory one encode node may add"
+   },
+   "memory_budget_exceeded": {
+    "label": "over budget",
+    "unit": null,
+    "description": "an encode node added more than the memory budget"
+   },
+   "model_class": {
+    "label": "diffusion model",
+    "unit": null,
+    "description": "class of the MODEL connected at encode time"
+   },
+   "model_device": {
+    "label": "model device",
+    "unit": null,
+    "description": "device of the diffusion model at encode time"
    },
    "positive_family": {
     "label": "positive family",
@@ -1046,6 +1077,12 @@ export const KEYS = /** @type {const} */ ({
   "negative_connected": "negative_connected",
   "hidden_size_match": "hidden_size_match",
   "clip_n_patches": "clip_n_patches",
+  "encode_total_s": "encode_total_s",
+  "encode_peak_above_start_bytes": "encode_peak_above_start_bytes",
+  "memory_budget_bytes": "memory_budget_bytes",
+  "memory_budget_exceeded": "memory_budget_exceeded",
+  "model_class": "model_class",
+  "model_device": "model_device",
   "positive_family": "positive_family",
   "positive_n_entries": "positive_n_entries",
   "positive_n_tokens": "positive_n_tokens",
