@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from ..probes import Probes
+from ..report import to_jsonable
 from . import usage
 from .config import STAGE_INFERENCE_STEPS, ProfilingConfig, load_config
 from .session import ProfileSession
@@ -107,9 +108,17 @@ def _safe_extract(session: ProfileSession, what: str, extract, args, kwargs, res
     if not isinstance(info, Mapping):
         session.note(f"{what}: extract must return a mapping, got {type(info).__name__}")
         return {}
-    from ..report import to_jsonable
-
+    if type(info) is dict and all(_plain(k, v) for k, v in info.items()):  # the usual step/block info
+        return dict(info)
     return to_jsonable(dict(info))
+
+
+def _plain(key, value) -> bool:
+    """Already what to_jsonable would return: a str key and a str, int, bool, None or finite float."""
+    kind = type(value)
+    return type(key) is str and (
+        kind in (str, int, bool) or value is None or (kind is float and value - value == 0.0)
+    )
 
 
 # -- sessions --------------------------------------------------------------------------------------
@@ -375,8 +384,6 @@ def profile_model_parameters(extract: Callable | None = None, name: str | None =
             try:
                 target = extract(args, kwargs, result) if extract is not None else result
                 figures = dict(target) if isinstance(target, Mapping) else describe_parameters(target)
-                from ..report import to_jsonable
-
                 usage.tracker.record_model_init(label, duration, to_jsonable(figures))
             except Exception as exc:
                 log.warning(

@@ -8,6 +8,7 @@ name) and one step of kind `profiling` with throughput, phases, suggestions and 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -18,10 +19,11 @@ import time
 from collections import deque
 
 from ..probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
-from ..report import NodeProfile, format_bytes, node_profile_from_span, to_jsonable
+from ..report import NodeProfile, node_profile_from_span, to_jsonable
 from ..sampler import Sampler
 from ..span import Span
 from .config import ProfilingConfig
+from .display import display_line
 from .phases import PhaseAccumulator
 from .report import build_report, write_report_files
 
@@ -89,7 +91,7 @@ class ProfileSession:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._stacks: list[list[_OpenStage]] = []
-        self._seq = 0
+        self._ids = itertools.count(1)
         self._limit = config.max_data_points
         self.rows: list[NodeProfile] = []
         # Time-only stages (no memory figure configured) keep a tuple per call in a list allocated
@@ -186,9 +188,7 @@ class ProfileSession:
 
     def open_stage(self, stage: str) -> _OpenStage | None:
         stack = self._stack()
-        with self._lock:
-            self._seq += 1
-            node_id = str(self._seq)
+        node_id = str(next(self._ids))  # itertools.count: atomic under the GIL, no lock
         if self._timed_only:
             record = _OpenStage(node_id, stage, None, len(stack), threading.current_thread().name)
             stack.append(record)
@@ -376,20 +376,7 @@ class ProfileSession:
                         column.append(None)
         if self.config.display.realtime and t - self._last_display >= self.config.display.interval_s:
             self._last_display = t
-            gpus = ", ".join(
-                f"{g.device} {format_bytes(g.allocated_bytes)}"
-                + ("" if g.utilization_pct is None else f" {g.utilization_pct:.0f} %")
-                for g in snapshot.gpus
-            )
-            log.info(
-                "pipeline monitor [%s] %.1f s: stage %s, RSS %s, CPU %s%s",
-                self.name,
-                t,
-                self.current_stage or "-",
-                format_bytes(snapshot.process_rss_bytes),
-                "n/a" if snapshot.cpu_pct is None else f"{snapshot.cpu_pct:.0f} %",
-                f", {gpus}" if gpus else "",
-            )
+            log.info("%s", display_line(self.name, t, self.current_stage, snapshot))
 
     def host_name(self) -> str:
         return socket.gethostname()
