@@ -68,6 +68,19 @@ class PhaseAccumulator:
                 phase.peak_rss_above_start_bytes, peak_rss_above_start_bytes
             )
 
+    def add_timed(
+        self, name: str, n_calls: int, n_errors: int, total_s: float, min_s: float, max_s: float, depth: int
+    ) -> None:
+        """Merge the totals of calls timed without memory figures (kept by the caller, summed)."""
+        with self._lock:
+            phase = self._phases.setdefault(name, _Phase())
+            phase.n_calls += n_calls
+            phase.n_errors += n_errors
+            phase.total_s += total_s
+            phase.min_s = min_s if phase.min_s is None else min(phase.min_s, min_s)
+            phase.max_s = _max(phase.max_s, max_s)
+            phase.depth = depth if phase.depth is None else min(phase.depth, depth)
+
     def rows(self, run_duration_s: float | None = None) -> list[dict]:
         """One dict per phase, slowest first."""
         with self._lock:

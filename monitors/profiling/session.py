@@ -99,6 +99,7 @@ class ProfileSession:
         self._timed_only = not measures_memory(config)
         self._timed: list[tuple | None] = [None] * self._limit if self._timed_only else []
         self._n_timed = 0
+        self._timed_phases: dict[str, list] = {}
         self._perf_origin = time.perf_counter()
         self.stage_threads: dict[str, str] = {}
         self.phases = PhaseAccumulator()
@@ -264,8 +265,25 @@ class ProfileSession:
         if status == "error" and self.failed_stage is None:
             self.failed_stage = (record.node_id, record.stage)
         duration = record.duration_s = ended - record.started_s
-        self.phases.add(record.stage, duration, depth=record.depth, error=status != "executed")
         with self._lock:
+            # [n_calls, n_errors, total_s, min_s, max_s, depth]: merged into phases at finish
+            totals = self._timed_phases.get(record.stage)
+            if totals is None:
+                self._timed_phases[record.stage] = [
+                    1,
+                    int(status != "executed"),
+                    duration,
+                    duration,
+                    duration,
+                    record.depth,
+                ]
+            else:
+                totals[0] += 1
+                totals[1] += status != "executed"
+                totals[2] += duration
+                totals[3] = min(totals[3], duration)
+                totals[4] = max(totals[4], duration)
+                totals[5] = min(totals[5], record.depth)
             n = self._n_timed
             if n < self._limit:
                 self._timed[n] = (record, status, title)
@@ -281,6 +299,9 @@ class ProfileSession:
         """NodeProfile rows of the time-only stages, built once at the end."""
         with self._lock:
             timed = self._timed[: min(self._n_timed, self._limit)]
+            phase_totals, self._timed_phases = self._timed_phases, {}
+        for stage, totals in phase_totals.items():
+            self.phases.add_timed(stage, *totals)
         rows = []
         for record, status, title in timed:
             rows.append(
