@@ -7,7 +7,8 @@ import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
 import { MonitorPanel } from "./lib/panel.mjs";
 import { SETTINGS, settingsPusher } from "./lib/settings.mjs";
-import { showNodeSummary } from "./lib/node_summary.mjs";
+import { markSummaryStale, showNodeSummary } from "./lib/node_summary.mjs";
+import { applyRunBadges, focusNode, staleMonitorIds } from "./lib/canvas_badges.mjs";
 import { nameQueuedWorkflows } from "./lib/workflow_name.mjs";
 
 const TAB_ID = "pipeline-monitor";
@@ -16,7 +17,26 @@ const panel = new MonitorPanel({
   fetchApi: (route, init) => api.fetchApi(route, init),
   clientId: () => api.clientId ?? undefined,
   toast: (severity, summary, detail) => app.extensionManager?.toast?.add({ severity, summary, detail, life: 5000 }),
+  focusNode: (nodeId) => focusNode(app, nodeId),
 });
+
+/**
+ * After a run: its time/memory badge on every node that finished, and monitor summaries the run
+ * did not refresh marked as from an earlier run. One report request per finished run.
+ * @param {any} summary the pipeline_monitor.run event's run summary
+ */
+async function tieCanvasToRun(summary) {
+  if (!summary?.prompt_id || summary.status === "running") return;
+  try {
+    const report = await panel.report(summary.prompt_id);
+    applyRunBadges(app.graph, report);
+    const monitors = (/** @type {any} */ (app.graph)?.nodes ?? []).filter((/** @type {any} */ n) => String(n.type ?? "").startsWith("PipelineMonitor"));
+    const stale = new Set(staleMonitorIds(report, monitors.map((/** @type {any} */ n) => String(n.id))));
+    for (const node of monitors) markSummaryStale(node, stale.has(String(node.id)));
+  } catch (error) {
+    console.warn("Pipeline Monitor: run badges not shown", error);
+  }
+}
 // For the browser test and for curious users: the panel's counters (draws, samples, renewals).
 /** @type {any} */ (window).__pipelineMonitor = panel;
 
@@ -51,7 +71,10 @@ app.registerExtension({
     // Listeners are registered once; with the tab closed the server sends no samples, and a run
     // event only updates the list in memory.
     api.addEventListener(/** @type {any} */ ("pipeline_monitor.sample"), (/** @type {any} */ event) => panel.onSample(event.detail));
-    api.addEventListener(/** @type {any} */ ("pipeline_monitor.run"), (/** @type {any} */ event) => panel.onRun(event.detail));
+    api.addEventListener(/** @type {any} */ ("pipeline_monitor.run"), (/** @type {any} */ event) => {
+      panel.onRun(event.detail);
+      void tieCanvasToRun(event.detail);
+    });
     app.extensionManager.registerSidebarTab({
       id: TAB_ID,
       icon: "pi pi-chart-line",

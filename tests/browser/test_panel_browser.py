@@ -212,6 +212,45 @@ def test_compare_view(page, runs, shots):
     page.wait_for_selector(".pm-run .pm-step")
 
 
+def test_runs_are_named_by_their_workflow_and_compare_picks_the_same_workflow(page, server, runs, shots):
+    """Queued as a user does (the app's own queue, so the graph travels as extra_pnginfo): the run
+    carries the open workflow's name into the list, the compare picker and the HTML report."""
+    workflow = json.loads((REPO / "workflows" / "models_profile_demo.json").read_text())
+    before = {r["prompt_id"] for r in server.get_json("/pipeline_monitor/runs")["runs"]}
+    named = []
+    page.evaluate("(wf) => window.app.loadGraphData(wf, true, true, 'pm named demo')", workflow)
+    for _ in range(2):
+        page.evaluate("() => window.app.queuePrompt(0, 1)")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            fresh = [r for r in server.get_json("/pipeline_monitor/runs")["runs"] if r["prompt_id"] not in before | set(named)]
+            if fresh:
+                named.append(fresh[0]["prompt_id"])
+                break
+            time.sleep(0.3)
+    assert len(named) == 2, "the app's queue produced no run"
+    summary = next(r for r in server.get_json("/pipeline_monitor/runs")["runs"] if r["prompt_id"] == named[1])
+    assert summary["workflow_name"] == "pm named demo" and summary["workflow_id"]
+    assert "n_warnings" in summary and "n_errors" in summary
+    page.evaluate("window.__pipelineMonitor.show({name: 'runs'})")
+    row = page.locator(f'.pm-run-row[data-prompt-id="{named[1]}"]')
+    row.wait_for(timeout=10_000)
+    assert "pm named demo" in row.inner_text()
+    assert "peak" in row.inner_text()
+    page.screenshot(path=str(shots / "7b_runs_named.png"))
+    row.click()
+    page.wait_for_selector(f'.pm-run[data-prompt-id="{named[1]}"]')
+    assert "pm named demo" in page.inner_text(".pm-run-head")
+    # the rich runs came first and are newer than nothing of this workflow: the picker takes the
+    # earlier run of the same workflow, not merely the previous run
+    assert page.eval_on_selector(".pm-compare-select", "s => s.value") == named[0]
+    html = server.get(f"/pipeline_monitor/runs/{named[1]}/report.html").text
+    assert "<title>Pipeline Monitor · pm named demo ·" in html
+    # the next tests start from the first rich run, as before this one
+    page.evaluate("(id) => window.__pipelineMonitor.show({name: 'run', id})", runs[0])
+    page.wait_for_selector(f'.pm-run[data-prompt-id="{runs[0]}"]')
+
+
 def test_downloads_and_the_html_report_renders_offline(page, browser, runs, shots):
     first = runs[0]
     with page.expect_download() as info:

@@ -4,7 +4,7 @@
 
 const WIDGET_NAME = "pipeline_monitor_summary";
 const LINE_HEIGHT = 15;
-const MAX_LINES = 12;
+const MAX_LINES = 8; // more scrolls inside the summary, so the node grows less over its neighbours
 const MARGIN = 4; // the frontend insets a DOM widget by this on each side
 
 /**
@@ -48,6 +48,7 @@ export function showNodeSummary(node, text) {
     });
     widget.serialize = false; // not part of the workflow's widgets_values
   }
+  widget.element.classList.remove("pm-stale"); // this run refreshed it
   widget.element.textContent = lines.join("\n");
   widget.element.title = lines.join("\n");
   const nodeWidth = Math.max(node.size?.[0] ?? 0, 280);
@@ -55,4 +56,22 @@ export function showNodeSummary(node, text) {
   const [width, height] = node.computeSize?.() ?? node.size;
   node.setSize?.([Math.max(nodeWidth, width), Math.max(node.size?.[1] ?? 0, height)]);
   node.setDirtyCanvas?.(true, true);
+}
+
+/**
+ * Mark a monitor node's summary as from an earlier run (the last run failed before the node ran),
+ * or as current again.
+ * @param {any} node an LGraphNode
+ * @param {boolean} stale
+ */
+export function markSummaryStale(node, stale) {
+  const widget = node?.widgets?.find((/** @type {any} */ w) => w.name === WIDGET_NAME);
+  const element = widget?.element;
+  if (!element) return false;
+  element.classList.toggle("pm-stale", stale);
+  element.dataset.stale = stale ? "1" : "";
+  const text = element.textContent;
+  element.title = stale ? `from an earlier run: the last run ended before this node ran\n${text}` : text;
+  node.setDirtyCanvas?.(true, true);
+  return true;
 }

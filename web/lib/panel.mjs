@@ -14,7 +14,8 @@ const MAX_CACHED_REPORTS = 20;
 /**
  * What the panel needs from ComfyUI, injected so this module imports nothing of it.
  * @typedef {{fetchApi: (route: string, init?: RequestInit) => Promise<Response>, clientId: () => string | undefined,
- *   toast: (severity: "success" | "info" | "warn" | "error", summary: string, detail?: string) => void}} Host
+ *   toast: (severity: "success" | "info" | "warn" | "error", summary: string, detail?: string) => void,
+ *   focusNode?: (nodeId: string) => boolean}} Host
  */
 
 export class MonitorPanel {
@@ -61,6 +62,9 @@ export class MonitorPanel {
         this.renderMain();
       },
       refresh: () => void this.loadRuns(),
+      focusNode: (id) => {
+        if (this.host.focusNode && !this.host.focusNode(id)) this.host.toast("info", "Pipeline Monitor", `Node #${id} is not in the workflow on the canvas.`);
+      },
     };
   }
 

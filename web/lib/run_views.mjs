@@ -9,7 +9,8 @@ import { designedCard } from "./step_cards.mjs";
  * @typedef {import("./report_view.mjs").RunReport} RunReport
  * @typedef {import("./report_view.mjs").RunSummary} RunSummary
  * @typedef {{openRun: (id: string) => void, back: () => void, compare: (a: string, b: string) => void,
- *   download: (id: string, format: "json" | "html") => void, sort: (key: string) => void, refresh: () => void}} Actions
+ *   download: (id: string, format: "json" | "html") => void, sort: (key: string) => void, refresh: () => void,
+ *   focusNode?: (nodeId: string) => void}} Actions
  */
 
 /** @param {string} text @param {string} tone @param {string} [title] */
@@ -109,7 +110,8 @@ function nodesTable(report, sort, actions) {
       text: `${c.label}${sort.key === c.key ? (sort.dir === "desc" ? " ▾" : " ▴") : ""}` })))),
     h("tbody", {}, rows.map((r) => h("tr", {
       class: [r.slowest ? "pm-slowest" : "", r.hungriest ? "pm-hungriest" : "", r.cached ? "pm-cached" : ""].join(" ").trim(),
-      dataset: { nodeId: r.nodeId } },
+      dataset: { nodeId: r.nodeId }, title: "Click to centre this node on the canvas",
+      onclick: () => actions.focusNode?.(r.nodeId) },
       h("td", { title: `${r.classType} (${r.status})` }, h("span", { class: "pm-muted", text: `#${r.nodeId} ` }), clip(r.label, 32),
         r.slowest ? badge("slowest", "warn") : null, r.hungriest ? badge("most memory", "warn") : null,
         r.status === "error" ? badge("failed", "error") : r.status === "interrupted" ? badge("interrupted", "neutral") : null),

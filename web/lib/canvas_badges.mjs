@@ -1,0 +1,129 @@
+// The canvas tied to the last run: a small time / memory badge on every node that ran to the end
+// (the per-node profile, drawn through the node's own `badges` list, which LiteGraph draws above
+// the title; no draw method is replaced), monitor summaries marked stale when the run that should
+// have refreshed them failed, and centring a node from the panel.
+import { formatBytes, formatSeconds, isNumber } from "./format.mjs";
+import { nodeGpuAdded, nodeRssAdded } from "./report_view.mjs";
+
+const BADGE_KEY = "__pipelineMonitorBadge";
+
+/**
+ * The badge text of one profiled node: "1.80 s · +11.5 MiB" (memory it added: GPU allocated where
+ * measured, else RSS); null for nodes that did not run to the end (cached, failed, interrupted).
+ * @param {import("./report_view.mjs").NodeProfile} node
+ */
+export function profileBadgeText(node) {
+  if (!node || node.cached || node.status !== "executed" || !isNumber(node.duration_s)) return null;
+  const gpu = nodeGpuAdded(node);
+  const added = gpu ?? nodeRssAdded(node);
+  const memory = isNumber(added) && added > 0 ? ` · +${formatBytes(added)}${gpu !== null ? " GPU" : ""}` : "";
+  return `${formatSeconds(node.duration_s)}${memory}`;
+}
+
+/**
+ * Per graph node id, the badge text for a report; only nodes whose class matches the graph's node
+ * of that id (the graph on screen may not be the one that ran).
+ * @param {import("./report_view.mjs").RunReport} report
+ * @param {(id: string) => string | null | undefined} classOf class of the graph's node with that id
+ */
+export function badgeTexts(report, classOf) {
+  /** @type {Map<string, string>} */
+  const texts = new Map();
+  for (const node of report.nodes ?? []) {
+    const text = profileBadgeText(node);
+    const id = String(node.node_id);
+    if (text && (!node.class_type || classOf(id) === node.class_type)) texts.set(id, text);
+  }
+  return texts;
+}
+
+/** A badge LiteGraph can draw (duck-typed like its LGraphBadge: height, getWidth, draw). */
+class ProfileBadge {
+  constructor() {
+    this.text = "";
+    this.height = 18;
+    this.fontSize = 11;
+    this.padding = 5;
+  }
+
+  /** @param {CanvasRenderingContext2D} ctx */
+  getWidth(ctx) {
+    if (!this.text) return 0;
+    const font = ctx.font;
+    ctx.font = `${this.fontSize}px sans-serif`;
+    const width = ctx.measureText(this.text).width + 2 * this.padding;
+    ctx.font = font;
+    return width;
+  }
+
+  /** @param {CanvasRenderingContext2D} ctx @param {number} x @param {number} y */
+  draw(ctx, x, y) {
+    if (!this.text) return;
+    const { font, fillStyle, textBaseline, textAlign } = ctx;
+    const width = this.getWidth(ctx);
+    ctx.font = `${this.fontSize}px sans-serif`;
+    ctx.fillStyle = "#1e3a5f";
+    ctx.beginPath();
+    if (ctx.roundRect) ctx.roundRect(x, y, width, this.height, 5);
+    else ctx.rect(x, y, width, this.height);
+    ctx.fill();
+    ctx.fillStyle = "#dbeafe";
+    ctx.textBaseline = "middle";
+    ctx.textAlign = "left";
+    ctx.fillText(this.text, x + this.padding, y + this.height / 2 + 1);
+    Object.assign(ctx, { font, fillStyle, textBaseline, textAlign });
+  }
+}
+
+/**
+ * Put the run's badges on the graph's nodes (and clear them on nodes the run did not execute).
+ * @param {any} graph the LGraph on screen
+ * @param {import("./report_view.mjs").RunReport} report
+ * @returns {number} badges shown
+ */
+export function applyRunBadges(graph, report) {
+  const nodes = Array.isArray(graph?.nodes) ? graph.nodes : [];
+  const byId = new Map(nodes.map((/** @type {any} */ n) => [String(n.id), n]));
+  const texts = badgeTexts(report, (id) => byId.get(id)?.type ?? byId.get(id)?.comfyClass);
+  for (const node of nodes) {
+    const text = texts.get(String(node.id)) ?? "";
+    let badge = node[BADGE_KEY];
+    if (!badge && !text) continue;
+    if (!badge) {
+      badge = new ProfileBadge();
+      node[BADGE_KEY] = badge;
+      if (!Array.isArray(node.badges)) node.badges = [];
+      node.badges.push(() => badge); // LiteGraph calls functions in `badges` for the badge to draw
+    }
+    badge.text = text;
+  }
+  graph?.setDirtyCanvas?.(true, true);
+  return texts.size;
+}
+
+/**
+ * Monitor nodes whose summary is from an earlier run: the last run failed or was interrupted
+ * before they ran. Ids of the graph's monitor nodes that the report has no finished row for.
+ * @param {import("./report_view.mjs").RunReport} report
+ * @param {string[]} monitorNodeIds
+ */
+export function staleMonitorIds(report, monitorNodeIds) {
+  if (report.status === "success" || report.status === "running") return [];
+  const finished = new Set((report.nodes ?? []).filter((n) => n.status === "executed" || n.cached).map((n) => String(n.node_id)));
+  return monitorNodeIds.filter((id) => !finished.has(id));
+}
+
+/**
+ * Centre the canvas on a node and select it; false when the graph on screen has no such node.
+ * @param {any} app ComfyUI's app
+ * @param {string} nodeId
+ */
+export function focusNode(app, nodeId) {
+  const canvas = app?.canvas;
+  const node = app?.graph?.getNodeById?.(Number.isNaN(Number(nodeId)) ? nodeId : Number(nodeId)) ?? app?.graph?.getNodeById?.(nodeId);
+  if (!canvas || !node) return false;
+  canvas.centerOnNode?.(node);
+  canvas.selectNode?.(node, false);
+  canvas.setDirty?.(true, true);
+  return true;
+}
