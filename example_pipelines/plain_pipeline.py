@@ -6,7 +6,8 @@ Chrome/Perfetto trace for each generation, then logs the usage statistics.
 
     python example_pipelines/plain_pipeline.py                       # from the pack folder
     python example_pipelines/plain_pipeline.py --preset production --generations 3
-    python example_pipelines/plain_pipeline.py --config my_profiling.yaml --output-dir reports/
+    python example_pipelines/plain_pipeline.py --profiling_config my_profiling.yaml --output-dir reports/
+    python example_pipelines/plain_pipeline.py --no-enable_profiling     # the same run, not profiled
     torchrun --nproc-per-node 2 example_pipelines/plain_pipeline.py  # one report per rank, then:
     python -m monitors aggregate reports/*-rank*.json -o job.json
 """
@@ -25,6 +26,7 @@ from torch import nn
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from monitors import profiling as pm  # noqa: E402
+from monitors.profiling.inferix import add_profiling_arguments, configure_from_args  # noqa: E402
 
 log = logging.getLogger("plain_pipeline")
 
@@ -122,14 +124,17 @@ def run(argv=None) -> list:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--config", help="a profiling YAML file (see monitors/profiling/presets/)")
+    # --enable_profiling / --profiling_config PATH, as Inferix's pipelines take them; on by default
+    # here, since profiling is what this example shows. The file may be in Inferix's format.
+    add_profiling_arguments(parser, enabled_by_default=True)
+    parser.add_argument("--config", dest="profiling_config", help=argparse.SUPPRESS)  # the older name
     parser.add_argument("--preset", default="development", help="development or production")
     parser.add_argument("--output-dir", help="where reports go (default: the config's report.output_dir)")
     parser.add_argument("--generations", type=int, default=1)
     parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args(argv)
     overrides = {"report": {"output_dir": args.output_dir}} if args.output_dir else {}
-    pm.configure(args.config, preset=args.preset, **overrides)
+    configure_from_args(args, preset=args.preset, **overrides)
     pipeline = TinyPipeline()
     sessions = []
     for i in range(args.generations):

@@ -1,6 +1,7 @@
 """Command line: `python -m monitors aggregate|compare|trace` (run from the pack folder).
 
     python -m monitors aggregate rank0.json rank1.json -o job.json
+    python -m monitors aggregate --reports_dir reports/ --output job.json   # every report in a folder
     python -m monitors compare before.json after.json --threshold-pct 10
     python -m monitors trace rank0.json rank1.json -o job.trace.json
 
@@ -15,6 +16,7 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -61,8 +63,31 @@ def _report_skipped(skipped: list[dict]) -> None:
         _err(f"skipped {item['path']}: {item['reason']}")
 
 
+def reports_in(directory: str) -> list[str]:
+    """Every run report file under `directory`, in sorted order: `*.json`, also in sub-folders
+    (Inferix writes one `rank_<n>/` per rank), without this pack's `*.trace.json` exports and the
+    hidden files of writes in progress."""
+    if not os.path.isdir(directory):
+        raise NotADirectoryError(f"--reports_dir {directory}: not a folder")
+    found = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found += [
+            os.path.join(root, f)
+            for f in files
+            if f.endswith(".json") and not f.endswith(".trace.json") and not f.startswith(".")
+        ]
+    return sorted(found)
+
+
 def cmd_aggregate(args) -> int:
-    loaded, skipped = load_reports(args.reports)
+    paths = list(args.reports)
+    for directory in args.reports_dir or ():
+        paths += reports_in(directory)
+    if not paths:
+        _err("no report file in " + ", ".join(args.reports_dir))
+        return EXIT_NO_INPUT
+    loaded, skipped = load_reports(paths)
     _report_skipped(skipped)
     if not loaded:
         _err("no usable report")
@@ -71,6 +96,7 @@ def cmd_aggregate(args) -> int:
     if args.output:
         write_json_atomic(args.output, result)
     _out(f"{result['n_reports']} report(s) aggregated, {len(skipped)} skipped")
+    _out(f"ranks: {len({row['rank'] for row in result['ranks']})}")
     _out(f"{'metric':<28}{'min':>14}{'max':>14}{'mean':>14}{'std':>14}")
     for key, s in result["metrics"].items():
         _out(f"{key:<28}" + "".join(f"{_fmt(key, s[k]):>14}" for k in ("min", "max", "mean", "std")))
@@ -168,7 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("aggregate", help="merge reports of several ranks or runs")
-    p.add_argument("reports", nargs="+", help="run report JSON files")
+    p.add_argument("reports", nargs="*", help="run report JSON files")
+    p.add_argument(
+        "--reports_dir",
+        "--reports-dir",
+        action="append",
+        metavar="DIR",
+        help="also every report in this folder and its sub-folders (repeatable)",
+    )
     p.add_argument("-o", "--output", help="write the aggregate as JSON here")
     p.set_defaults(func=cmd_aggregate)
     p = sub.add_parser("compare", help="B against A: per-stage and per-node differences")
@@ -191,7 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)  # exits with 2 on a bad command line
+    parser = build_parser()
+    args = parser.parse_args(argv)  # exits with 2 on a bad command line
+    if args.command == "aggregate" and not args.reports and not args.reports_dir:
+        parser.error("aggregate: name report files or a folder with --reports_dir")
     try:
         return args.func(args)
     except OSError as exc:

@@ -6,6 +6,8 @@ Layers, later wins: built-in defaults, the preset (`monitors/profiling/presets/<
 keyword arguments. Sections (sampling, metrics, display, report, stages, tags) merge key by key.
 An unknown key or a wrong type is a ConfigError naming the key (e.g. `report.format`), never a
 silent default: a typo in a production config should fail at start, not profile the wrong thing.
+The exception is a file in Inferix's format (top-level `profiling:`), written for another tool:
+inferix_config.py translates it and names what it cannot follow in warnings.
 """
 
 from __future__ import annotations
@@ -218,5 +220,10 @@ def load_config(path: str | None = None, *, preset: str | None = None, **overrid
     if preset is not None:
         config = merge_config(config, read_yaml(preset_path(preset)), f"preset {preset}")
     if path is not None:
-        config = merge_config(config, read_yaml(os.fspath(path)), os.fspath(path))
+        source, data = os.fspath(path), read_yaml(os.fspath(path))
+        from .inferix_config import from_inferix, is_inferix  # not at the top: it imports this module
+
+        if is_inferix(data):  # Inferix's `profiling:` file, read as is (warnings, never errors)
+            data = from_inferix(data, source)
+        config = merge_config(config, data, source)
     return merge_config(config, overrides)
