@@ -9,6 +9,7 @@ dict; `log_usage_summary()` writes them to the log.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -87,7 +88,10 @@ class UsageTracker:
                 }
             )
 
-    def statistics(self) -> dict:
+    def statistics(self, probes=None) -> dict:
+        """The totals, the kept rows, and the memory in use now (`probes`: the readings backend,
+        the process-wide one by default)."""
+        current = current_memory(probes)
         with self._lock:
             n = self._n_generations
             durations = [g["duration_s"] for g in self._generations]
@@ -105,8 +109,40 @@ class UsageTracker:
                 "max_generation_s": max(durations) if durations else None,
                 "peak_rss_bytes": self._peak_rss_bytes,
                 "peak_gpu_allocated_bytes": self._peak_gpu_allocated_bytes,
+                **current,
                 "generations": [dict(g) for g in self._generations],
             }
+
+
+def current_memory(probes=None) -> dict:
+    """Process RSS and each GPU's torch allocated/reserved memory now; the GPU sums are None with a
+    reason where torch sees no GPU (unknown, not 0)."""
+    if probes is None:
+        from ..probes import get_probes
+
+        probes = get_probes()
+    devices = []
+    for index in range(probes.torch_device_count()):
+        memory = probes.torch_memory(index) or {}
+        devices.append(
+            {
+                "device": f"cuda:{index}",
+                "allocated_bytes": memory.get("allocated_bytes"),
+                "reserved_bytes": memory.get("reserved_bytes"),
+            }
+        )
+
+    def total(key):
+        values = [d[key] for d in devices]
+        return None if not values or None in values else sum(values)
+
+    return {
+        "current_process_rss_bytes": probes.process_rss_bytes(),
+        "current_gpu_allocated_bytes": total("allocated_bytes"),
+        "current_gpu_reserved_bytes": total("reserved_bytes"),
+        "current_gpu_memory": devices,
+        "current_gpu_unknown_reason": None if devices else "no GPU seen by torch",
+    }
 
 
 def _pct_list(values) -> str:
@@ -128,6 +164,9 @@ def format_usage_summary(stats: dict) -> list[str]:
         f"{seconds(stats['total_generation_s'])}, mean {seconds(stats['mean_generation_s'])}",
         f"  peak RSS {format_bytes(stats['peak_rss_bytes'])}, peak GPU allocated "
         f"{format_bytes(stats['peak_gpu_allocated_bytes'])}",
+        f"  now: RSS {format_bytes(stats.get('current_process_rss_bytes'))}, GPU allocated "
+        f"{format_bytes(stats.get('current_gpu_allocated_bytes'))}, reserved "
+        f"{format_bytes(stats.get('current_gpu_reserved_bytes'))}",
     ]
     for gen in stats["generations"][-20:]:
         lines.append(
@@ -140,17 +179,64 @@ def format_usage_summary(stats: dict) -> list[str]:
 tracker = UsageTracker()
 
 
-def get_usage_statistics() -> dict:
-    """Usage statistics of this process since start (or the last reset)."""
-    return tracker.statistics()
+def get_usage_statistics(probes=None) -> dict:
+    """Usage statistics of this process since start (or the last reset), with the memory in use now."""
+    return tracker.statistics(probes)
 
 
-def log_usage_summary(logger: logging.Logger | None = None, level: int = logging.INFO) -> dict:
-    """Write the usage statistics to `logger` (this module's by default); returns them."""
-    stats = tracker.statistics()
-    for line in format_usage_summary(stats):
-        (logger or log).log(level, "%s", line)
+LOG_FILE_FORMAT = "%(asctime)s - %(levelname)s - %(message)s"
+
+
+def log_usage_summary(
+    logger: logging.Logger | None = None,
+    level: int = logging.INFO,
+    log_file: str | os.PathLike | None = None,
+    probes=None,
+) -> dict:
+    """Write the usage statistics to `logger` (this module's by default) and, with `log_file`, also
+    append them to that file beside the console log (timestamped lines); returns them."""
+    stats = tracker.statistics(probes)
+    target = logger or log
+    handler = None
+    if log_file is not None:
+        handler = logging.FileHandler(os.fspath(log_file), mode="a", encoding="utf-8")
+        handler.setFormatter(logging.Formatter(LOG_FILE_FORMAT))
+        handler.setLevel(level)
+        target.addHandler(handler)
+    # The logger's own level must not keep the summary out of a file that was asked for.
+    previous_level = target.level
+    if handler is not None and not target.isEnabledFor(level):
+        target.setLevel(level)
+    try:
+        for line in format_usage_summary(stats):
+            target.log(level, "%s", line)
+    finally:
+        if handler is not None:
+            target.setLevel(previous_level)
+            target.removeHandler(handler)
+            handler.close()
     return stats
+
+
+def export_usage_statistics(path: str | os.PathLike, fmt: str | None = None, probes=None) -> list[str]:
+    """Write the usage statistics to `path` as JSON, or as CSV (`fmt` "csv", or a .csv path): the
+    generations at `path` and the totals as name,value rows beside it (`<stem>.totals.csv`).
+    Returns the files written."""
+    from ..exporters.csv_tables import usage_generations_csv, usage_totals_csv, write_text
+    from ..report import write_json_atomic
+
+    path = os.fspath(path)
+    fmt = fmt or ("csv" if path.lower().endswith(".csv") else "json")
+    stats = tracker.statistics(probes)
+    if fmt == "json":
+        write_json_atomic(path, stats)
+        return [path]
+    if fmt != "csv":
+        raise ValueError(f"format {fmt!r}: json or csv")
+    totals = (path[:-4] if path.lower().endswith(".csv") else path) + ".totals.csv"
+    write_text(path, usage_generations_csv(stats))
+    write_text(totals, usage_totals_csv(stats))
+    return [path, totals]
 
 
 def reset_usage_statistics() -> None:

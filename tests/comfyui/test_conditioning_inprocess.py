@@ -35,6 +35,8 @@ def test_node_schema(comfy):
     assert {name: v[0] for name, v in spec["optional"].items()} == {
         "negative": "CONDITIONING",
         "clip": "CLIP",
+        "model": "MODEL",
+        "memory_budget_mib": "INT",
     }
     assert list(node.RETURN_TYPES) == ["CONDITIONING", "CONDITIONING", "CLIP"]
     assert node.OUTPUT_NODE is True
@@ -82,6 +84,20 @@ def test_real_sd1_encoding_passes_through_and_is_described(comfy, tiny, pack_run
     # The encoders did not run in this run: no time, so no characters per second.
     assert summary["positive_encode_s"] is None and summary["positive_characters_per_s"] is None
     assert [f["code"] for f in step["findings"] if f["level"] != "info"] == []
+
+
+def test_diffusion_model_at_encode_time_and_memory_budget(comfy, tiny, pack_runtime):
+    positive = encode(comfy, tiny.clip, "a cat")
+    output, step = run_node(
+        comfy, pack_runtime, prompt=graph(), positive=positive, model=tiny.model, memory_budget_mib=1
+    )
+    assert output.result[0] is positive
+    model = step["details"]["diffusion_model"]
+    assert model["object_id"] == id(tiny.model) and model["class"] == type(tiny.model).__name__
+    assert model["device"] == "cpu" and model["unknown_reason"] is None
+    assert step["summary"]["model_class"] == model["class"]
+    assert step["summary"]["memory_budget_bytes"] == 1024**2
+    assert step["details"]["encode"]["n_encoders"] == 1  # the graph's positive encode node
 
 
 def test_real_sdxl_class_encoding(comfy, sdxl_clip, pack_runtime):

@@ -95,3 +95,60 @@ def test_kept_rows_are_bounded_but_totals_exact(monkeypatch):
     assert (
         stats["n_generations"] == 5 and stats["total_generation_s"] == 5.0 and len(stats["generations"]) == 3
     )
+
+
+def test_current_allocated_and_reserved_per_gpu_and_in_total():
+    usage.reset_usage_statistics()
+    probes = fake_probes("2 GPUs")
+    probes.torch.allocate(0, 1 * GiB)
+    probes.torch.allocate(1, 2 * GiB)
+    stats = pm.get_usage_statistics(probes)
+    assert [d["device"] for d in stats["current_gpu_memory"]] == ["cuda:0", "cuda:1"]
+    assert stats["current_gpu_memory"][1]["allocated_bytes"] == 2 * GiB
+    assert stats["current_gpu_allocated_bytes"] == 3 * GiB
+    assert stats["current_gpu_reserved_bytes"] >= 3 * GiB
+    assert stats["current_gpu_unknown_reason"] is None
+    assert stats["current_process_rss_bytes"] == probes.host.rss_bytes
+
+
+def test_no_gpu_current_memory_is_none_with_a_reason():
+    stats = pm.get_usage_statistics(fake_probes())
+    assert stats["current_gpu_allocated_bytes"] is None and stats["current_gpu_memory"] == []
+    assert stats["current_gpu_unknown_reason"] == "no GPU seen by torch"
+
+
+def test_log_file_beside_the_console_log(fresh, tmp_path, caplog):
+    fresh()
+    with pm.profile_session("filed"):
+        pass
+    logger = logging.getLogger("usage-file-test")
+    logger.setLevel(logging.WARNING)  # the console would not show INFO: the file still gets it
+    log_file = tmp_path / "usage.log"
+    pm.log_usage_summary(logger, log_file=log_file, probes=fake_probes("1 GPU"))
+    pm.log_usage_summary(logger, log_file=log_file, probes=fake_probes("1 GPU"))
+    text = log_file.read_text()
+    assert text.count("generations: 1 (0 failed)") == 2  # appended, not overwritten
+    assert " - INFO - " in text and "now: RSS" in text and "GPU allocated" in text
+    assert logger.level == logging.WARNING and not logger.handlers  # left as found
+
+
+def test_usage_statistics_export_as_json_and_csv(fresh, tmp_path):
+    import csv
+
+    fresh()
+    for _ in range(2):
+        with pm.profile_session("exported"):
+            pass
+    written = usage.export_usage_statistics(tmp_path / "usage.csv", probes=fake_probes("1 GPU"))
+    assert [p.rsplit("/", 1)[-1] for p in written] == ["usage.csv", "usage.totals.csv"]
+    rows = list(csv.DictReader(open(written[0])))
+    assert [r["index"] for r in rows] == ["1", "2"] and rows[0]["name"] == "exported"
+    assert float(rows[0]["duration_s"]) >= 0 and rows[0]["gpu_utilization_before_pct"] == ""
+    totals = {r["name"]: r["value"] for r in csv.DictReader(open(written[1]))}
+    assert totals["n_generations"] == "2"
+    assert totals["current_cuda:0.allocated_bytes"] == "0"
+    assert totals["current_gpu_unknown_reason"] == ""  # unknown is an empty cell
+    (json_path,) = usage.export_usage_statistics(tmp_path / "usage.json")
+    import json
+
+    assert json.load(open(json_path))["n_generations"] == 2

@@ -1,0 +1,162 @@
+"""CSV export of the tables a report holds, beside JSON: the per-node table of a run report and
+the usage statistics (one row per generation, and the totals as name,value rows).
+
+    python -m monitors.exporters.csv_tables report.json -o nodes.csv          # per-node table
+    python -m monitors.exporters.csv_tables report.json --table steps -o s.csv
+
+Values are written as they are in the JSON (bytes as integers, seconds as numbers); unknown is an
+empty cell, never -1. Nested values (lists, dicts) are written as compact JSON in their cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+NODE_COLUMNS = (
+    "node_id",
+    "class_type",
+    "title",
+    "status",
+    "cached",
+    "start_offset_s",
+    "duration_s",
+    "rss_start_bytes",
+    "rss_end_bytes",
+    "rss_change_bytes",
+    "peak_rss_bytes",
+    "peak_rss_above_start_bytes",
+    "peak_rss_at_s",
+    "peak_rss_method",
+)
+# Per GPU of a node row, prefixed with the device (`cuda:0.peak_allocated_bytes`).
+NODE_GPU_COLUMNS = (
+    "allocated_start_bytes",
+    "allocated_end_bytes",
+    "allocated_change_bytes",
+    "peak_allocated_bytes",
+    "peak_allocated_above_start_bytes",
+    "peak_allocated_at_s",
+    "reserved_start_bytes",
+    "reserved_end_bytes",
+    "reserved_change_bytes",
+    "peak_reserved_bytes",
+    "peak_reserved_above_start_bytes",
+    "peak_reserved_at_s",
+)
+GENERATION_COLUMNS = (
+    "index",
+    "name",
+    "run_id",
+    "status",
+    "duration_s",
+    "peak_rss_bytes",
+    "peak_gpu_allocated_bytes",
+    "gpu_utilization_before_pct",
+    "gpu_utilization_after_pct",
+)
+TABLES = ("nodes", "steps")
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple, Mapping)):
+        return json.dumps(value, separators=(",", ":"), allow_nan=False, default=str)
+    return value
+
+
+def _write(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_cell(row.get(c)) for c in columns])
+    return out.getvalue()
+
+
+def nodes_csv(report: Mapping[str, Any]) -> str:
+    """The per-node table of a run report (dict): one row per node, GPU figures per device."""
+    nodes = [n for n in report.get("nodes") or () if isinstance(n, Mapping)]
+    devices = sorted(
+        {p.get("device") for n in nodes for p in n.get("gpu_peaks") or () if isinstance(p, Mapping)},
+        key=str,
+    )
+    columns = [*NODE_COLUMNS, *(f"{d}.{c}" for d in devices for c in NODE_GPU_COLUMNS)]
+    rows = []
+    for node in nodes:
+        row = dict(node)
+        for peak in node.get("gpu_peaks") or ():
+            if isinstance(peak, Mapping):
+                row.update({f"{peak.get('device')}.{c}": peak.get(c) for c in NODE_GPU_COLUMNS})
+        rows.append(row)
+    return _write(columns, rows)
+
+
+def steps_csv(report: Mapping[str, Any]) -> str:
+    """One row per monitor step: kind, node, finding counts, then every summary key (union)."""
+    steps = [s for s in report.get("steps") or () if isinstance(s, Mapping)]
+    keys = list(dict.fromkeys(k for s in steps for k in (s.get("summary") or {})))
+    rows = []
+    for step in steps:
+        levels = [f.get("level") for f in step.get("findings") or () if isinstance(f, Mapping)]
+        rows.append(
+            {
+                "kind": step.get("kind"),
+                "node_id": step.get("node_id"),
+                "cached": step.get("cached"),
+                "n_errors": levels.count("error"),
+                "n_warnings": levels.count("warning"),
+                **{f"summary.{k}": v for k, v in (step.get("summary") or {}).items()},
+            }
+        )
+    return _write(
+        ["kind", "node_id", "cached", "n_errors", "n_warnings", *(f"summary.{k}" for k in keys)], rows
+    )
+
+
+def usage_generations_csv(stats: Mapping[str, Any]) -> str:
+    """The usage statistics' kept generations, one row each."""
+    return _write(GENERATION_COLUMNS, [g for g in stats.get("generations") or () if isinstance(g, Mapping)])
+
+
+def usage_totals_csv(stats: Mapping[str, Any]) -> str:
+    """The usage statistics' totals and current memory as name,value rows (no per-row lists)."""
+    skip = {"generations", "models", "current_gpu_memory"}
+    rows = [{"name": k, "value": v} for k, v in stats.items() if k not in skip]
+    for device in stats.get("current_gpu_memory") or ():
+        for key in ("allocated_bytes", "reserved_bytes"):
+            rows.append({"name": f"current_{device.get('device')}.{key}", "value": device.get(key)})
+    return _write(("name", "value"), rows)
+
+
+def write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m monitors.exporters.csv_tables", description="a run report's tables as CSV"
+    )
+    parser.add_argument("report", help="run report JSON file")
+    parser.add_argument("--table", choices=TABLES, default="nodes", help="which table (default: nodes)")
+    parser.add_argument("-o", "--output", help="CSV file to write (default: standard output)")
+    args = parser.parse_args(argv)
+    with open(args.report, encoding="utf-8") as f:
+        report = json.load(f)
+    text = nodes_csv(report) if args.table == "nodes" else steps_csv(report)
+    if args.output:
+        write_text(args.output, text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""CSV export of a run report's per-node and step tables (beside JSON)."""
+
+import csv
+import io
+import json
+
+from monitors.exporters.csv_tables import main, nodes_csv, steps_csv
+from tests.unit.test_node_memory import _run_two_nodes
+
+GiB = 1024**3
+MiB = 1024**2
+
+
+def test_nodes_table_has_one_row_per_node_with_gpu_columns_per_device(tmp_path):
+    report = _run_two_nodes(tmp_path, 1 * GiB).to_dict()
+    rows = list(csv.DictReader(io.StringIO(nodes_csv(report))))
+    assert [r["node_id"] for r in rows] == ["1", "2"]
+    assert int(rows[0]["rss_change_bytes"]) == 100 * MiB
+    assert int(rows[0]["cuda:0.allocated_change_bytes"]) == 300 * MiB
+    assert int(rows[1]["peak_rss_above_start_bytes"]) == 10 * MiB
+    assert rows[0]["title"] == ""  # unknown: an empty cell, never -1
+
+
+def test_steps_table_and_the_command_line(tmp_path):
+    report = {
+        "nodes": [],
+        "steps": [
+            {
+                "kind": "vae_encode",
+                "node_id": "5",
+                "summary": {"duration_s": 1.5, "latent_shape": [1, 4, 8, 8]},
+                "findings": [{"level": "warning", "message": "m"}],
+            }
+        ],
+    }
+    rows = list(csv.DictReader(io.StringIO(steps_csv(report))))
+    assert rows[0]["kind"] == "vae_encode" and rows[0]["n_warnings"] == "1"
+    assert json.loads(rows[0]["summary.latent_shape"]) == [1, 4, 8, 8]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report))
+    out = tmp_path / "steps.csv"
+    assert main([str(path), "--table", "steps", "-o", str(out)]) == 0
+    assert out.read_text().startswith("kind,node_id,cached,n_errors,n_warnings,summary.duration_s")
