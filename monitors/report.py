@@ -41,8 +41,20 @@ STEP_KINDS = (
 )
 
 
+_PLAIN_TYPES = frozenset({str, int, bool, type(None)})
+
+
 def to_jsonable(value: Any) -> Any:
     """Dataclasses, mappings and sequences -> plain JSON types; non-finite floats -> None."""
+    # Most values of a report are plain already: decided by exact type first, since every run's
+    # report is converted at its end and that cost grows with its node rows.
+    kind = type(value)
+    if kind in _PLAIN_TYPES:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is dict:
+        return {str(k): to_jsonable(v) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         if hasattr(value, "to_dict"):
             return to_jsonable(value.to_dict())

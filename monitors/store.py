@@ -56,7 +56,7 @@ class RunStore:
         with self._lock:
             self._runs.pop(report.prompt_id, None)
             self._runs[report.prompt_id] = data
-            self._summaries[report.prompt_id] = report.summary_dict()
+            self._summaries[report.prompt_id] = run_summary(data)  # the same as summary_dict(), converted once
             while len(self._runs) > self.max_runs:
                 old_id, _ = self._runs.popitem(last=False)
                 self._summaries.pop(old_id, None)

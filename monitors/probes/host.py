@@ -11,6 +11,7 @@ import psutil
 
 PROC_STATUS = "/proc/self/status"
 PROC_CLEAR_REFS = "/proc/self/clear_refs"
+PROC_STATM = "/proc/self/statm"
 # Writing "5" to clear_refs resets the peak RSS (VmHWM) to the current RSS (Linux >= 4.0).
 RESET_PEAK_RSS_COMMAND = "5"
 
@@ -20,13 +21,52 @@ class HostBackend:
 
     name = "psutil+proc"
 
-    def __init__(self, proc_status: str = PROC_STATUS, proc_clear_refs: str = PROC_CLEAR_REFS):
+    def __init__(
+        self,
+        proc_status: str = PROC_STATUS,
+        proc_clear_refs: str = PROC_CLEAR_REFS,
+        proc_statm: str = PROC_STATM,
+    ):
         self._proc_status = proc_status
         self._proc_clear_refs = proc_clear_refs
+        self._proc_statm = proc_statm
         self._process = psutil.Process(os.getpid())
+        self._page_bytes = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        # Every profiled node reads these files twice: opening them each time cost ~4x the read
+        # (24 us vs 8 us for status), so they stay open and are re-read from offset 0. Keyed by pid:
+        # a forked child must not read its parent's files.
+        self._fds: dict[str, int] = {}
+        self._fds_pid = os.getpid()
+
+    def _fd(self, path: str, flags: int) -> int:
+        if self._fds_pid != os.getpid():
+            self._fds, self._fds_pid = {}, os.getpid()
+        fd = self._fds.get(path)
+        if fd is None:
+            fd = self._fds[path] = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
+        return fd
+
+    def _pread(self, path: str, size: int) -> bytes:
+        return os.pread(self._fd(path, os.O_RDONLY), size, 0)
+
+    def close(self) -> None:
+        fds, self._fds = self._fds, {}
+        if self._fds_pid == os.getpid():
+            for fd in fds.values():
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def __del__(self):
+        self.close()
 
     def process_rss_bytes(self) -> int:
-        return int(self._process.memory_info().rss)
+        try:
+            # statm's second field is resident pages, the figure psutil's memory_info().rss reports
+            return int(self._pread(self._proc_statm, 256).split()[1]) * self._page_bytes
+        except (OSError, IndexError, ValueError):
+            return int(self._process.memory_info().rss)
 
     def system_memory(self) -> dict:
         vm = psutil.virtual_memory()
@@ -45,15 +85,13 @@ class HostBackend:
         return psutil.cpu_count(logical=True)
 
     def reset_peak_rss(self) -> bool:
-        with open(self._proc_clear_refs, "w") as f:
-            f.write(RESET_PEAK_RSS_COMMAND)
+        os.write(self._fd(self._proc_clear_refs, os.O_WRONLY), RESET_PEAK_RSS_COMMAND.encode())
         return True
 
     def peak_rss_bytes(self) -> int:
         """Kernel high-water mark of RSS (VmHWM) since process start or the last reset."""
-        with open(self._proc_status) as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    kib = int(line.split()[1])
-                    return kib * 1024
+        text = self._pread(self._proc_status, 8192)  # VmHWM is in its first lines
+        start = text.find(b"\nVmHWM:")
+        if start >= 0:
+            return int(text[start + 7 : text.index(b"\n", start + 1)].split()[0]) * 1024
         raise LookupError(f"VmHWM not found in {self._proc_status}")

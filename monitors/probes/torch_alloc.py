@@ -21,7 +21,9 @@ class TorchAllocatorBackend:
         if torch is None:
             return None
         cuda = torch.cuda
-        if not cuda.is_available() or not cuda.is_initialized():
+        # is_initialized() first: it is a flag read, while is_available() costs ~1 us a call and
+        # every profiled node asks several times.
+        if not cuda.is_initialized() or not cuda.is_available():
             return None
         return cuda
 
