@@ -29,6 +29,11 @@ def _rate(count, seconds) -> float | None:
     return count / seconds if count and seconds else None
 
 
+def _known_sum(values) -> int | None:
+    known = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    return sum(known) if known else None
+
+
 def _gpu_utilisation(snapshot) -> list | None:
     if snapshot is None or not snapshot.gpus:
         return None
@@ -101,7 +106,8 @@ def build_report(session, status: str, error: dict | None, span_result, duration
         "n_models": len(models),
         "model_init_s": sum(m["init_s"] for m in models) if models else None,
         "n_model_parameters": sum(m.get("n_parameters") or 0 for m in models) if models else None,
-        "model_parameter_bytes": sum(m.get("parameter_bytes") or 0 for m in models) if models else None,
+        # Unknown (None) where no model's bytes are known, e.g. figures given as a mapping without them
+        "model_parameter_bytes": _known_sum(m.get("parameter_bytes") for m in models),
         "peak_rss_bytes": None if span_result is None else span_result.peak_rss_bytes,
         "peak_gpu_allocated_bytes": _max_gpu_peak(span_result),
         "device_name": device_name(system),

@@ -438,6 +438,7 @@ def check_documented_figures(report: dict, rank: int) -> None:
         "diffusion",
     )
     assert summary["n_model_parameters"] == 1234
+    assert summary["model_parameter_bytes"] is None  # the guide's figures have no bytes: unknown, not 0
     events = {e["name"]: e["data"] for e in details["events"]}
     assert events == {
         "checkpoint_loaded": {"checkpoint_path": "weights/ckpt.pt"},
@@ -472,3 +473,18 @@ def check_aggregate(result: dict) -> None:
         assert figures["n"] == 2 and figures["min"] <= figures["mean"] <= figures["max"]
     assert result["stages"]["inference_steps"]["n_ranks"] == 2
     assert result["slowest_rank"]["rank"] in (0, 1)
+
+
+def test_plain_pipeline_takes_the_flags_and_an_inferix_file(tmp_path, clean_profiling):
+    from tests.unit.test_profiling_example import load_example
+
+    config = write(
+        tmp_path,
+        "inferix.yaml",
+        PRODUCTION_YAML.replace("./production_profiling", str(tmp_path / "reports")),
+    )
+    example = load_example()
+    (session,) = example.run(["--profiling_config", config, "--steps", "2"])
+    assert set(session.paths) == {"json", "trace"}  # report_format: json
+    assert session.config.max_data_points == 5000 and session.tags["mode"] == "production"
+    assert example.run(["--no-enable_profiling", "--steps", "2"]) == [None]
