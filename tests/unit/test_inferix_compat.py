@@ -448,7 +448,8 @@ def check_documented_figures(report: dict, rank: int) -> None:
     assert details["tags"] == {"mode": "t2v", "model": "self_forcing", "experiment": "performance_analysis"}
     # the metrics timeline (CPU usage, system memory) and the memory used / total / percent
     samples = details["samples"]
-    assert {"t_s", "process_rss_bytes", "ram_used_bytes", "cpu_pct"} <= set(samples) and samples["t_s"]
+    assert {"process_rss_bytes", "ram_used_bytes", "cpu_pct"} <= set(samples)
+    assert samples["t_s"], "the timeline has no sample"
     for snapshot in (report["span"]["baseline"], report["span"]["end"]):
         assert snapshot["ram_used_bytes"] > 0 and snapshot["ram_total_bytes"] > 0
         assert 0 < snapshot["ram_used_pct"] <= 100 and snapshot["cpu_pct"] is not None
