@@ -4,8 +4,9 @@
 and of the panel (`web/lib/vocabulary.generated.mjs`), the node's UI text, and the v1 -> v2 key
 renames applied when an older report is read.
 
-`python -m monitors.vocabulary --write` regenerates the schema and the panel module; `--check`
-exits 1 when either is stale (a unit test does the same).
+`python -m monitors.vocabulary --write` regenerates the schema, the panel module and
+docs/metrics-reference.md (monitors/metrics_reference.py); `--check` exits 1 when one is stale
+(a unit test does the same).
 """
 
 from __future__ import annotations
@@ -410,7 +411,9 @@ def _read(path: str) -> str | None:
 def expected_files() -> dict[str, str]:
     with open(SCHEMA_PATH, encoding="utf-8") as f:
         base = json.load(f)
-    return {SCHEMA_PATH: schema_text(base), JS_PATH: js_text()}
+    from .metrics_reference import DOC_PATH, document_text  # built on this module's registry
+
+    return {SCHEMA_PATH: schema_text(base), JS_PATH: js_text(), DOC_PATH: document_text()}
 
 
 def stale_files() -> list[str]:

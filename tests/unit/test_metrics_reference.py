@@ -1,0 +1,160 @@
+"""docs/metrics-reference.md: every JSON path it names appears in reports built here from the
+real builders (GPU-only paths with the fake GPU backend), and the document is not stale."""
+
+from __future__ import annotations
+
+import re
+import types
+import uuid
+
+import pytest
+import torch
+
+from monitors import profiling as pm
+from monitors.conditioning.report import build_conditioning_step
+from monitors.dumps.report import LIVE_VALUE, build_compare_step, build_dump_step
+from monitors.latent.report import build_latent_step
+from monitors.lora.report import build_lora_step
+from monitors.metrics_reference import DOC_PATH, all_figures, document_text
+from monitors.models.report import build_models_step
+from monitors.probes.fake import GiB, fake_probes
+from monitors.profiling import usage
+from monitors.recorder import RunRecorder
+from monitors.store import RunStore
+from monitors.vae.chain import run_chain
+from monitors.vae.report import build_step as build_vae_step
+from tests.unit.test_step_builders import PROMPT
+from tests.unit.test_vae_chain import FakeVAE, options, pixels
+
+SEGMENT = re.compile(r"^(?P<key>[^\[\]]+)(?:\[(?P<filter>[^\]]*)\])?$")
+
+
+def _split(path: str) -> list[str]:
+    return path.split(".")
+
+
+def path_present(root, path: str) -> bool:
+    """A key exists at `path` (its value may be None) in at least one branch."""
+    nodes = [root]
+    for segment in _split(path):
+        match = SEGMENT.match(segment)
+        assert match, f"bad path segment {segment!r} in {path}"
+        key, filt = match.group("key"), match.group("filter")
+        following = []
+        for node in nodes:
+            if isinstance(node, dict) and key in node:
+                following.append(node[key])
+        if not following:
+            return False
+        if filt is not None:
+            items = [item for value in following if isinstance(value, list) for item in value]
+            if filt:
+                name, _, wanted = filt.partition("=")
+                items = [i for i in items if isinstance(i, dict) and str(i.get(name)) == wanted]
+            if not items:
+                return False
+            following = items
+        nodes = following
+    return True
+
+
+def _fake_model():
+    module = torch.nn.Linear(2, 2)
+    return types.SimpleNamespace(model=module, patches={}, patches_uuid=uuid.uuid4(), load_device="cpu")
+
+
+def _fake_clip():
+    encoder = torch.nn.Linear(2, 2)
+    patcher = types.SimpleNamespace(model=encoder, patches={}, patches_uuid=uuid.uuid4(), load_device="cpu")
+    return types.SimpleNamespace(cond_stage_model=encoder, patcher=patcher, tokenizer=None)
+
+
+@pytest.fixture
+def run_report(tmp_path):
+    probes = fake_probes("1 GPU")
+    recorder = RunRecorder(RunStore(str(tmp_path)), probes=probes)
+    recorder.begin_run("p1", PROMPT)
+    for node_id in ("1", "4"):
+        recorder.node_started(node_id)
+        probes.torch.allocate(0, GiB)
+        recorder.node_finished(node_id)
+    positive = [[torch.ones(1, 77, 768), {"pooled_output": torch.ones(1, 768)}]]
+    latent = {"samples": torch.ones(1, 4, 8, 8)}
+    steps = [
+        build_models_step(
+            "9", {"model": _fake_model(), "clip": _fake_clip(), "vae": FakeVAE()}, PROMPT, recorder
+        ),
+        build_lora_step("9", {}, types.SimpleNamespace()),
+        build_conditioning_step(
+            "9",
+            PROMPT,
+            positive,
+            clip=_fake_clip(),
+            recorder=recorder,
+            model=_fake_model(),
+            memory_budget_bytes=GiB,
+        ),
+        build_latent_step("9", latent, PROMPT, recorder),
+        build_dump_step(
+            "9", PROMPT, {"latent": latent}, "pm_ref", False, directory=str(tmp_path), prompt_id="p1"
+        ),
+        build_compare_step(
+            "10", "pm_ref.safetensors", LIVE_VALUE, 1e-5, 1e-8, {"latent": latent}, directory=str(tmp_path)
+        ),
+        build_vae_step("5", run_chain(FakeVAE(video=True), pixels(9, 64, 64), options(probes=probes))),
+    ]
+    for step in steps:
+        assert recorder.add_step(step)
+    return recorder.end_run("success").to_dict()
+
+
+@pytest.fixture
+def profiling_report(tmp_path):
+    usage.reset_usage_statistics()
+    probes = fake_probes("1 GPU")
+    pm.configure(
+        probes=probes, report={"output_dir": str(tmp_path / "prof"), "format": "json", "trace": False}
+    )
+    try:
+
+        @pm.profile_model_parameters(name="tiny")
+        def load():
+            return torch.nn.Linear(2, 2)
+
+        load()
+        with pm.profile_session("gen") as session:
+            probes.torch.allocate(0, GiB)
+        stats = usage.get_usage_statistics(probes)
+    finally:
+        pm.configure()
+        usage.reset_usage_statistics()
+    return session.report.to_dict(), stats
+
+
+def test_every_documented_path_appears_in_a_report(run_report, profiling_report):
+    profiled, stats = profiling_report
+    missing = []
+    for figure in all_figures():
+        if figure.path.startswith("usage."):
+            found = path_present(stats, figure.path[len("usage.") :])
+        else:
+            found = path_present(run_report, figure.path) or path_present(profiled, figure.path)
+        if not found:
+            missing.append(figure.path)
+    assert not missing, "documented but in no report: " + ", ".join(missing)
+
+
+def test_path_matching_is_strict():
+    report = {"steps": [{"kind": "a", "summary": {"x": None}}], "nodes": [{"gpu_peaks": []}]}
+    assert path_present(report, "steps[kind=a].summary.x")  # present though unknown
+    assert not path_present(report, "steps[kind=b].summary.x")
+    assert not path_present(report, "steps[kind=a].summary.y")
+    assert not path_present(report, "nodes[].gpu_peaks[].device")
+
+
+def test_document_is_generated_and_names_every_figure():
+    with open(DOC_PATH, encoding="utf-8") as f:
+        text = f.read()
+    assert text == document_text(), "stale: run python -m monitors.vocabulary --write"
+    for figure in all_figures():
+        assert f"`{figure.path}`" in text
