@@ -4,6 +4,7 @@
     python -m monitors aggregate --reports_dir reports/ --output job.json   # every report in a folder
     python -m monitors compare before.json after.json --threshold-pct 10
     python -m monitors trace rank0.json rank1.json -o job.trace.json
+    python -m monitors table run.json --table nodes --format csv -o nodes.csv   # or steps; or json
 
 Exit codes:
     0  done, every input used, no regression
@@ -16,6 +17,7 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -30,6 +32,7 @@ from .aggregate import (
     load_report,
     load_reports,
 )
+from .exporters.csv_tables import TABLES, nodes_csv, steps_csv, write_text
 from .exporters.trace import reports_to_trace
 from .report import format_bytes, write_json_atomic
 
@@ -185,6 +188,24 @@ def cmd_trace(args) -> int:
     return EXIT_SKIPPED if skipped else EXIT_OK
 
 
+def cmd_table(args) -> int:
+    try:
+        report = load_report(args.report)
+    except ReportError as exc:
+        _err(f"error: {exc}")
+        return EXIT_NO_INPUT
+    if args.format == "json":
+        rows = report.get("nodes") if args.table == "nodes" else report.get("steps")
+        text = json.dumps(rows or [], indent=1, allow_nan=False) + "\n"
+    else:
+        text = nodes_csv(report) if args.table == "nodes" else steps_csv(report)
+    if args.output:
+        write_text(args.output, text)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m monitors",
@@ -216,6 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-bytes", type=int, default=DEFAULT_MIN_BYTES, help="or, for memory, this many bytes")
     p.add_argument("-o", "--output", help="write the comparison as JSON here")
     p.set_defaults(func=cmd_compare)
+    p = sub.add_parser("table", help="a report's per-node or step table as CSV (or JSON)")
+    p.add_argument("report", help="run report JSON file")
+    p.add_argument("--table", choices=TABLES, default="nodes", help="which table (default: nodes)")
+    p.add_argument("--format", choices=("csv", "json"), default="csv", help="default: csv")
+    p.add_argument("-o", "--output", help="file to write (default: standard output)")
+    p.set_defaults(func=cmd_table)
     p = sub.add_parser("trace", help="export reports as one Chrome/Perfetto trace")
     p.add_argument("reports", nargs="+", help="run report JSON files (one process per report)")
     p.add_argument("-o", "--output", required=True, help="trace JSON file to write")

@@ -41,3 +41,17 @@ def test_steps_table_and_the_command_line(tmp_path):
     out = tmp_path / "steps.csv"
     assert main([str(path), "--table", "steps", "-o", str(out)]) == 0
     assert out.read_text().startswith("kind,node_id,cached,n_errors,n_warnings,summary.duration_s")
+
+
+def test_cli_table_as_csv_and_json(tmp_path, capsys):
+    from monitors.cli import main as cli_main
+
+    _run_two_nodes(tmp_path, 1 * GiB)  # the store writes p.json
+    report_path = str(tmp_path / "p.json")
+    out = tmp_path / "nodes.csv"
+    assert cli_main(["table", report_path, "--format", "csv", "-o", str(out)]) == 0
+    rows = list(csv.DictReader(open(out)))
+    assert [r["node_id"] for r in rows] == ["1", "2"]
+    assert cli_main(["table", report_path, "--table", "nodes", "--format", "json"]) == 0
+    assert [n["node_id"] for n in json.loads(capsys.readouterr().out)] == ["1", "2"]
+    assert cli_main(["table", str(tmp_path / "missing.json")]) == 1
