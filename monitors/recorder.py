@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
-from .report import NodeProfile, RunReport, StepReport, node_profile_from_span
+from .report import GPU_TIME_NO_CUDA, NodeProfile, RunReport, StepReport, node_profile_from_span
 from .span import Span
 from .store import RunStore
 
@@ -41,6 +41,10 @@ class _RunRecord:
     steps: list[StepReport] = field(default_factory=list)
     monitor_errors: list[str] = field(default_factory=list)
     profile_enabled: bool = True
+    gpu_marks: dict[str, tuple] = field(default_factory=dict)  # node_id -> its start event
+    # (row index, start event, end event): elapsed times are read once, at the prompt's end, so
+    # no node waits for the GPU
+    gpu_pending: list[tuple] = field(default_factory=list)
 
 
 def node_info_from_prompt(prompt: Mapping | None) -> dict[str, tuple[str | None, str | None]]:
@@ -211,6 +215,7 @@ class RunRecorder:
         open_status = "interrupted" if status == "interrupted" else "error"
         for node_id in list(run.open_nodes):
             self._close_node(run, node_id, open_status)
+        self._resolve_gpu_times(run)
         span_dict = None
         if run.span is not None:
             try:
@@ -268,6 +273,10 @@ class RunRecorder:
                 ).start()
             except Exception as exc:
                 self._note(run, f"node {node_id}: span failed to start: {type(exc).__name__}: {exc}")
+            # after the span's own reads, so the node's GPU time starts where its work does
+            mark = self.probes.gpu_mark()
+            if mark is not None:
+                run.gpu_marks[str(node_id)] = mark
 
     def node_finished(self, node_id: str) -> None:
         """A finish without a start is a cached node."""
@@ -283,27 +292,59 @@ class RunRecorder:
                 self._repeat_cached_step(run, node_id)
 
     def _close_node(self, run: _RunRecord, node_id: str, status: str) -> None:
+        end_mark = self.probes.gpu_mark()  # before the span's reads, as the start mark is after them
+        start_mark = run.gpu_marks.pop(node_id, None)
         span = run.open_nodes.pop(node_id)
         try:
             result = span.stop()
         except Exception as exc:
             self._note(run, f"node {node_id}: span failed to stop: {type(exc).__name__}: {exc}")
             result = None
-        self._append_node(run, self._profile(run, node_id, status, result))
+        timed = start_mark is not None or end_mark is not None
+        profile = self._profile(run, node_id, status, result, None if timed else GPU_TIME_NO_CUDA)
+        if self._append_node(run, profile) and timed:
+            run.gpu_pending.append((len(run.nodes) - 1, start_mark, end_mark))
 
-    def _profile(self, run: _RunRecord, node_id: str, status: str, result) -> NodeProfile:
+    def _resolve_gpu_times(self, run: _RunRecord) -> None:
+        for index, start, end in run.gpu_pending:
+            elapsed, reason = None, None
+            if start is None:
+                reason = "CUDA was initialised while this node ran: no event at its start"
+            elif end is None or start[0] != end[0]:
+                reason = "the current CUDA device changed while this node ran"
+            else:
+                elapsed = self.probes.gpu_elapsed_s(start, end)
+                if elapsed is None:
+                    reason = "reading the CUDA events failed (see the probe failures)"
+            run.nodes[index] = dataclasses.replace(
+                run.nodes[index], gpu_time_s=elapsed, gpu_time_unknown_reason=reason
+            )
+        run.gpu_pending.clear()
+
+    def _profile(
+        self, run: _RunRecord, node_id: str, status: str, result, gpu_time_unknown_reason: str | None = None
+    ) -> NodeProfile:
         class_type, title = self._node_info(run, node_id)
         if result is None:
             return NodeProfile(
-                node_id=node_id, class_type=class_type, title=title, status=status, cached=status == "cached"
+                node_id=node_id,
+                class_type=class_type,
+                title=title,
+                status=status,
+                cached=status == "cached",
+                gpu_time_unknown_reason=gpu_time_unknown_reason,
             )
-        return node_profile_from_span(node_id, class_type, title, status, result, run.started_unix_s)
+        return node_profile_from_span(
+            node_id, class_type, title, status, result, run.started_unix_s, gpu_time_unknown_reason
+        )
 
-    def _append_node(self, run: _RunRecord, profile: NodeProfile) -> None:
+    def _append_node(self, run: _RunRecord, profile: NodeProfile) -> bool:
         if len(run.nodes) < MAX_NODES_PER_RUN:
             run.nodes.append(profile)
-        elif len(run.nodes) == MAX_NODES_PER_RUN:
+            return True
+        if len(run.nodes) == MAX_NODES_PER_RUN:
             self._note_once(run, f"more than {MAX_NODES_PER_RUN} nodes: later nodes not profiled")
+        return False
 
     # -- monitor steps ------------------------------------------------------------------------
     def add_step(self, step: StepReport) -> bool:

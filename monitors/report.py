@@ -120,6 +120,16 @@ class GpuPeak:
         return _fields_dict(self)
 
 
+GPU_TIME_CAVEAT = (
+    "GPU time is measured between CUDA events recorded on the current stream of the current device "
+    "when the node starts and ends: it counts what that stream ran in between, including work queued "
+    "before the node that was still running, and misses the node's kernels on other streams or devices. "
+    "Wall time is when the host ran the node: with asynchronous CUDA it can be shorter than the GPU time, "
+    "and the node that synchronises pays for earlier nodes' kernels."
+)
+GPU_TIME_NO_CUDA = "no CUDA device in use by this process"
+
+
 @dataclass(frozen=True)
 class NodeProfile:
     node_id: str
@@ -141,6 +151,10 @@ class NodeProfile:
     rss_start_bytes: int | None = None
     rss_end_bytes: int | None = None
     peak_rss_at_s: float | None = None
+    # Seconds the GPU spent on this node's place in the queue: between CUDA events recorded on the
+    # current stream at its start and end (see GPU_TIME_CAVEAT); None with the reason otherwise.
+    gpu_time_s: float | None = None
+    gpu_time_unknown_reason: str | None = None
 
     def to_dict(self) -> dict:
         return _fields_dict(self)
@@ -224,7 +238,9 @@ def run_summary(report: Mapping[str, Any]) -> dict:
     }
 
 
-def node_profile_from_span(node_id, class_type, title, status, result, run_started_unix_s) -> NodeProfile:
+def node_profile_from_span(
+    node_id, class_type, title, status, result, run_started_unix_s, gpu_time_unknown_reason=None
+) -> NodeProfile:
     """A per-node (or per-stage) row from a closed span (a monitors.span.SpanResult)."""
     rss_change = result.changes.get("process_rss_bytes")
     devices = sorted({metric.split(".")[0] for metric in result.peaks if metric.startswith("cuda:")})
@@ -244,6 +260,7 @@ def node_profile_from_span(node_id, class_type, title, status, result, run_start
         rss_start_bytes=None if rss_change is None else _int_or_none(rss_change.before),
         rss_end_bytes=None if rss_change is None else _int_or_none(rss_change.after),
         peak_rss_at_s=_peak_at_s(result, "process_rss_bytes"),
+        gpu_time_unknown_reason=gpu_time_unknown_reason,
     )
 
 

@@ -89,6 +89,23 @@ class Probes:
     def reset_torch_peak(self, index: int) -> bool:
         return bool(self.call("torch.reset_peak", self.torch.reset_peak, index))
 
+    # -- GPU time -----------------------------------------------------------------------------
+    def gpu_mark(self) -> tuple[int, object] | None:
+        """(device index, event) recorded on the current device's current stream; None where this
+        process has no CUDA device in use (CUDA is never initialised for this)."""
+        current_device = getattr(self.torch, "current_device", None)  # backends without GPU time
+        index = None if current_device is None else self.call("torch.current_device", current_device)
+        if index is None:
+            return None
+        event = self.call("torch.record_event", self.torch.record_event, index)
+        return None if event is None else (index, event)
+
+    def gpu_elapsed_s(self, start, end) -> float | None:
+        """GPU seconds between two gpu_mark() results of one device; None if either is missing."""
+        if start is None or end is None or start[0] != end[0]:
+            return None
+        return self.call("torch.elapsed_s", self.torch.elapsed_s, start[1], end[1])
+
     # -- NVML ---------------------------------------------------------------------------------
     def nvml_device_count(self) -> int:
         return self.call("nvml.device_count", self.nvml.device_count) or 0

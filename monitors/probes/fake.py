@@ -72,6 +72,7 @@ class FakeTorchAllocator:
             {"allocated_bytes": 0, "reserved_bytes": 0, "peak_allocated_bytes": 0, "peak_reserved_bytes": 0}
             for _ in range(n_devices)
         ]
+        self.gpu_clock_s = [0.0 for _ in range(n_devices)]  # where each device's queue has got to
         self.fail: set[str] = set()
 
     def _check(self, method):
@@ -85,9 +86,26 @@ class FakeTorchAllocator:
         dev["peak_allocated_bytes"] = max(dev["peak_allocated_bytes"], dev["allocated_bytes"])
         dev["peak_reserved_bytes"] = max(dev["peak_reserved_bytes"], dev["reserved_bytes"])
 
+    def launch(self, index: int, gpu_s: float):
+        """Queue `gpu_s` seconds of kernels on device `index`: like a CUDA launch, it returns at
+        once and only events recorded after it see the time pass."""
+        self.gpu_clock_s[index] += gpu_s
+
     def device_count(self):
         self._check("device_count")
         return len(self.devices)
+
+    def current_device(self):
+        self._check("current_device")
+        return 0 if self.devices else None
+
+    def record_event(self, index):
+        self._check("record_event")
+        return ("fake-event", index, self.gpu_clock_s[index])
+
+    def elapsed_s(self, start, end):
+        self._check("elapsed_s")
+        return end[2] - start[2]
 
     def allocator_backend(self):
         self._check("allocator_backend")

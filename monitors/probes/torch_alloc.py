@@ -66,6 +66,27 @@ class TorchAllocatorBackend:
             values[UNKNOWN_REASONS_KEY] = reasons  # the Probes facade moves these to its failures
         return values
 
+    # -- GPU time: CUDA events on the current stream ---------------------------------------------
+    def current_device(self) -> int | None:
+        cuda = self._cuda()
+        return None if cuda is None else int(cuda.current_device())
+
+    def record_event(self, index: int):
+        """A timing event recorded on device `index`'s current stream: it completes when the GPU
+        reaches this point of the queue, not when the host passes it (no synchronize here)."""
+        cuda = self._cuda()
+        if cuda is None:
+            return None
+        event = cuda.Event(enable_timing=True)
+        event.record(cuda.current_stream(index))
+        return event
+
+    def elapsed_s(self, start, end) -> float:
+        """Seconds of GPU queue between two recorded events; waits for `end` to complete (called
+        once per prompt, at its end, when the work is done or nearly so)."""
+        end.synchronize()
+        return float(start.elapsed_time(end)) / 1000.0
+
     def reset_peak(self, index: int) -> bool:
         cuda = self._cuda()
         if cuda is None:

@@ -112,3 +112,49 @@ def test_vae_chain_auto_on_the_real_device_budget(cuda, too_large):
     outcomes = [(a.strategy, a.outcome) for a in result.attempts]
     assert outcomes == ([("direct", SKIPPED), ("tiled", OK)] if too_large else [("direct", OK)])
     assert tuple(result.samples.shape) == (1, 4, 128, 128) and result.error is None
+
+
+def _launch_kernels(x, n):
+    for _ in range(n):
+        x = x @ x
+        x = x / x.norm()  # keeps values finite: every product is a real kernel, never a shortcut
+    return x
+
+
+def test_node_gpu_time_counts_kernels_it_only_launched(cuda, tmp_path):
+    """A node that launches ~200 ms of kernels and returns at once shows ~200 ms GPU time; the node
+    after it that waits for the GPU (as a VAE decode or a save does) shows almost none."""
+    from monitors.recorder import RunRecorder
+    from monitors.store import RunStore
+
+    x = torch.randn(4096, 4096, device=cuda)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    _launch_kernels(x, 2)  # warm-up: kernel selection, workspace
+    start.record()
+    _launch_kernels(x, 5)
+    end.record()
+    end.synchronize()
+    n = max(1, round(0.2 / (start.elapsed_time(end) / 1000 / 5)))
+    start.record()
+    _launch_kernels(x, n)
+    end.record()
+    end.synchronize()
+    expected_s = start.elapsed_time(end) / 1000
+
+    recorder = RunRecorder(RunStore(str(tmp_path)), probes=Probes())
+    recorder.begin_run("gpu-time", {"1": {"class_type": "Launch"}, "2": {"class_type": "Wait"}})
+    recorder.node_started("1")
+    _launch_kernels(x, n)  # returns once queued
+    recorder.node_finished("1")
+    recorder.node_started("2")
+    torch.cuda.synchronize(0)
+    recorder.node_finished("2")
+    report = recorder.end_run("success")
+    rows = {row.node_id: row for row in report.nodes}
+    launched, waited = rows["1"], rows["2"]
+    assert launched.gpu_time_s is not None, launched.gpu_time_unknown_reason
+    # Both sides are CUDA event times of the same kernels on one stream; the bounds are generous.
+    assert 0.5 * expected_s <= launched.gpu_time_s <= 2.0 * expected_s + 0.05  # one clock: CUDA events
+    # The waiting node ran no kernels of its own: its wall time absorbed the wait, not its GPU time.
+    assert waited.gpu_time_s is not None
+    assert waited.gpu_time_s <= 0.25 * launched.gpu_time_s  # one clock: CUDA events
