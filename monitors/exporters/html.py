@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import vocabulary
+from ..report import GPU_TIME_CAVEAT
 from ..vocabulary import format_bytes, format_seconds
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -187,6 +188,7 @@ def nodes_table(report: Mapping) -> str:
         return '<p class="muted">No nodes profiled.</p>'
     head = (
         "<tr><th>node</th><th>class</th><th>status</th><th class=num>start</th><th class=num>time</th>"
+        f"<th class=num title=\"{esc(GPU_TIME_CAVEAT)}\">GPU time</th>"
         "<th class=num>peak RSS</th><th class=num>RSS added</th><th class=num>RSS change</th>"
         "<th class=num>peak GPU</th><th class=num>GPU added</th></tr>"
     )
@@ -196,13 +198,20 @@ def nodes_table(report: Mapping) -> str:
             f"<tr><td>#{esc(n.get('node_id'))} {esc(n.get('title') or '')}</td><td class=mono>{esc(n.get('class_type'))}</td>"
             f"<td>{esc(n.get('status'))}</td><td class=num>{esc(format_seconds(n.get('start_offset_s')))}</td>"
             f"<td class=num>{esc(format_seconds(n.get('duration_s')))}</td>"
+            f"<td class=num title=\"{esc(n.get('gpu_time_unknown_reason') or '')}\">"
+            f"{esc(format_seconds(n['gpu_time_s']) if n.get('gpu_time_s') is not None else '–')}</td>"
             f"<td class=num>{esc(format_bytes(n.get('peak_rss_bytes')) if n.get('peak_rss_bytes') is not None else '–')}</td>"
             f"<td class=num>{esc(format_value('peak_bytes', n.get('peak_rss_above_start_bytes')))}</td>"
             f"<td class=num>{esc(format_value('rss_change_bytes', n.get('rss_change_bytes')))}</td>"
             f"<td class=num>{esc(format_value('peak_bytes', node_gpu_peak(n)))}</td>"
             f"<td class=num>{esc(format_value('peak_bytes', node_gpu_peak(n, 'peak_allocated_above_start_bytes')))}</td></tr>"
         )
-    return f"<table>{head}{''.join(rows)}</table>"
+    caveat = (
+        f'<p class="muted">{esc(GPU_TIME_CAVEAT)}</p>'
+        if any(n.get("gpu_time_s") is not None for n in nodes)
+        else ""
+    )
+    return f"<table>{head}{''.join(rows)}</table>{caveat}"
 
 
 def step_html(step: Mapping) -> str:

@@ -95,3 +95,17 @@ def test_an_interrupted_node_keeps_its_gpu_time(tmp_path):
     probes.torch.launch(0, 0.5)
     report = recorder.end_run("interrupted")
     assert report.nodes[0].status == "interrupted" and report.nodes[0].gpu_time_s == 0.5
+
+
+def test_html_report_shows_gpu_time_with_the_stream_caveat(tmp_path):
+    from monitors.exporters.html import render_html
+    from monitors.report import GPU_TIME_CAVEAT
+
+    recorder, probes = _recorder(tmp_path)
+    recorder.begin_run("p", {"1": {"class_type": "Sampler"}})
+    recorder.node_started("1")
+    probes.torch.launch(0, 0.25)
+    recorder.node_finished("1")
+    page = render_html(recorder.end_run("success").to_dict())
+    assert "GPU time" in page and "250 ms" in page
+    assert GPU_TIME_CAVEAT.split(":")[0] in page

@@ -83,9 +83,15 @@ function problemsSection(report) {
       h("span", { class: "pm-muted", text: ` ${p.where}: ` }), h("span", { text: p.message }))));
 }
 
+// The stream caveat of GPU_TIME_CAVEAT in monitors/report.py, shortened for a column title.
+const GPU_TIME_CAVEAT = "Between CUDA events on the current stream at the node's start and end: it includes "
+  + "earlier nodes' queued work still running and misses the node's kernels on other streams or devices. "
+  + "Wall time is when the host ran the node; with asynchronous CUDA the node that waits pays for earlier kernels.";
+
 const NODE_COLUMNS = [
   { key: "nodeId", label: "Node" },
-  { key: "durationS", label: "Time", num: true },
+  { key: "durationS", label: "Time", num: true, title: "wall time: when the host ran the node" },
+  { key: "gpuTimeS", label: "GPU time", num: true, gpuTime: true, title: GPU_TIME_CAVEAT },
   { key: "rssAddedBytes", label: "RSS added", num: true, gpu: false, title: "peak RSS above the node's start: what the node itself added" },
   { key: "peakRssBytes", label: "Peak RSS", num: true, gpu: false, title: "the process's peak while the node ran, everything before included" },
   { key: "gpuAddedBytes", label: "GPU added", num: true, gpu: true, title: "peak GPU allocated above the node's start" },
@@ -102,7 +108,8 @@ function nodesTable(report, sort, actions) {
   const rows = sortRows(nodeRows(report), /** @type {any} */ (sort.key), sort.dir);
   if (!rows.length) return h("p", { class: "pm-muted", text: report.profile_enabled === false ? "The per-node profile was off for this run." : "No nodes profiled." });
   const hasGpu = rows.some((r) => r.peakGpuBytes !== null);
-  const columns = NODE_COLUMNS.filter((c) => !c.gpu || hasGpu);
+  const hasGpuTime = rows.some((r) => r.gpuTimeS !== null);
+  const columns = NODE_COLUMNS.filter((c) => (!c.gpu || hasGpu) && (!c.gpuTime || hasGpuTime));
   return h("table", { class: "pm-table pm-nodes" },
     h("thead", {}, h("tr", {}, columns.map((c) => h("th", {
       class: `pm-sortable${c.num ? " pm-num" : ""}${sort.key === c.key ? " pm-sorted" : ""}`,
@@ -116,6 +123,7 @@ function nodesTable(report, sort, actions) {
         r.slowest ? badge("slowest", "warn") : null, r.hungriest ? badge("most memory", "warn") : null,
         r.status === "error" ? badge("failed", "error") : r.status === "interrupted" ? badge("interrupted", "neutral") : null),
       h("td", { class: "pm-num", text: formatSeconds(r.durationS) }),
+      hasGpuTime ? h("td", { class: "pm-num", text: formatSeconds(r.gpuTimeS), title: r.gpuTimeUnknownReason }) : null,
       h("td", { class: "pm-num", text: formatBytes(r.rssAddedBytes) }),
       h("td", { class: "pm-num", text: formatBytes(r.peakRssBytes) }),
       hasGpu ? h("td", { class: "pm-num", text: formatBytes(r.gpuAddedBytes) }) : null,
