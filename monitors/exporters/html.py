@@ -44,7 +44,7 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-sp
 .error { color: var(--err); } .warning { color: var(--warn); } .info { color: var(--muted); }
 .success { color: var(--ok); }
 .figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(170px, 1fr)); gap: 4px 16px; }
-.figures div { overflow-wrap: anywhere; } .figures b { display: block; font-size: 12px;
+.figures div { overflow-wrap: break-word; min-width: 0; } .figures b { display: block; font-size: 12px;
   color: var(--muted); font-weight: normal; }
 pre { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 12px; margin: 6px 0 0; }
 svg text { fill: var(--fg); font: 11px system-ui, sans-serif; } svg .axis { stroke: var(--line); }
@@ -64,6 +64,11 @@ def format_value(key: str, value: Any) -> str:
 def label(kind: str | None, key: str) -> str:
     """A summary key's label: the kind's declaration, else derived from the name."""
     return vocabulary.label(kind, key)
+
+
+def _verdict_key() -> str:
+    # looked up when a report renders: the vocabulary's registry imports this module's neighbours
+    return vocabulary.key("tensor_compare", "verdict")
 
 
 def _utc(unix_s: float | None) -> str:
@@ -91,8 +96,10 @@ def _axis(total: float, x0: int, width: int, y: int) -> list[str]:
         value = total * i / 4
         x = x0 + width * i / 4
         parts.append(f'<line class="axis" x1="{x:.1f}" y1="{y}" x2="{x:.1f}" y2="{y + 4}"/>')
+        # the last label ends at the axis' end, so its unit is not cut off by the picture's edge
+        anchor = "end" if i == 4 else "start" if i == 0 else "middle"
         parts.append(
-            f'<text x="{x:.1f}" y="{y + 15}" text-anchor="middle">{esc(format_seconds(value))}</text>'
+            f'<text x="{x:.1f}" y="{y + 15}" text-anchor="{anchor}">{esc(format_seconds(value))}</text>'
         )
     return parts
 
@@ -166,8 +173,12 @@ def problems_html(report: Mapping) -> str:
     findings = []
     for step in report.get("steps") or []:
         where = f"{step.get('kind')} #{step.get('node_id')}"
+        verdict = (step.get("summary") or {}).get(_verdict_key()) if step.get("kind") == "tensor_compare" else None
         for finding in step.get("findings") or []:
-            findings.append((finding.get("level") or "info", where, finding.get("message")))
+            level = finding.get("level") or "info"
+            if level == "info" and verdict is not None and finding.get("message") == verdict:
+                continue  # a close or identical verdict is said once, in its step's card
+            findings.append((level, where, finding.get("message")))
         for problem in step.get("monitor_errors") or []:
             findings.append(("warning", where, f"monitoring: {problem}"))
     for problem in report.get("monitor_errors") or []:
@@ -219,6 +230,10 @@ def step_html(step: Mapping) -> str:
     kind = step.get("kind")
     kind_name = kind if isinstance(kind, str) else None
     badges = '<span class="badge">cached</span>' if step.get("cached") else ""
+    vocab = vocabulary.vocabulary(kind_name) if kind_name else None
+    title = vocab.title if vocab else str(kind or "step").replace("_", " ")
+    # a compare's verdict is one of its figures; its finding would say the same a second time
+    verdict = summary.get(_verdict_key()) if kind_name == "tensor_compare" else None
     figures = "".join(
         f"<div><b>{esc(label(kind_name, str(k)))}</b>"
         f"{esc(vocabulary.format_summary_value(kind_name, str(k), summary[k]))}</div>"
@@ -227,15 +242,17 @@ def step_html(step: Mapping) -> str:
     findings = "".join(
         f'<li class="{esc(f.get("level"))}"><b>{esc(f.get("level"))}</b> {esc(f.get("message"))}</li>'
         for f in step.get("findings") or []
+        if verdict is None or f.get("message") != verdict
     )
     findings += "".join(
         f'<li class="warning">monitoring: {esc(m)}</li>' for m in step.get("monitor_errors") or []
     )
-    details = json.dumps(step.get("details") or {}, indent=1, default=str)
+    # UTF-8 text as text (a Japanese prompt reads as itself, not as \\u65e5...)
+    details = json.dumps(step.get("details") or {}, indent=1, default=str, ensure_ascii=False)
     if len(details) > MAX_DETAILS_CHARS:
         details = details[:MAX_DETAILS_CHARS] + "\n… (cut)"
     return (
-        f'<section class="card"><h3>{esc(step.get("kind"))} <span class="muted">node #{esc(step.get("node_id"))}</span>{badges}</h3>'
+        f'<section class="card" data-kind="{esc(kind)}"><h3>{esc(title)} <span class="muted">node #{esc(step.get("node_id"))}</span>{badges}</h3>'
         + (f"<ul>{findings}</ul>" if findings else "")
         + (f'<div class="figures">{figures}</div>' if figures else "")
         + f"<details><summary>details</summary><pre>{esc(details)}</pre></details></section>"
@@ -246,7 +263,7 @@ def system_html(system: Mapping) -> str:
     if not system:
         return '<p class="muted">No system information.</p>'
     rows = "".join(
-        f"<tr><th>{esc(key)}</th><td>{esc(format_value(str(key), value))}</td></tr>"
+        f"<tr><th title=\"{esc(key)}\">{esc(label(None, str(key)))}</th><td>{esc(format_value(str(key), value))}</td></tr>"
         for key, value in system.items()
     )
     return f"<table>{rows}</table>"

@@ -83,3 +83,21 @@ def test_html_report_title_names_the_workflow():
     assert "<title>Pipeline Monitor · 日本 &lt;flow&gt; · p1</title>" in page
     assert "workflow <b>日本 &lt;flow&gt;</b>" in page
     assert "<title>Pipeline Monitor · p1</title>" in render_html(make_report().to_dict())
+
+
+def test_html_report_reads_as_text_with_one_verdict_and_labelled_system_rows():
+    from monitors.exporters.html import render_html
+
+    verdict = "close: 1 tensors within rtol=1e-05 atol=1e-08"
+    compare = StepReport(
+        "tensor_compare",
+        "7",
+        summary={"status": "close", "verdict": verdict},
+        details={"note": "日本の猫"},
+        findings=(Finding("info", verdict, "close"),),
+    )
+    page = render_html(dataclasses.replace(make_report(), steps=(compare,), system={"ram_total_bytes": 2**30}).to_dict())
+    assert page.count(verdict) == 1
+    assert "日本の猫" in page and "\\u65e5" not in page
+    assert "Tensor compare" in page
+    assert "<th title=\"ram_total_bytes\">ram total</th>" in page
