@@ -52,6 +52,7 @@ def build_models_step(
         "loaders_duration_s": sum_known(p.get("duration_s") for p in loaders.values()),
         "process_rss_bytes": baseline.get("process_rss_bytes"),
     }
+    summary["model_config_class"] = objects.get("model", {}).get("config_class")
     for kind, info in objects.items():
         summary[f"{kind}_class"] = info.get("module_class") or info.get("class")
         summary[f"{kind}_size_bytes"] = info.get("size_bytes")

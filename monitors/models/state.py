@@ -114,8 +114,21 @@ def describe_model(model) -> dict[str, Any]:
         info["model_type"] = _str_or_none(
             _safe(lambda: module.model_type.name, reasons=info["unknown_reasons"], field="model_type")
         )
+        info["config_class"] = _config_class(module, info["unknown_reasons"])
     info["resident_bytes"] = _resident(info)
     return info
+
+
+def _config_class(module, reasons: dict[str, str]) -> str | None:
+    """The model configuration class ComfyUI detected (comfy.supported_models: SD15, SD20, WAN21_T2V...):
+    model_base's class alone cannot tell SD1.5 from SD2.x (both BaseModel)."""
+    config = getattr(module, "model_config", None)
+    if config is None:
+        reasons["config_class"] = (
+            f"{type(module).__name__} has no model_config (not a model ComfyUI detected from a checkpoint)"
+        )
+        return None
+    return type(config).__name__
 
 
 def describe_clip(clip) -> dict[str, Any]:

@@ -38,6 +38,15 @@ MODELS = StepKindVocabulary(
             headline=tuple(f"{k}_{n}" for k in INPUT_KINDS for n in ("class", "size_bytes")),
         ),
         SummaryField(
+            "model_config_class",
+            "model config",
+            None,
+            "the model configuration ComfyUI detected (SD15, SD20, WAN21_T2V...): model_class alone is "
+            "BaseModel for both SD1.5 and SD2.x",
+            "string",
+            headline=True,
+        ),
+        SummaryField(
             "process_rss_bytes",
             "process RSS",
             "bytes",

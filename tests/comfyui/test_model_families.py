@@ -93,11 +93,13 @@ def test_family_through_stock_loaders(family_runs, family):
     models, lora, cond = steps["models"], steps["lora"], steps["conditioning"]
     for step in (models, lora, cond):
         assert step["monitor_errors"] == [], step["monitor_errors"]
-    # ComfyUI's detected class, the dtype and the sizes, from the models monitor.
-    # (The monitor names comfy.model_base's class; SD1.5 and SD2.x are both BaseModel there.)
+    # ComfyUI's detected class, the dtype and the sizes, from the models monitor: comfy.model_base's
+    # class (SD1.5 and SD2.x are both BaseModel there) and the detected comfy.supported_models class.
     model = models["details"]["objects"]["model"]
     assert model["module_class"] == MODEL_BASE_CLASS[family.model_class], model
     assert models["summary"]["model_class"] == MODEL_BASE_CLASS[family.model_class]
+    assert model["config_class"] == family.model_class and "config_class" not in model["unknown_reasons"]
+    assert models["summary"]["model_config_class"] == family.model_class
     assert '"dtype": "torch.float' in json.dumps(model) or '"dtype": "float' in json.dumps(model), model
     assert models["summary"]["n_objects"] == 1 and models["summary"]["model_size_bytes"] > 0
     # The family's LoRA: every key matched through ComfyUI's own key map, four layers patched.

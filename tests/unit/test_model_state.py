@@ -4,6 +4,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from monitors.models.report import build_models_step  # noqa: E402
 from monitors.models.state import describe, describe_model, module_memory  # noqa: E402
 
 
@@ -44,6 +45,21 @@ def test_describe_patcher_like_model():
     assert info["load_device"] == "cpu" and info["parent_object_id"] == id(parent)
     assert info["size_bytes"] == (64 + 8) * 4 and info["resident_bytes"] == info["size_bytes"]
     assert info["weights_patched"] is False
+
+
+def test_detected_config_class_beside_the_model_base_class():
+    class SD20:  # the name ComfyUI's supported_models class carries
+        pass
+
+    module = torch.nn.Linear(2, 2)
+    module.model_config = SD20()
+    summary_class = build_models_step("1", {"model": PatcherLike(module)}).summary
+    info = describe_model(PatcherLike(module))
+    assert info["config_class"] == "SD20" and "config_class" not in info["unknown_reasons"]
+    assert summary_class["model_config_class"] == "SD20" and summary_class["model_class"] == "Linear"
+    bare = describe_model(PatcherLike(torch.nn.Linear(2, 2)))
+    assert bare["config_class"] is None and "no model_config" in bare["unknown_reasons"]["config_class"]
+    assert build_models_step("1", {"vae": torch.nn.Linear(2, 2)}).summary["model_config_class"] is None
 
 
 def test_describe_plain_objects_and_broken_ones():

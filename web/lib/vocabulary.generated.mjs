@@ -19,7 +19,8 @@ export const VOCABULARY = {
    "clip_class",
    "clip_size_bytes",
    "vae_class",
-   "vae_size_bytes"
+   "vae_size_bytes",
+   "model_config_class"
   ],
   "fields": {
    "n_objects": {
@@ -66,6 +67,11 @@ export const VOCABULARY = {
     "label": "vae size",
     "unit": "bytes",
     "description": "vae: size of its weights"
+   },
+   "model_config_class": {
+    "label": "model config",
+    "unit": null,
+    "description": "the model configuration ComfyUI detected (SD15, SD20, WAN21_T2V...): model_class alone is BaseModel for both SD1.5 and SD2.x"
    },
    "process_rss_bytes": {
     "label": "process RSS",
@@ -1046,6 +1052,7 @@ export const KEYS = /** @type {const} */ ({
   "clip_size_bytes": "clip_size_bytes",
   "vae_class": "vae_class",
   "vae_size_bytes": "vae_size_bytes",
+  "model_config_class": "model_config_class",
   "process_rss_bytes": "process_rss_bytes"
  },
  "lora": {
