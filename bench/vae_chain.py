@@ -1,25 +1,29 @@
-"""`auto` vs ComfyUI's own try-direct-then-tiled, on a VAE whose direct encode exceeds a memory budget.
+"""`auto` vs ComfyUI's own try-direct-then-tiled vs tiled only, under a memory budget that real
+allocations exceed (not the VAE's estimate), with ComfyUI's estimate too high, right and too low.
 
-    COMFYUI_PATH=<ComfyUI 0.8 checkout> python -m bench.vae_chain [--frames 9] [--size 384]
-        [--repeats 3] [--oom-at 0.5] [--json out.json]
+    COMFYUI_PATH=<ComfyUI 0.8 checkout> python -m bench.vae_chain [--frames 1] [--size 288]
+        [--repeats 10] [--cases ...] [--quick] [--json out.json]
 
 A real tiny WAN 2.1 VAE (scripts/make_tiny_models.py) encodes `frames` frames of size x size on
-the CPU. The memory budget is simulated around it: the free-memory reading is fixed at the budget,
-and the VAE's model raises CUDA's OutOfMemoryError when the VAE's own estimate
-(`memory_used_encode`) for the piece it is given exceeds the budget. The budget sits halfway
-between the estimate for a 256-pixel tile and for the whole frame, so direct cannot fit and
-tiles can.
+the CPU. Out of memory is modelled from what the encode really allocates: a TorchDispatchMode
+around the VAE model's encode counts the bytes of every new tensor storage while it lives (freed
+when the storage is), and raises CUDA's OutOfMemoryError the moment the live total exceeds the
+budget, wherever in the encode that happens. `auto` never sees this rule: it reads the budget as
+the device's free memory and predicts from the VAE's own estimate (`memory_used_encode`), which
+each case rescales against the measured peak of a direct encode:
 
-- comfy: `vae.encode(pixels)`, ComfyUI's own behaviour: direct runs until the simulated OOM,
-  ComfyUI catches it and retries tiled (256-pixel tiles, quarter overlap, for video VAEs).
-- auto: the pack's chain with strategy auto and the same tiles: the prediction skips direct.
-
-Where a real OOM hits inside the failed direct encode depends on the model and the input:
-`--oom-at` is the fraction of the direct encode's layer calls done before the simulated OOM
-(0 = at the first layer: the least work wasted, the most favourable case for ComfyUI). Each
-repeat runs both in alternating order; the table shows the median time and the ratio auto/comfy
-per repeat and its median, after one untimed warm-up of each. The two latents are compared too
-(same tiling, so equal).
+- estimate too high (2x the real peak), budget 1.25x the real direct peak: direct fits, but auto
+  predicts it does not and tiles needlessly;
+- estimate right (1x), budget halfway between a tile's real peak and direct's: direct does not
+  fit; auto goes straight to tiles, ComfyUI runs out partway and retries tiled;
+- estimate too low (0.5x), the same budget: auto predicts direct fits, runs out like ComfyUI and
+  falls back to tiles.
+ Variants, with 256-pixel tiles and a
+quarter overlap (ComfyUI's retry for video VAEs): comfy = `vae.encode(pixels)`; auto = the pack's
+chain, strategy auto; tiled = the chain with strategy tiled (the yardstick: what always works).
+Each repeat runs the three in rotating order after one untimed warm-up; per-pair ratios auto/comfy
+and auto/tiled give min/median/max. Target per case: auto no slower than ComfyUI's own behaviour
+(median auto/comfy <= 1.05); one verdict line each.
 """
 
 from __future__ import annotations
@@ -29,16 +33,26 @@ import gc
 import importlib.util
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
+import weakref
 
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.verdicts import add_quick_flag, fmt_spread, spread, verdict_line  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMFY_FALLBACK_TILE = 256  # what ComfyUI's VAE.encode retries video VAEs with (comfy/sd.py)
+RATIO_TARGET = 1.05
+CASES = {  # name -> (estimate / real direct peak, whether direct really fits the budget)
+    "estimate too high": (2.0, True),
+    "estimate right": (1.0, False),
+    "estimate too low": (0.5, False),
+}
+FITS_BUDGET = 1.25  # budget / real direct peak where direct fits; else halfway from a tile's peak
+VARIANTS = ("comfy", "auto", "tiled")
 
 
 def load_tiny_wan_vae(base: str):
@@ -56,172 +70,231 @@ def load_tiny_wan_vae(base: str):
     return comfy.sd.VAE(sd=sd, metadata=metadata)
 
 
-class SimulatedBudget:
-    """Within the context, the VAE's model raises OutOfMemoryError for pieces whose estimate exceeds
-    the budget, after `oom_after_calls` leaf-layer calls of that piece."""
+class AllocationBudget:
+    """Within the context, the VAE model's encode raises OutOfMemoryError when the bytes of the
+    tensor storages it allocated and still holds exceed `budget_bytes` (None: never; the peak is
+    measured either way). Each model encode call (a whole input or one tile) starts from zero."""
 
-    def __init__(self, vae, budget_bytes: int, oom_after_calls: int):
-        self.vae, self.budget, self.oom_after_calls = vae, budget_bytes, oom_after_calls
-        self.model = vae.first_stage_model
-        self.armed, self.calls, self.estimate, self.ooms = False, 0, 0, 0
-        self._hooks = []
+    def __init__(self, vae, budget_bytes: int | None):
+        self.model, self.budget = vae.first_stage_model, budget_bytes
+        self.peak_bytes, self.ooms = 0, 0
 
     def __enter__(self):
         self._original = self.model.encode
         self.model.encode = self._encode
-        for module in self.model.modules():
-            if not list(module.children()):
-                self._hooks.append(module.register_forward_hook(self._hook))
         return self
 
     def __exit__(self, *exc):
         del self.model.encode  # the instance attribute: the class's method shows through again
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks.clear()
 
     def _encode(self, x, *args, **kwargs):
-        import torch
-
-        self.estimate = int(self.vae.memory_used_encode(x.shape, self.vae.vae_dtype))
-        self.armed, self.calls = self.estimate > self.budget, 0
-        try:
-            if self.armed and self.oom_after_calls == 0:
-                self._raise(torch)
-            return self._original(x, *args, **kwargs)
-        finally:
-            self.armed = False
-
-    def _hook(self, module, inputs, output):
-        if self.armed:
-            self.calls += 1
-            if self.calls >= self.oom_after_calls:
-                import torch
-
-                self._raise(torch)
-
-    def _raise(self, torch):
-        self.armed = False
-        self.ooms += 1
-        raise torch.cuda.OutOfMemoryError(
-            f"simulated: estimate {self.estimate / 2**30:.2f} GiB > budget {self.budget / 2**30:.2f} GiB"
-        )
+        with _LiveBytes(self) as live:
+            try:
+                return self._original(x, *args, **kwargs)
+            finally:
+                self.peak_bytes = max(self.peak_bytes, live.peak)
 
 
-def count_layer_calls(vae, pixels) -> tuple[int, float]:
-    """Leaf-layer calls of one direct encode, and its time (no budget)."""
-    import torch
+def _live_bytes_mode():
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-    counter = SimulatedBudget(vae, budget_bytes=-1, oom_after_calls=10**12)  # armed, never raises
-    with counter, torch.inference_mode():
-        started = time.perf_counter()
-        vae.encode(pixels)
-        elapsed = time.perf_counter() - started
-    return counter.calls, elapsed
+    class LiveBytes(TorchDispatchMode):
+        def __init__(self, owner: AllocationBudget):
+            super().__init__()
+            self.owner, self.live, self.peak, self.sizes = owner, 0, 0, {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            import torch
+
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if not isinstance(t, torch.Tensor):
+                    continue
+                storage = t.untyped_storage()
+                key = storage.data_ptr()
+                if key and key not in self.sizes:
+                    self.sizes[key] = storage.nbytes()
+                    self.live += self.sizes[key]
+                    self.peak = max(self.peak, self.live)
+                    weakref.finalize(storage, self._freed, key)
+            budget = self.owner.budget
+            if budget is not None and self.live > budget:
+                self.owner.ooms += 1
+                raise torch.cuda.OutOfMemoryError(
+                    f"modelled: {self.live / 2**20:.1f} MiB live > budget {budget / 2**20:.1f} MiB"
+                )
+            return out
+
+        def _freed(self, key):
+            self.live -= self.sizes.pop(key, 0)
+
+    return LiveBytes
 
 
-def run(frames: int, size: int, repeats: int, oom_at: float) -> dict:
+def _LiveBytes(owner):  # noqa: N802 - reads as the class it builds
+    return _live_bytes_mode()(owner)
+
+
+class ScaledEstimate:
+    """Within the context, the VAE's memory_used_encode returns `factor` times the original (the
+    shape dependence stays ComfyUI's)."""
+
+    def __init__(self, vae, factor: float):
+        self.vae, self.factor = vae, factor
+
+    def __enter__(self):
+        self._original = self.vae.memory_used_encode
+        self.vae.memory_used_encode = lambda shape, dtype: self.factor * self._original(shape, dtype)
+        return self
+
+    def __exit__(self, *exc):
+        self.vae.memory_used_encode = self._original
+
+
+def timed(fn) -> tuple[float, object]:
+    gc.collect()
+    started = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - started, out
+
+
+def run(frames: int, size: int, repeats: int, cases=tuple(CASES), warm_up: bool = True) -> dict:
     import torch
 
     from monitors.vae.chain import ChainOptions, TileSettings, run_chain
-    from monitors.vae.geometry import encode_input_shape, tile_input_shape
+    from monitors.vae.geometry import encode_input_shape
 
     with tempfile.TemporaryDirectory(prefix="pm_bench_vae_") as base:
         vae = load_tiny_wan_vae(base)
     pixels = torch.rand(frames, size, size, 3, generator=torch.Generator().manual_seed(0))
     tiles = TileSettings(COMFY_FALLBACK_TILE, COMFY_FALLBACK_TILE // 4, 64, 8)
-    direct_need = vae.memory_used_encode(encode_input_shape(vae, pixels.shape), vae.vae_dtype)
-    tile_need = vae.memory_used_encode(tile_input_shape(vae, pixels.shape, tiles), vae.vae_dtype)
-    if tile_need >= direct_need:
+    if size <= COMFY_FALLBACK_TILE:
         sys.exit(f"--size {size} must exceed {COMFY_FALLBACK_TILE} so that tiles need less than direct")
-    budget = (direct_need + tile_need) // 2
-    count_layer_calls(vae, pixels)  # warm-up
-    layer_calls, direct_unbudgeted_s = count_layer_calls(vae, pixels)
-    oom_after = int(oom_at * layer_calls)
-    options = ChainOptions(
-        strategy="auto", tiles=tiles, free_memory=lambda device: budget, cleanup=gc.collect
-    )
 
     def comfy_way():
         with torch.inference_mode():
-            return vae.encode(pixels), None
+            return vae.encode(pixels)
 
-    def auto_way():
+    def chain_way(strategy, budget):
+        options = ChainOptions(
+            strategy=strategy, tiles=tiles, free_memory=lambda device: budget, cleanup=gc.collect
+        )
         result = run_chain(vae, pixels, options)
-        assert result.strategy_used == "tiled", result.attempts
-        return result.samples, result
+        if result.samples is None:
+            raise RuntimeError(f"{strategy} produced no latent: {result.attempts}")
+        return result.samples, result.strategy_used
 
-    times = {"comfy": [], "auto": []}
-    outputs = {}
-    with SimulatedBudget(vae, budget, oom_after) as simulated:
-        comfy_way(), auto_way()  # warm-up: first tiled runs allocate and tune more
-        simulated.ooms = 0
-        for repeat in range(repeats):
-            order = ("comfy", "auto") if repeat % 2 == 0 else ("auto", "comfy")
-            for name in order:
-                gc.collect()
-                started = time.perf_counter()
-                latent, _ = comfy_way() if name == "comfy" else auto_way()
-                times[name].append(time.perf_counter() - started)
-                outputs[name] = latent
-        ooms = simulated.ooms
-    ratios = [a / c for a, c in zip(times["auto"], times["comfy"], strict=True)]
-    return {
+    with AllocationBudget(vae, None) as measure:  # real peaks, no budget
+        direct_s, _ = timed(comfy_way)
+        direct_peak = measure.peak_bytes
+        measure.peak_bytes = 0
+        tiled_s, _ = timed(lambda: chain_way("tiled", None))
+        tile_peak = measure.peak_bytes
+    original_estimate = vae.memory_used_encode(encode_input_shape(vae, pixels.shape), vae.vae_dtype)
+    figures = {
         "frames": frames,
         "size": size,
         "repeats": repeats,
-        "budget_bytes": int(budget),
-        "direct_estimate_bytes": int(direct_need),
-        "tile_estimate_bytes": int(tile_need),
-        "oom_at_fraction": oom_at,
-        "direct_layer_calls": layer_calls,
-        "oom_after_layer_calls": oom_after,
-        "simulated_ooms": ooms,
-        "direct_unbudgeted_s": direct_unbudgeted_s,
-        "comfy_s": times["comfy"],
-        "auto_s": times["auto"],
-        "comfy_median_s": statistics.median(times["comfy"]),
-        "auto_median_s": statistics.median(times["auto"]),
-        "ratio_auto_over_comfy": ratios,
-        "ratio_median": statistics.median(ratios),
-        "latents_max_abs_diff": float((outputs["comfy"] - outputs["auto"]).abs().max()),
-        "latent_shape": list(outputs["auto"].shape),
+        "direct_peak_bytes": direct_peak,
+        "tile_peak_bytes": tile_peak,
+        "comfy_estimate_bytes": int(original_estimate),
+        "comfy_estimate_over_real": original_estimate / direct_peak,
+        "direct_unbudgeted_s": direct_s,
+        "tiled_unbudgeted_s": tiled_s,
+        "cases": {},
     }
+    if tile_peak >= direct_peak:
+        sys.exit(f"a tile's real peak {tile_peak} B is not below direct's {direct_peak} B: raise --size")
+    for case in cases:
+        estimate_factor, direct_fits = CASES[case]
+        budget = int(FITS_BUDGET * direct_peak) if direct_fits else (tile_peak + direct_peak) // 2
+        scale = estimate_factor * direct_peak / original_estimate
+        times = {name: [] for name in VARIANTS}
+        used, latents = {}, {}
+        with ScaledEstimate(vae, scale), AllocationBudget(vae, budget) as budgeted:
+            runs = {
+                "comfy": lambda: (comfy_way(), "comfy"),
+                "auto": lambda budget=budget: chain_way("auto", budget),
+                "tiled": lambda budget=budget: chain_way("tiled", budget),
+            }
+            if warm_up:
+                for name in VARIANTS:
+                    runs[name]()
+            budgeted.ooms = 0
+            for repeat in range(repeats):
+                order = VARIANTS[repeat % 3 :] + VARIANTS[: repeat % 3]
+                for name in order:
+                    elapsed, (latent, strategy) = timed(runs[name])
+                    times[name].append(elapsed)
+                    used[name], latents[name] = strategy, latent
+            ooms = budgeted.ooms
+        figures["cases"][case] = {
+            "estimate_factor": estimate_factor,
+            "direct_fits": direct_fits,
+            "budget_bytes": budget,
+            "modelled_ooms": ooms,
+            "auto_strategy": used["auto"],
+            "seconds": times,
+            "auto_over_comfy": [a / c for a, c in zip(times["auto"], times["comfy"], strict=True)],
+            "auto_over_tiled": [a / t for a, t in zip(times["auto"], times["tiled"], strict=True)],
+            "comfy_over_tiled": [c / t for c, t in zip(times["comfy"], times["tiled"], strict=True)],
+            "latents_max_abs_diff_auto_comfy": float((latents["auto"] - latents["comfy"]).abs().max()),
+        }
+    return figures
+
+
+def verdicts(figures: dict) -> list[str]:
+    lines = []
+    for case, c in figures["cases"].items():
+        lines.append(
+            verdict_line(
+                spread(c["auto_over_comfy"])["median"] <= RATIO_TARGET,
+                f"{case}: auto/comfy <= {RATIO_TARGET}",
+                f"auto/comfy {fmt_spread(c['auto_over_comfy'], '.3f')}; auto/tiled-only "
+                f"{spread(c['auto_over_tiled'])['median']:.3f}, comfy/tiled-only "
+                f"{spread(c['comfy_over_tiled'])['median']:.3f}; auto used {c['auto_strategy']}",
+            )
+        )
+    return lines
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frames", type=int, default=9)
-    parser.add_argument("--size", type=int, default=384, help="frame width and height in pixels (> 256)")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--frames", type=int, default=1)
     parser.add_argument(
-        "--oom-at", type=float, default=0.5, help="fraction of the direct encode done before the OOM"
+        "--size", type=int, default=288, help="frame width and height in pixels (> 256; up to 448: 2x2 tiles)"
     )
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--json", help="write the figures to this file")
+    add_quick_flag(parser)
     args = parser.parse_args(argv)
-    figures = run(args.frames, args.size, args.repeats, args.oom_at)
-    gib = 2**30
+    if args.quick:  # one case: the encodes are seconds each on a CPU
+        args.frames, args.size, args.repeats, args.cases = 1, 264, 1, ["estimate right"]
+    figures = run(args.frames, args.size, args.repeats, args.cases, warm_up=not args.quick)
+    mib = 2**20
     print(
-        f"tiny WAN 2.1 VAE, {figures['frames']} frames {figures['size']}x{figures['size']} -> {figures['latent_shape']}; "
-        f"estimate direct {figures['direct_estimate_bytes'] / gib:.2f} GiB, 256-px tile "
-        f"{figures['tile_estimate_bytes'] / gib:.2f} GiB, budget {figures['budget_bytes'] / gib:.2f} GiB"
+        f"tiny WAN 2.1 VAE, {figures['frames']} frame(s) {figures['size']}x{figures['size']}: real peak direct "
+        f"{figures['direct_peak_bytes'] / mib:.1f} MiB, 256-px tile {figures['tile_peak_bytes'] / mib:.1f} MiB; "
+        f"ComfyUI's estimate {figures['comfy_estimate_bytes'] / mib:.0f} MiB "
+        f"({figures['comfy_estimate_over_real']:.1f}x the real peak); unbudgeted direct "
+        f"{figures['direct_unbudgeted_s']:.2f} s, tiled {figures['tiled_unbudgeted_s']:.2f} s"
     )
     print(
-        f"simulated OOM after {figures['oom_after_layer_calls']} of {figures['direct_layer_calls']} layer calls "
-        f"(--oom-at {figures['oom_at_fraction']}); direct without a budget {figures['direct_unbudgeted_s']:.2f} s"
+        f"{'case':<20}{'budget MiB':>11}{'OOMs':>6}{'auto used':>10}{'comfy s':>9}{'auto s':>8}{'tiled s':>9}"
     )
-    print(f"{'run':<6} {'comfy (s)':>10} {'auto (s)':>9} {'auto/comfy':>11}")
-    for index, (c, a, r) in enumerate(
-        zip(figures["comfy_s"], figures["auto_s"], figures["ratio_auto_over_comfy"], strict=True)
-    ):
-        print(f"{index + 1:<6} {c:>10.2f} {a:>9.2f} {r:>11.3f}")
-    print(
-        f"median {figures['comfy_median_s']:>9.2f} {figures['auto_median_s']:>9.2f} {figures['ratio_median']:>11.3f}"
-        f"   (latents max abs diff {figures['latents_max_abs_diff']:.2e})"
-    )
+    for case, c in figures["cases"].items():
+        med = {name: spread(c["seconds"][name])["median"] for name in VARIANTS}
+        print(
+            f"{case:<20}{c['budget_bytes'] / mib:>11.1f}{c['modelled_ooms']:>6}{c['auto_strategy']:>10}"
+            f"{med['comfy']:>9.2f}{med['auto']:>8.2f}{med['tiled']:>9.2f}"
+            f"   (latents auto vs comfy max abs diff {c['latents_max_abs_diff_auto_comfy']:.2e})"
+        )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(figures, f, indent=1)
+    for line in verdicts(figures):
+        print(line)
     return 0
 
 
