@@ -29,8 +29,14 @@ async function tieCanvasToRun(summary) {
   if (!summary?.prompt_id || summary.status === "running") return;
   try {
     const report = await panel.report(summary.prompt_id);
-    applyRunBadges(app.graph, report);
-    const monitors = (/** @type {any} */ (app.graph)?.nodes ?? []).filter((/** @type {any} */ n) => String(n.type ?? "").startsWith("PipelineMonitor"));
+    const graph = /** @type {any} */ (app.graph);
+    // A run of another workflow (its graph id differs) leaves this canvas as it is; without an id
+    // the badges still match nodes by id and class, but no summary is called stale.
+    const sameGraph = report.workflow?.id ? report.workflow.id === graph?.id : null;
+    if (sameGraph === false) return;
+    applyRunBadges(graph, report);
+    if (!sameGraph) return;
+    const monitors = (graph?.nodes ?? []).filter((/** @type {any} */ n) => String(n.type ?? "").startsWith("PipelineMonitor"));
     const stale = new Set(staleMonitorIds(report, monitors.map((/** @type {any} */ n) => String(n.id))));
     for (const node of monitors) markSummaryStale(node, stale.has(String(node.id)));
   } catch (error) {
