@@ -54,6 +54,7 @@ class PipelineMonitorLora(io.ComfyNode):
                 lora_path=lora_path,
                 coverage=recompute_coverage,
                 calculate=calculate_weight,
+                returned=(model, clip),
             )
 
         _, ui = run_monitor("lora", node_id, build)

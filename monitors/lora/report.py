@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 from collections.abc import Callable, Mapping
 
 from ..probes import get_probes
-from ..report import Finding, StepReport, sum_known
+from ..report import MAX_TRACEBACK_CHARS, Finding, StepReport, sum_known
 from .coverage import attribute_hops, loader_findings, merge_loaders, upstream_loaders
 from .file import lora_file_status
 from .side import analyse_side
@@ -20,10 +21,45 @@ from .side import analyse_side
 log = logging.getLogger(__name__)
 
 STEP_KIND = "lora"
+MAX_EXCEPTIONS = 5  # with their tracebacks, so that one broken LoRA stack cannot bloat the report
 
 
-def analyse_loaders(node_id, prompt, model, clip, errors: list, recorder, lora_path, coverage) -> list[dict]:
-    """The LoRA loaders upstream of the monitor, each with its file's status and key coverage."""
+def _exception(where: str, exc: BaseException) -> dict:
+    """An exception the analysis caught, with its traceback (the last MAX_TRACEBACK_CHARS) as text:
+    the traceback object itself would keep the frames' patchers and tensors alive."""
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return {
+        "where": where,
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": trace[-MAX_TRACEBACK_CHARS:],
+        "traceback_truncated": len(trace) > MAX_TRACEBACK_CHARS,
+    }
+
+
+def _returned(returned: tuple | None) -> dict:
+    """Ids of the MODEL / CLIP the node hands on (a monitor hands on its inputs, the same objects)."""
+    if returned is None:
+        return {
+            "model_object_id": None,
+            "clip_object_id": None,
+            "n_models": None,
+            "unknown_reason": "the caller did not say what it returns",
+        }
+    model, clip = (tuple(returned) + (None, None))[:2]
+    return {
+        "model_object_id": None if model is None else id(model),
+        "clip_object_id": None if clip is None else id(clip),
+        "n_models": sum(1 for obj in (model, clip) if obj is not None),
+        "unknown_reason": None,
+    }
+
+
+def analyse_loaders(
+    node_id, prompt, model, clip, errors: list, recorder, lora_path, coverage, exceptions: list | None = None
+) -> list[dict]:
+    """The LoRA loaders upstream of the monitor, each with its file's status and key coverage;
+    what fails goes to `errors` (one line) and `exceptions` (with the traceback)."""
     model_loaders = upstream_loaders(prompt, node_id, "model")
     clip_loaders = upstream_loaders(prompt, node_id, "clip") if clip is not None else []
     loaders = merge_loaders(model_loaders, clip_loaders)
@@ -49,6 +85,8 @@ def analyse_loaders(node_id, prompt, model, clip, errors: list, recorder, lora_p
                 )
         except Exception as exc:
             errors.append(f"loader {loader['node_id']}: {type(exc).__name__}: {exc}")
+            if exceptions is not None:
+                exceptions.append(_exception(f"loader {loader['node_id']}", exc))
             log.warning("pipeline monitor: LoRA file check of node %s failed: %s", loader["node_id"], exc)
     return loaders
 
@@ -137,15 +175,17 @@ def build_lora_step(
     lora_path: Callable[[str | None], str | None] = _no_file,
     coverage: Callable | None = None,
     calculate: Callable | None = None,
+    returned: tuple | None = None,
 ) -> StepReport:
     """The `lora` step of the MODEL / CLIP given, against their patch history or the `*_before` objects.
 
     `recorder` (a RunRecorder) gives the loaders' profile rows; `lora_path` resolves a loader's
     lora_name to a file; `coverage(model, clip, path, header_index)` recomputes key coverage with
-    the framework's own key mapping (none: coverage not computed).
+    the framework's own key mapping (none: coverage not computed); `returned`: the (MODEL, CLIP) the
+    node hands on, for their ids.
     """
     started = time.perf_counter()
-    errors, findings, sides = [], [], {}
+    errors, exceptions, findings, sides = [], [], [], {}
     for kind, after, before in (("model", model, model_before), ("clip", clip, clip_before)):
         if after is None:
             if before is not None:
@@ -157,8 +197,9 @@ def build_lora_step(
             sides[kind] = analyse_side(kind, after, before, calculate=calculate)
         except Exception as exc:
             errors.append(f"{kind}: {type(exc).__name__}: {exc}")
+            exceptions.append(_exception(kind, exc))
             log.warning("pipeline monitor: LoRA analysis of %s failed: %s", kind, exc)
-    loaders = analyse_loaders(node_id, prompt, model, clip, errors, recorder, lora_path, coverage)
+    loaders = analyse_loaders(node_id, prompt, model, clip, errors, recorder, lora_path, coverage, exceptions)
     paired = [
         _attach_attribution(sides.get("model"), loaders, "model", "strength_model"),
         _attach_attribution(sides.get("clip"), loaders, "clip", "strength_clip"),
@@ -201,6 +242,8 @@ def build_lora_step(
         "n_matched_keys": sum_known(c["n_matched_keys"] for c in coverages),
         "n_unmatched_keys": sum_known(c["n_unmatched_keys"] for c in coverages),
     }
+    returned_ids = _returned(returned)
+    summary["n_models_returned"] = returned_ids["n_models"]
     for kind in ("model", "clip"):
         side = sides.get(kind)
         totals = side["overall"]["totals"] if side and side.get("analysed") else {}
@@ -211,12 +254,22 @@ def build_lora_step(
         summary[f"{kind}_n_patches_not_applied"] = totals.get("n_not_applied")
         summary[f"{kind}_relative_change_ratio"] = totals.get("relative_change")
         summary[f"{kind}_patch_bytes"] = totals.get("patch_bytes")
+        modifications = side.get("weight_modifications", {}) if totals else {}
+        summary[f"{kind}_n_state_dict_keys_before"] = modifications.get("n_state_dict_keys_before")
+        summary[f"{kind}_n_state_dict_keys_after"] = modifications.get("n_state_dict_keys_after")
     summary["analysis_s"] = time.perf_counter() - started
     return StepReport(
         kind=STEP_KIND,
         node_id=node_id,
         summary=summary,
-        details={"loaders": loaders, **sides, "memory": get_probes().snapshot().to_dict()},
+        details={
+            "loaders": loaders,
+            **sides,
+            "returned": returned_ids,
+            "exceptions": exceptions[:MAX_EXCEPTIONS],
+            "n_exceptions": len(exceptions),
+            "memory": get_probes().snapshot().to_dict(),
+        },
         findings=tuple(findings),
         monitor_errors=tuple(errors),
         created_unix_s=time.time(),

@@ -120,6 +120,8 @@ def analyse_side(kind: str, after, before=None, base_norms: bool = True, calcula
     overall_weights = weights_of(
         {k: [e for _, e in v] for k, v in ordered.items()}, overall_rows, lookup, calculate, budget, cache
     )
+    states = state_dicts(before_patcher, after_patcher)
+    add_weight_figures(overall_weights[:MAX_LISTED_KEYS], states, before_patcher, after_patcher)
     after_info = _describe(kind, after, is_patcher=False)
     return {
         "kind": kind,
@@ -135,7 +137,7 @@ def analyse_side(kind: str, after, before=None, base_norms: bool = True, calcula
             "weights": overall_weights[:MAX_LISTED_KEYS],
             "weights_truncated": len(overall_weights) > MAX_LISTED_KEYS,
         },
-        "weight_modifications": weight_modifications(before_patcher, after_patcher, patched_keys),
+        "weight_modifications": weight_modifications(before_patcher, after_patcher, patched_keys, states),
         "placement_changes": placement_changes(baseline, after_info),
     }
 
@@ -181,7 +183,63 @@ def identity_changes(kind, after, before, after_patcher, before_patcher, n_hops)
     if kind == "clip":
         info["clip_object_id_after"] = id(after)
         info["clip_object_id_before"] = None if before is None else id(before)
+        info["clip_object_id_before_unknown_reason"] = (
+            None
+            if before is not None
+            else "no clip_before connected: a CLIP clone keeps no reference to the CLIP it was cloned "
+            "from, only its patcher's parent chain (baseline.object_id is the oldest patcher's id)"
+        )
+    else:
+        # a MODEL is its patcher, so the chain's oldest patcher is the MODEL the first loader got
+        info["model_object_id_after"] = id(after)
+        info["model_object_id_before"] = id(before if before is not None else before_patcher)
     return info
+
+
+def _state_dict(patcher) -> tuple[dict | None, str | None]:
+    """(the patcher's module's state dict, why it is None): references to its tensors, no copies."""
+    module = getattr(patcher, "model", None)
+    if not hasattr(module, "state_dict"):
+        return None, f"{type(module).__name__} has no state_dict"
+    try:
+        return module.state_dict(), None
+    except Exception as exc:
+        return None, f"state_dict unreadable: {type(exc).__name__}: {exc}"
+
+
+def state_dicts(before_patcher, after_patcher) -> tuple[tuple, tuple]:
+    """((before, why), (after, why)) state dicts; read once when both patchers share their module."""
+    after = _state_dict(after_patcher)
+    if getattr(before_patcher, "model", None) is getattr(after_patcher, "model", None):
+        return after, after
+    return _state_dict(before_patcher), after
+
+
+def _shape(state: dict | None, key: str) -> list[int] | None:
+    tensor = None if state is None else state.get(key)
+    return None if tensor is None or not hasattr(tensor, "shape") else [int(d) for d in tensor.shape]
+
+
+def _counts_by_name(patches: dict) -> dict[str, int]:
+    return {str(k): len(v) for k, v in patches.items()}
+
+
+def add_weight_figures(weights: list[dict], states, before_patcher, after_patcher) -> None:
+    """Per weight row: its state-dict shape before and after, and how many patches each patcher holds
+    for it (ComfyUI applies them all, in list order, when the model loads)."""
+    (before_state, before_why), (after_state, after_why) = states
+    before_counts = _counts_by_name(patches_of(before_patcher))
+    after_counts = _counts_by_name(patches_of(after_patcher))
+    for row in weights:
+        key = row["key"]
+        row["shape_before"] = _shape(before_state, key)
+        row["shape_after"] = _shape(after_state, key)
+        why = None
+        if row["shape_before"] is None or row["shape_after"] is None:
+            why = before_why or after_why or "no tensor under this key in the state dict"
+        row["shape_unknown_reason"] = why
+        row["n_patches_before"] = before_counts.get(key, 0)
+        row["n_patches"] = after_counts.get(key, 0)
 
 
 def _tensor_meta(tensor) -> tuple:
@@ -197,16 +255,29 @@ def _names(keys) -> dict[str, Any]:
     return {"count": len(keys), "keys": keys[:MAX_LISTED_NAMES], "truncated": len(keys) > MAX_LISTED_NAMES}
 
 
-def weight_modifications(before_patcher, after_patcher, patched_keys) -> dict[str, Any]:
+def weight_modifications(before_patcher, after_patcher, patched_keys, states=None) -> dict[str, Any]:
     """State-dict keys added/removed/modified and shape/dtype/device changes, from metadata only.
 
     `patched_keys` are the weights whose patches changed: they take a new value when the model is
-    loaded. Two patchers over one module share every tensor, so only those can differ.
+    loaded. Two patchers over one module share every tensor, so only those can differ. `states`:
+    state_dicts() when the caller has read them already.
     """
     before_module = getattr(before_patcher, "model", None)
     after_module = getattr(after_patcher, "model", None)
-    result = {"module_shared": before_module is after_module}
-    if before_module is after_module or not hasattr(before_module, "state_dict"):
+    states = states or state_dicts(before_patcher, after_patcher)
+    (before_state, before_why), (after_state, after_why) = states
+    reasons = {}
+    if before_state is None:
+        reasons["n_state_dict_keys_before"] = before_why
+    if after_state is None:
+        reasons["n_state_dict_keys_after"] = after_why
+    result = {
+        "module_shared": before_module is after_module,
+        "n_state_dict_keys_before": None if before_state is None else len(before_state),
+        "n_state_dict_keys_after": None if after_state is None else len(after_state),
+        "unknown_reasons": reasons,
+    }
+    if before_module is after_module or before_state is None or after_state is None:
         result.update(
             added=_names(()),
             removed=_names(()),
@@ -217,8 +288,8 @@ def weight_modifications(before_patcher, after_patcher, patched_keys) -> dict[st
             storage_changed=_names(()),
         )
         return result
-    before_meta = {k: _tensor_meta(v) for k, v in before_module.state_dict().items()}
-    after_meta = {k: _tensor_meta(v) for k, v in after_module.state_dict().items()}
+    before_meta = {k: _tensor_meta(v) for k, v in before_state.items()}
+    after_meta = {k: _tensor_meta(v) for k, v in after_state.items()}
     common = before_meta.keys() & after_meta.keys()
     changed = {
         field: {k for k in common if before_meta[k][i] != after_meta[k][i]}

@@ -192,6 +192,31 @@ def test_explicit_before_compares_once():
     assert unrelated["hops"][0]["n_entries_removed"] == 5 and unrelated["identity"]["cloned"] is False
 
 
+def test_state_dict_key_counts_shapes_and_patch_counts_per_weight():
+    base, first, second, *_ = stacked()
+    side = analyse_side("model", second)
+    state = base.model.state_dict()
+    modified = side["weight_modifications"]
+    assert modified["n_state_dict_keys_before"] == modified["n_state_dict_keys_after"] == len(state) == 6
+    assert modified["unknown_reasons"] == {}
+    weights = {w["key"]: w for w in side["overall"]["weights"]}
+    assert set(weights) == set(WEIGHTS)
+    for key, row in weights.items():
+        assert row["shape_before"] == row["shape_after"] == list(state[key].shape) == list(WEIGHTS[key])
+        assert row["shape_unknown_reason"] is None
+        assert row["n_patches"] == len(second.patches[key]) and row["n_patches_before"] == 0
+    # the second loader skipped `out`: one patch there, two on the blocks
+    assert [weights[k]["n_patches"] for k in sorted(WEIGHTS)] == [2, 2, 1]
+    assert side["identity"]["model_object_id_before"] == id(base)
+    assert side["identity"]["model_object_id_after"] == id(second)
+    # against `first` only the second loader's patches are new; `first` already holds one per key
+    explicit = {w["key"]: w for w in analyse_side("model", second, before=first)["overall"]["weights"]}
+    assert {k: (w["n_patches_before"], w["n_patches"]) for k, w in explicit.items()} == {
+        "diffusion_model.blocks.0.weight": (1, 2),
+        "diffusion_model.blocks.1.weight": (1, 2),
+    }
+
+
 def test_base_norm_uses_the_backup_while_weights_are_patched():
     base, first, *_ = stacked()
     key = "diffusion_model.out.weight"
@@ -238,6 +263,13 @@ def test_clip_side_reads_the_clip_patcher():
     assert side["after"]["kind"] == "clip" and side["baseline"]["kind"] == "clip_patcher"
     assert side["overall"]["totals"]["n_keys"] == 3
     assert side["identity"]["clip_object_id_after"] == id(clip)
+    # a CLIP clone does not know the CLIP it came from: unknown, with why
+    assert side["identity"]["clip_object_id_before"] is None
+    assert "clip_before" in side["identity"]["clip_object_id_before_unknown_reason"]
+    before = SimpleNamespace(patcher=base, cond_stage_model=base.model, tokenizer=None)
+    identity = analyse_side("clip", clip, before=before)["identity"]
+    assert identity["clip_object_id_before"] == id(before)
+    assert identity["clip_object_id_before_unknown_reason"] is None
 
 
 def test_not_a_patcher_is_reported_not_raised():
@@ -255,6 +287,10 @@ def test_weight_modifications_from_metadata_of_two_modules():
     assert result["added"]["keys"] == ["diffusion_model.extra.bias", "diffusion_model.extra.weight"]
     assert result["dtype_changed"]["keys"] == ["diffusion_model.out.bias", "diffusion_model.out.weight"]
     assert result["storage_changed"]["count"] == 6  # two separately built modules share nothing
+    assert (result["n_state_dict_keys_before"], result["n_state_dict_keys_after"]) == (6, 8)
+    no_module = weight_modifications(SimpleNamespace(model=object()), after, set())
+    assert no_module["n_state_dict_keys_before"] is None and no_module["n_state_dict_keys_after"] == 8
+    assert no_module["unknown_reasons"] == {"n_state_dict_keys_before": "object has no state_dict"}
     assert "diffusion_model.blocks.0.weight" in result["modified"]["keys"]
 
 

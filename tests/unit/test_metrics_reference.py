@@ -23,6 +23,7 @@ from monitors.recorder import RunRecorder
 from monitors.store import RunStore
 from monitors.vae.chain import run_chain
 from monitors.vae.report import build_step as build_vae_step
+from tests.unit.test_lora_patches import Patcher, lora_patches, tiny_module
 from tests.unit.test_step_builders import PROMPT
 from tests.unit.test_vae_chain import FakeVAE, options, pixels
 
@@ -69,6 +70,20 @@ def _fake_clip():
     return types.SimpleNamespace(cond_stage_model=encoder, patcher=patcher, tokenizer=None)
 
 
+def _lora_step():
+    """A LoRA'd MODEL and CLIP (one patch per weight) and a loader whose file check fails."""
+    model = Patcher(tiny_module()).clone()
+    model.add_patches(lora_patches(2, 1), 1.0)
+    patcher = Patcher(tiny_module()).clone()
+    patcher.add_patches(lora_patches(2, 5), 0.5)
+    clip = types.SimpleNamespace(patcher=patcher, cond_stage_model=patcher.model, tokenizer=None)
+
+    def broken(name):
+        raise OSError("share offline")
+
+    return build_lora_step("9", PROMPT, model, clip, lora_path=broken, returned=(model, clip))
+
+
 @pytest.fixture
 def run_report(tmp_path):
     probes = fake_probes("1 GPU")
@@ -84,7 +99,7 @@ def run_report(tmp_path):
         build_models_step(
             "9", {"model": _fake_model(), "clip": _fake_clip(), "vae": FakeVAE()}, PROMPT, recorder
         ),
-        build_lora_step("9", {}, types.SimpleNamespace()),
+        _lora_step(),
         build_conditioning_step(
             "9",
             PROMPT,

@@ -209,6 +209,46 @@ def test_a_failing_file_check_is_a_monitor_error_not_a_failed_step(probes_for):
 
     step = build_lora_step("9", PROMPT, types.SimpleNamespace(), lora_path=broken)
     assert any("share offline" in e for e in step.monitor_errors) and step.kind == "lora"
+    (caught,) = step.details["exceptions"]
+    assert (caught["where"], caught["type"], caught["message"]) == ("loader 3", "OSError", "share offline")
+    assert caught["traceback"].startswith("Traceback") and "in broken" in caught["traceback"]
+    assert caught["traceback_truncated"] is False and step.details["n_exceptions"] == 1
+
+
+def test_lora_step_exception_tracebacks_are_bounded(probes_for, monkeypatch):
+    import monitors.lora.report as lora_report
+
+    probes_for("no GPU")
+    monkeypatch.setattr(lora_report, "MAX_TRACEBACK_CHARS", 40)
+    prompt = {
+        str(i): {"class_type": "LoraLoader", "inputs": {"model": [str(i - 1), 0], "lora_name": f"{i}.st"}}
+        for i in range(1, 9)
+    }
+    prompt["9"] = {"class_type": "Monitor", "inputs": {"model": ["8", 0]}}
+
+    def broken(name):
+        raise OSError("x" * 100)
+
+    step = build_lora_step("9", prompt, types.SimpleNamespace(), lora_path=broken)
+    assert step.details["n_exceptions"] == 8 and len(step.details["exceptions"]) == lora_report.MAX_EXCEPTIONS
+    assert all(len(e["traceback"]) == 40 and e["traceback_truncated"] for e in step.details["exceptions"])
+    assert len(step.monitor_errors) == 8
+
+
+def test_lora_step_names_the_objects_it_hands_on(probes_for):
+    probes_for("no GPU")
+    model, clip = types.SimpleNamespace(), types.SimpleNamespace()
+    returned = build_lora_step("9", {}, model, clip, returned=(model, clip)).details["returned"]
+    assert returned == {
+        "model_object_id": id(model),
+        "clip_object_id": id(clip),
+        "n_models": 2,
+        "unknown_reason": None,
+    }
+    step = build_lora_step("9", {}, model, returned=(model, None))
+    assert step.summary["n_models_returned"] == 1 and step.details["returned"]["clip_object_id"] is None
+    unknown = build_lora_step("9", {}, model)
+    assert unknown.summary["n_models_returned"] is None and unknown.details["returned"]["unknown_reason"]
 
 
 # -- conditioning --------------------------------------------------------------------------------

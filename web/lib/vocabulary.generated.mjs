@@ -162,6 +162,16 @@ export const VOCABULARY = {
     "unit": "bytes",
     "description": "model: memory held by the patches"
    },
+   "model_n_state_dict_keys_before": {
+    "label": "model state-dict keys before",
+    "unit": "count",
+    "description": "model: keys in the base model's state dict (before the LoRA(s))"
+   },
+   "model_n_state_dict_keys_after": {
+    "label": "model state-dict keys after",
+    "unit": "count",
+    "description": "model: keys in the state dict of the model the LoRA(s) give"
+   },
    "clip_relative_change_ratio": {
     "label": "clip change of |W|",
     "unit": "fraction",
@@ -196,6 +206,21 @@ export const VOCABULARY = {
     "label": "clip patch size",
     "unit": "bytes",
     "description": "clip: memory held by the patches"
+   },
+   "clip_n_state_dict_keys_before": {
+    "label": "clip state-dict keys before",
+    "unit": "count",
+    "description": "clip: keys in the base model's state dict (before the LoRA(s))"
+   },
+   "clip_n_state_dict_keys_after": {
+    "label": "clip state-dict keys after",
+    "unit": "count",
+    "description": "clip: keys in the state dict of the model the LoRA(s) give"
+   },
+   "n_models_returned": {
+    "label": "models returned",
+    "unit": "count",
+    "description": "MODEL and CLIP objects the monitor hands on (its inputs; ids in details.returned)"
    },
    "analysis_s": {
     "label": "analysis time",
@@ -1069,6 +1094,8 @@ export const KEYS = /** @type {const} */ ({
   "model_delta_norm_partial": "model_delta_norm_partial",
   "model_n_patches_not_applied": "model_n_patches_not_applied",
   "model_patch_bytes": "model_patch_bytes",
+  "model_n_state_dict_keys_before": "model_n_state_dict_keys_before",
+  "model_n_state_dict_keys_after": "model_n_state_dict_keys_after",
   "clip_relative_change_ratio": "clip_relative_change_ratio",
   "clip_n_patch_keys_added": "clip_n_patch_keys_added",
   "clip_n_hops": "clip_n_hops",
@@ -1076,6 +1103,9 @@ export const KEYS = /** @type {const} */ ({
   "clip_delta_norm_partial": "clip_delta_norm_partial",
   "clip_n_patches_not_applied": "clip_n_patches_not_applied",
   "clip_patch_bytes": "clip_patch_bytes",
+  "clip_n_state_dict_keys_before": "clip_n_state_dict_keys_before",
+  "clip_n_state_dict_keys_after": "clip_n_state_dict_keys_after",
+  "n_models_returned": "n_models_returned",
   "analysis_s": "analysis_s"
  },
  "conditioning": {
