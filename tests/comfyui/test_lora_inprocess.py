@@ -270,6 +270,41 @@ def test_explicit_before_inputs(comfy, tiny, pack_runtime, loras_dir):
     assert step["details"]["clip"]["identity"]["clip_object_id_before"] == id(tiny.clip)
 
 
+def test_key_counts_shapes_patch_counts_and_returned_ids_match_the_real_objects(
+    comfy, tiny, pack_runtime, loras_dir
+):
+    write_lora(loras_dir, "pm_figures.safetensors", kohya_lora(plant=False))
+    model, clip = load(comfy, tiny, "pm_figures.safetensors")
+    for before in (False, True):
+        extra = {"model_before": tiny.model, "clip_before": tiny.clip} if before else {}
+        output, step, _ = run_monitor(
+            comfy, pack_runtime, lora_graph("pm_figures.safetensors"), model=model, clip=clip, **extra
+        )
+        out_model, out_clip = output.result[:2]
+        returned = step["details"]["returned"]
+        assert (returned["model_object_id"], returned["clip_object_id"]) == (id(out_model), id(out_clip))
+        assert step["summary"]["n_models_returned"] == 2
+        for kind, after, base in (("model", model, tiny.model), ("clip", clip.patcher, tiny.clip.patcher)):
+            side = step["details"][kind]
+            modified = side["weight_modifications"]
+            assert modified["n_state_dict_keys_before"] == len(base.model_state_dict())
+            assert modified["n_state_dict_keys_after"] == len(after.model_state_dict())
+            assert step["summary"][f"{kind}_n_state_dict_keys_after"] == len(after.model_state_dict())
+            weights = side["overall"]["weights"]
+            assert len(weights) == EXPECTED["kohya"][1 if kind == "model" else 2]
+            after_state, base_state = after.model_state_dict(), base.model_state_dict()
+            for row in weights:
+                assert row["shape_after"] == list(after_state[row["key"]].shape), row
+                assert row["shape_before"] == list(base_state[row["key"]].shape), row
+                assert row["n_patches"] == len(after.patches[row["key"]]) == 1
+                assert row["n_patches_before"] == len(base.patches.get(row["key"], ())) == 0
+        identity = step["details"]["clip"]["identity"]
+        assert identity["clip_object_id_before"] == (id(tiny.clip) if before else None)
+        assert (identity["clip_object_id_before_unknown_reason"] is None) is before
+        assert step["details"]["model"]["identity"]["model_object_id_before"] == id(tiny.model)
+        assert step["details"]["exceptions"] == [] and step["details"]["n_exceptions"] == 0
+
+
 # -- bad input: findings, never a crash --------------------------------------------------------------
 
 
