@@ -1,0 +1,141 @@
+"""scripts/mutate.py on a toy repository: each kind of mutation is made, the tests kill what they
+check, what they do not check survives and is listed, and the toy's own files are left as they were."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC = importlib.util.spec_from_file_location("mutate_tool", REPO / "scripts" / "mutate.py")
+mutate = importlib.util.module_from_spec(SPEC)
+sys.modules.setdefault("mutate_tool", mutate)  # dataclasses look their module up there
+SPEC.loader.exec_module(mutate)
+
+TOY = '''"""A toy."""
+import logging
+
+log = logging.getLogger(__name__)
+LIMIT: int = 10
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def clamp(x):
+    if x > LIMIT:
+        log.info("clamped at %d", 10)
+        return LIMIT
+    return x
+
+
+def both(a, b):
+    return a and b
+
+
+def total(values):
+    out = 0
+    for v in values:
+        out += v
+    return out
+
+
+def unchecked(x):
+    return x * 2
+'''
+
+TOY_TESTS = """from toy.calc import add, both, clamp, total
+
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_clamp():
+    assert clamp(11) == 10 and clamp(3) == 3 and clamp(10) == 10
+
+
+def test_both():
+    assert both(True, False) is False
+
+
+def test_total():
+    assert total([1, 2, 3]) == 6
+"""
+
+
+def test_mutants_cover_each_kind_and_skip_logging_and_annotations():
+    found = {(m.line, m.kind, m.description.split(" in ")[0]) for m in mutate.mutants_of(TOY)}
+    assert found == {
+        (5, "constant", "`10` -> `11`"),
+        (9, "binop", "`+` -> `-`"),
+        (9, "return", "`return ...` -> `return None`"),
+        (13, "compare", "`>` -> `>=`"),
+        (13, "compare", "`>` -> `<=`"),
+        (15, "return", "`return ...` -> `return None`"),
+        (16, "return", "`return ...` -> `return None`"),
+        (20, "boolop", "`and` -> `or`"),
+        (20, "return", "`return ...` -> `return None`"),
+        (24, "constant", "`0` -> `1`"),
+        (26, "augassign", "`+=` -> `-=`"),
+        (27, "return", "`return ...` -> `return None`"),
+        (31, "binop", "`*` -> `/`"),
+        (31, "constant", "`2` -> `3`"),
+        (31, "return", "`return ...` -> `return None`"),
+    }
+
+
+def test_mutated_source_changes_exactly_one_point():
+    mutants = mutate.mutants_of(TOY)
+    [plus] = [m for m in mutants if m.kind == "binop" and m.line == 9]
+    source = mutate.mutated_source(TOY, plus)
+    assert "return a - b" in source and "x * 2" in source and "LIMIT: int = 10" in source
+
+
+@pytest.fixture
+def toy_repo(tmp_path):
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy" / "__init__.py").write_text("")
+    (tmp_path / "toy" / "calc.py").write_text(TOY)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_calc.py").write_text(TOY_TESTS)
+    return tmp_path
+
+
+def test_kills_what_the_tests_check_and_lists_the_survivors(toy_repo, tmp_path):
+    out_json = tmp_path / "result.json"
+    command = [
+        sys.executable,
+        str(REPO / "scripts" / "mutate.py"),
+        "toy/calc.py",
+        "--root",
+        str(toy_repo),
+        "--tests",
+        "tests/test_calc.py",
+        "--preimport",
+        mutate.PYTEST_PLUGINS,
+        "--json",
+        str(out_json),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=toy_repo)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [row] = json.loads(out_json.read_text())
+    survivors = {(s["line"], s["description"].split(" in ")[0], s["outcome"]) for s in row["survivors"]}
+    # `unchecked` is never called: its three mutants survive without a run; `and` -> `or` on
+    # (True, False) gives True, which the test sees; 10 -> 11 for LIMIT breaks clamp(11).
+    assert survivors == {
+        (13, "`>` -> `>=`", "survived"),  # clamp(10) is 10 either way: an equivalent mutant
+        (31, "`*` -> `/`", "not covered"),
+        (31, "`2` -> `3`", "not covered"),
+        (31, "`return ...` -> `return None`", "not covered"),
+    }
+    assert (row["total"], row["killed"], row["survived"], row["not_covered"]) == (15, 11, 1, 3)
+    assert "toy/calc.py: 15 mutants, 11 killed" in done.stdout
+    assert "toy/calc.py:13: [compare] `>` -> `>=`" in done.stdout
+    assert (toy_repo / "toy" / "calc.py").read_text() == TOY  # the copy was mutated, never the original
