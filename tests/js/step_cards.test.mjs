@@ -168,3 +168,9 @@ test("a cancel is neutral, not an error; a failed node gets no slowest or most-m
   assert.equal(rows[0].slowest || rows[0].hungriest, false, "a node that failed is no record holder");
   assert.equal(rows[1].slowest, true);
 });
+
+test("no 'most memory' badge when no finished node added memory", () => {
+  const report = makeReport();
+  for (const n of report.nodes) n.peak_rss_above_start_bytes = 0;
+  assert.equal(nodeRows(report).some((r) => r.hungriest), false);
+});

@@ -164,8 +164,9 @@ export function nodeRows(report) {
   const slowest = top((r) => r.durationS);
   if (slowest) slowest.slowest = true;
   const useGpu = executed.some((r) => r.gpuAddedBytes !== null);
-  const hungriest = top((r) => (useGpu ? r.gpuAddedBytes : r.rssAddedBytes));
-  if (hungriest) hungriest.hungriest = true;
+  const added = (/** @type {NodeRow} */ r) => (useGpu ? r.gpuAddedBytes : r.rssAddedBytes);
+  const hungriest = top(added);
+  if (hungriest && /** @type {number} */ (added(hungriest)) > 0) hungriest.hungriest = true; // nobody added anything: no badge
   return rows;
 }
 

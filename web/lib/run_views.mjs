@@ -133,7 +133,7 @@ function nodesTable(report, sort, actions) {
 
 /** @param {import("./step_cards.mjs").Figure[]} items */
 function figureList(items) {
-  return h("dl", { class: "pm-figures" }, items.map((f) => h("div", { class: "pm-figure" },
+  return h("dl", { class: "pm-figures" }, items.map((f) => h("div", { class: f.value.length > 16 ? "pm-figure pm-figure-wide" : "pm-figure" },
     h("dt", { text: f.label, title: f.title ?? null }), h("dd", { text: f.value, title: f.value.length > 24 ? f.value : null }))));
 }
 
