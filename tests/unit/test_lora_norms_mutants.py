@@ -1,0 +1,121 @@
+"""monitors/lora/norms.py: each norm path on small shapes that take it, checked against the
+materialised change and against the other path, at the cost boundary, with tiny values (norms
+below 1) and degenerate sizes (scripts/mutate.py survivors of the first tests)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from monitors.lora import norms
+
+
+def _factors(seed, *shapes, scale=1.0):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=generator, dtype=torch.float64) * scale for shape in shapes]
+
+
+def _loha_reference(a1, b1, a2, b2) -> float:
+    return float(torch.linalg.matrix_norm((a1 @ b1) * (a2 @ b2)))
+
+
+@pytest.fixture
+def gram_calls(monkeypatch):
+    """How many times a Gram-matrix trace was taken (0: the row-block path ran)."""
+    calls = []
+    original = norms._gram_trace
+
+    def counting(left, right):
+        calls.append((tuple(left.shape), tuple(right.shape)))
+        return original(left, right)
+
+    monkeypatch.setattr(norms, "_gram_trace", counting)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "r1", "r2", "path"),
+    [
+        (64, 48, 2, 2, "gram"),  # (m+n)(r1 r2)^2 = 1792 < m n (r1+r2) = 12288
+        (8, 8, 2, 2, "gram"),  # 256 == 256: the Gram path at equality
+        (4, 5, 4, 4, "blocks"),  # 2304 > 160
+        (9, 8, 3, 2, "blocks"),  # 612 > 360
+    ],
+)
+def test_loha_paths_match_the_materialised_change(gram_calls, m, n, r1, r2, path):
+    for scale in (1.0, 0.01):  # 0.01: a norm well below 1
+        a1, b1, a2, b2 = _factors(m * 100 + n, (m, r1), (r1, n), (m, r2), (r2, n), scale=scale)
+        gram_calls.clear()
+        got = norms.loha_norm(a1, b1, a2, b2)
+        assert got == pytest.approx(_loha_reference(a1, b1, a2, b2), rel=1e-9)
+        assert len(gram_calls) == (1 if path == "gram" else 0)
+        if path == "gram":
+            assert gram_calls == [((r1 * r2, r1 * r2), (r1 * r2, r1 * r2))]
+
+
+def test_loha_gram_path_agrees_with_rows_summed_one_by_one(gram_calls):
+    a1, b1, a2, b2 = _factors(7, (16, 2), (2, 12), (16, 2), (2, 12), scale=0.3)
+    gram = norms.loha_norm(a1, b1, a2, b2)
+    assert len(gram_calls) == 1  # (16 + 12) * 16 = 448 <= 16 * 12 * 4 = 768
+    block_total = 0.0
+    for row in range(16):
+        block = (a1[row] @ b1) * (a2[row] @ b2)
+        block_total += float((block * block).sum())
+    assert gram == pytest.approx(math.sqrt(block_total), rel=1e-12)
+
+
+def test_loha_row_blocks_of_one_row_and_empty_columns(monkeypatch):
+    monkeypatch.setattr(norms, "CHUNK_ELEMENTS", 3)  # fewer elements than one row: one row per block
+    a1, b1, a2, b2 = _factors(3, (5, 4), (4, 4), (5, 4), (4, 4))
+    assert norms.loha_norm(a1, b1, a2, b2) == pytest.approx(_loha_reference(a1, b1, a2, b2), rel=1e-12)
+    monkeypatch.setattr(norms, "CHUNK_ELEMENTS", 1 << 22)
+    empty = _factors(4, (5, 4), (4, 0), (5, 4), (4, 0))
+    assert norms.loha_norm(*empty) == 0.0
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        ((6, 2), (3, 5), (6, 2), (2, 5)),  # w1b rows != r1
+        ((6, 2), (2, 5), (6, 2), (3, 5)),  # w2b rows != r2
+        ((6, 2), (2, 5), (7, 2), (2, 5)),  # w2a rows != m
+        ((6, 2), (2, 5), (6, 2), (2, 4)),  # w2b columns != n
+    ],
+)
+def test_each_loha_shape_mismatch_alone_is_rejected(shapes):
+    with pytest.raises(ValueError, match="LoHa factor shapes"):
+        norms.loha_norm(*_factors(1, *shapes))
+
+
+def test_lora_norm_small_values_and_conv_factors(gram_calls):
+    up, down = _factors(5, (6, 3), (3, 7), scale=0.01)
+    assert norms.lora_norm(up, down) == pytest.approx(float(torch.linalg.matrix_norm(up @ down)), rel=1e-9)
+    assert norms.lora_norm(up, down) < 1e-2
+    conv_up, conv_down = up.reshape(6, 3, 1, 1), down.reshape(3, 7, 1, 1)
+    assert norms.lora_norm(conv_up, conv_down) == pytest.approx(norms.lora_norm(up, down), rel=1e-12)
+    assert gram_calls[0] == ((3, 3), (3, 3))
+    with pytest.raises(ValueError, match="rank mismatch"):
+        norms.lora_norm(up, down.T)
+
+
+def test_gram_trace_is_never_negative():
+    assert norms._gram_trace(torch.tensor([[1.0]]), torch.tensor([[-1e-30]])) == 0.0
+    assert norms._gram_trace(torch.tensor([[0.5]]), torch.tensor([[0.25]])) == 0.125
+
+
+def test_frobenius_norm_sums_squares_of_chunks(monkeypatch):
+    values = torch.tensor([3.0, 4.0, 12.0, 0.0, 84.0], dtype=torch.float32)  # sqrt(9+16+144+7056) = 85
+    for chunk in (1, 2, 5, 1 << 22):
+        monkeypatch.setattr(norms, "CHUNK_ELEMENTS", chunk)
+        assert norms.frobenius_norm(values) == 85.0
+        assert norms.frobenius_norm(values * 0.01) == pytest.approx(0.85, rel=1e-6)
+    assert norms.frobenius_norm(torch.zeros(0)) == 0.0
+
+
+def test_kron_norm_is_the_product():
+    assert norms.kron_norm(3.0, 0.5) == 1.5
+    left, right = torch.randn(3, 2, dtype=torch.float64), torch.randn(2, 4, dtype=torch.float64)
+    kron = float(torch.linalg.matrix_norm(torch.kron(left, right)))
+    assert norms.kron_norm(norms.frobenius_norm(left), norms.frobenius_norm(right)) == pytest.approx(kron)
