@@ -335,6 +335,11 @@ def test_every_example_workflow_loads_from_the_template_browser(page, server, sh
     for i, path in enumerate(files):
         workflow = json.loads(path.read_text())
         assert server.get_json(f"/api/workflow_templates/{PACK_FOLDER}/{path.name}") == workflow
+        # the template browser's thumbnail (a real screenshot, scripts/make_screenshots.py) and the
+        # Note that says what to look at
+        thumbnail = server.get(f"/api/workflow_templates/{PACK_FOLDER}/{path.stem}.jpg")
+        assert thumbnail.status_code == 200 and thumbnail.content[:2] == b"\xff\xd8", path.stem
+        assert any(n["type"] == "Note" and n["widgets_values"][0].startswith("What to look at") for n in workflow["nodes"])
         page.evaluate("window.app.extensionManager.command.execute('Comfy.BrowseTemplates')")
         dialog = page.locator(".p-dialog")
         dialog.get_by_text(PACK_FOLDER, exact=True).first.click()
