@@ -52,6 +52,7 @@ MODELS = StepKindVocabulary(
             "bytes",
             "resident memory of the process at the step (the baseline)",
             "integer",
+            process_wide=True,
         ),
     ),
 )

@@ -18,6 +18,7 @@ def _peak_fields() -> tuple[SummaryField, ...]:
             f"peak {_MEMORY_LABELS[m]} during the encode",
             "integer",
             headline=True,
+            process_wide=True,  # the process's absolute peak; the increase is the encode's own
         )
         for m in MEMORY_METRICS
     )
@@ -154,6 +155,7 @@ VAE_ENCODE = StepKindVocabulary(
             "bytes",
             "free device memory when direct was predicted",
             "integer",
+            process_wide=True,
         ),
         SummaryField(
             "direct_predicted_to_fit",
@@ -190,6 +192,7 @@ VAE_ENCODE = StepKindVocabulary(
             "bytes",
             "free device memory before the encode",
             "integer",
+            process_wide=True,
         ),
         SummaryField(
             "free_memory_after_bytes",
@@ -197,6 +200,7 @@ VAE_ENCODE = StepKindVocabulary(
             "bytes",
             "free device memory after the encode",
             "integer",
+            process_wide=True,
         ),
         SummaryField(
             "free_memory_change_bytes",
@@ -204,6 +208,7 @@ VAE_ENCODE = StepKindVocabulary(
             "bytes",
             "free memory after minus before",
             "integer",
+            process_wide=True,
         ),
         SummaryField(
             "free_memory_change_pct",
@@ -218,6 +223,7 @@ VAE_ENCODE = StepKindVocabulary(
             "bytes",
             "memory freed by cleanup after failed attempts",
             "integer",
+            process_wide=True,
         ),
     ),
     v1_renames={

@@ -80,7 +80,10 @@ def test_panel_module_has_the_declared_labels_units_and_order():
         assert info["title"] == v.title and info["headline"] == list(v.headline)
         assert list(info["fields"]) == list(v.names)
         for f in v.fields:
-            assert info["fields"][f.name] == {"label": f.label, "unit": f.unit, "description": f.description}
+            expected = {"label": f.label, "unit": f.unit, "description": f.description}
+            if f.process_wide:
+                expected["processWide"] = True
+            assert info["fields"][f.name] == expected
         assert info["v1Renames"] == dict(v.v1_renames)
 
 

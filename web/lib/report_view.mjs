@@ -1,6 +1,6 @@
 // Data shaping for the panel: run report JSON (schemas/run_report.schema.json) -> rows, cards and
 // comparisons. Pure functions, no DOM, so Node's test runner covers them.
-import { isNumber, relativeChange } from "./format.mjs";
+import { declaredField, isNumber, relativeChange } from "./format.mjs";
 import { kindInfo } from "./step_kinds.mjs";
 
 /**
@@ -287,20 +287,6 @@ export function isRegression(unit, before, after) {
   return delta > REGRESSION[unit] && delta > REGRESSION.relative * Math.abs(before);
 }
 
-/**
- * Summary figures that are readings of the process or the system, not what the step itself needed
- * (the process's RSS when the step ran, its absolute peaks, free memory): they follow whatever ran
- * before, so a larger value in the newer run is shown but never flagged as the step's regression.
- * @type {Record<string, ReadonlySet<string>>}
- */
-export const NOT_THE_STEPS_OWN = {
-  models: new Set(["process_rss_bytes"]),
-  vae_encode: new Set([
-    "peak_rss_bytes", "peak_gpu_allocated_bytes", "peak_gpu_reserved_bytes", "direct_free_bytes",
-    "free_memory_before_bytes", "free_memory_after_bytes", "free_memory_change_bytes", "cleanup_reclaimed_bytes",
-  ]),
-};
-
 /** @param {string} key */
 function unitOfKey(key) {
   if (key.endsWith("_bytes")) return "bytes";
@@ -366,7 +352,7 @@ export function compareRuns(base, candidate) {
     for (const name of keys) {
       const va = sa[name];
       const vb = sb[name];
-      const unit = NOT_THE_STEPS_OWN[any.kind]?.has(name) ? null : unitOfKey(name);
+      const unit = declaredField(any.kind, name)?.processWide ? null : unitOfKey(name);
       const numeric = isNumber(va) && isNumber(vb);
       const changed = JSON.stringify(va) !== JSON.stringify(vb);
       if (!changed && !unit) continue; // unchanged plain values add nothing to a comparison
