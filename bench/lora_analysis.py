@@ -2,7 +2,7 @@
 
 Run from the repo root:
 
-    python -m bench.lora_analysis [--keys 1000] [--rank 32] [--repeats 3] [--json out.json]
+    python -m bench.lora_analysis [--keys 1000] [--rank 32] [--repeats 3] [--quick] [--json out.json]
     python bench/lora_analysis.py
 
 A 1,000-key rank-32 LoRA (fp16 factors, the shapes of SD1.5's attention and feed-forward layers,
@@ -15,6 +15,10 @@ weight once, O(weight size) per key: within the node's default read budget
 (monitors.lora.analysis.BASE_NORM_ELEMENT_BUDGET), as the node runs, and for every key. To keep memory
 small the keys of one shape share one fp16 base tensor (read once per key all the same). As a check, a sample of keys is materialised
 in float64: the analysis's relative error is printed next to the naive float32 one.
+
+Targets, one verdict line each (last), from the per-repeat ratios (the variants of one repeat run
+back to back): analysis <= 0.05 of materialising (README: about 2 %), and the node's default (base
+norms within its budget) <= 1.5x analysis only (issue 14). --quick: 20 keys, rank 4, 1 repeat.
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ import time
 
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.verdicts import add_quick_flag, fmt_spread, spread, verdict_line  # noqa: E402
+
+ANALYSIS_TO_NAIVE_TARGET = 0.05
+NODE_DEFAULT_TO_ANALYSIS_TARGET = 1.5
 
 # (out, in) of SD1.5 UNet linear layers a LoRA patches: attention q/k/v/out, cross-attention
 # k/v (768-d text), GEGLU proj (2 x 4 x dim) and ff out, at widths 320, 640 and 1280.
@@ -158,7 +167,10 @@ def main(argv=None) -> int:
     parser.add_argument("--rank", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", help="also write the results to this file")
+    add_quick_flag(parser)
     args = parser.parse_args(argv)
+    if args.quick:
+        args.keys, args.rank, args.repeats = 20, 4, 1
     result = run(args.keys, args.rank, args.repeats)
     print(
         f"LoRA analysis, {result['n_keys']} keys, rank {result['rank']}, CPU ({result['torch_threads']} torch threads), "
@@ -179,7 +191,27 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
+    for line in verdicts(result):
+        print(line)
     return 0
+
+
+def verdicts(result: dict) -> list[str]:
+    runs = result["all_runs"]
+    to_naive = [a / n for a, n in zip(runs["analysis_s"], runs["naive_s"], strict=True)]
+    node = [d / a for d, a in zip(runs["analysis_node_default_s"], runs["analysis_s"], strict=True)]
+    return [
+        verdict_line(
+            spread(to_naive)["median"] <= ANALYSIS_TO_NAIVE_TARGET,
+            f"analysis <= {ANALYSIS_TO_NAIVE_TARGET:g} of materialising",
+            "ratio " + fmt_spread(to_naive, ".4f").replace("pairs", "repeats"),
+        ),
+        verdict_line(
+            spread(node)["median"] <= NODE_DEFAULT_TO_ANALYSIS_TARGET,
+            f"node default <= {NODE_DEFAULT_TO_ANALYSIS_TARGET:g}x analysis only",
+            "ratio " + fmt_spread(node, ".3f").replace("pairs", "repeats"),
+        ),
+    ]
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Needs a ComfyUI 0.8 checkout in COMFYUI_PATH (exit code 2 without it). Run from the repo root
 with the Python that has ComfyUI's requirements plus websocket-client:
 
-    COMFYUI_PATH=... python -m bench.profile_overhead [--prompts 100] [--size 64] [--json out.json]
+    COMFYUI_PATH=... python -m bench.profile_overhead [--prompts 100] [--size 64] [--quick] [--json out.json]
 
 Starts three headless CPU servers side by side, each with its own temporary base directory:
   monitored    the pack loaded, per-node profile on (the default)
@@ -13,6 +13,11 @@ and queues the same small workflow (EmptyImage -> ImageScale -> ImageInvert -> I
 ImageInvert -> PreviewImage, a new colour each prompt so nothing is cached) to them one at a
 time, rotating the order each round. Per prompt it measures the wall time from POST /prompt to
 the websocket's end-of-prompt message, and the server-side execution time from /history.
+
+Target (issue 14: <= 0.5 ms per prompt plus <= 0.1 ms per profiled node on the CPU): the paired
+per-round wall difference monitored - no_pack, median over rounds, within 0.5 + 0.1 x 6 ms; the
+verdict line (last) gives it with min/median/max and the per-round ratio. --quick: 2 prompts
+after 1 warm-up (checks that it runs).
 """
 
 from __future__ import annotations
@@ -34,9 +39,16 @@ import uuid
 
 import psutil
 
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.verdicts import add_quick_flag, fmt_spread, spread, verdict_line  # noqa: E402
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACK_DIR_NAME = "pipeline_monitor"
 METRICS = ("wall_ms", "cpu_ms", "exec_ms")
+N_NODES = 6  # in workflow()
+FIXED_TARGET_MS, PER_NODE_TARGET_MS = 0.5, 0.1
 CONFIGS = (  # name, load the pack, extra environment
     ("monitored", True, {}),
     ("profile_off", True, {"PIPELINE_MONITOR_PROFILE": "0"}),
@@ -227,6 +239,12 @@ def compare(results: dict, a: str, b: str, key: str = "wall_ms") -> dict:
         "overhead_ms_median_diff": sa["median"] - sb["median"],
         "overhead_ms_mean_diff": sa["mean"] - sb["mean"],
         "overhead_ms_paired_median": statistics.median(paired),
+        "overhead_ms_paired": paired,
+        "ratio_paired": [
+            x / y
+            for x, y in zip(results[a][key], results[b][key], strict=True)
+            if x is not None and y is not None and y > 0
+        ],
     }
 
 
@@ -277,7 +295,10 @@ def main(argv=None) -> int:
     parser.add_argument("--startup-timeout", type=float, default=120.0)
     parser.add_argument("--keep", action="store_true", help="keep the temporary base directories and logs")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    add_quick_flag(parser)
     args = parser.parse_args(argv)
+    if args.quick:
+        args.prompts, args.warmup = 2, 1
 
     comfyui = os.environ.get("COMFYUI_PATH")
     if not comfyui or not os.path.isfile(os.path.join(comfyui, "main.py")):
@@ -369,6 +390,19 @@ def main(argv=None) -> int:
         print(f"wrote {args.json}")
     if not ok:
         print("FAIL: a server did not run in its intended configuration (see the checks above)")
+    wall = comparisons["monitored / no_pack (wall)"]
+    target_ms = FIXED_TARGET_MS + PER_NODE_TARGET_MS * N_NODES
+    print(
+        verdict_line(
+            ok and spread(wall["overhead_ms_paired"])["median"] <= target_ms,
+            f"per-node profile, per-prompt overhead <= {FIXED_TARGET_MS:g} ms + {PER_NODE_TARGET_MS:g} ms x "
+            f"{N_NODES} nodes",
+            "monitored - no_pack wall "
+            + fmt_spread(wall["overhead_ms_paired"], ".2f", " ms").replace("pairs", "rounds")
+            + "; ratio "
+            + fmt_spread(wall["ratio_paired"], ".3f").replace("pairs", "rounds"),
+        )
+    )
     return 0 if ok else 1
 
 

@@ -15,6 +15,10 @@ noise than the fraction). Torch is imported first (as inside ComfyUI) unless --n
 Per-call costs (one snapshot, light and full detail; one Span start+stop) are timed hot (calls
 back to back) and spaced (one call after 50 ms idle, as the sampler and the per-node hook make
 them). On small VMs the spaced figure is several times the hot one: caches are cold again.
+
+Targets (set here; the sampler runs for the whole prompt): net CPU at 2 Hz <= 1 % of one core and
+at 20 Hz <= 5 %, decided by the median over rounds (each round's rates measured against its own
+baseline window); one verdict line each, last. --quick: 0.5 s windows, 1 round, 20 calls, 3 spaced.
 """
 
 from __future__ import annotations
@@ -30,7 +34,10 @@ import time
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.verdicts import add_quick_flag, fmt_spread, spread, verdict_line  # noqa: E402
+
 RATES_HZ = (2.0, 20.0)
+NET_CPU_TARGETS = {2.0: 0.01, 20.0: 0.05}  # fraction of one core
 
 
 def measure_window(window_s: float, rate_hz: float | None, probes) -> dict:
@@ -126,7 +133,7 @@ def time_call(fn, number: int, repeats: int = 5, spaced: int = 40, gap_s: float 
     }
 
 
-def micro_benchmarks(probes, number: int) -> dict:
+def micro_benchmarks(probes, number: int, spaced: int = 40) -> dict:
     from monitors.probes import DETAIL_FULL, DETAIL_LIGHT
     from monitors.span import Span
 
@@ -137,10 +144,10 @@ def micro_benchmarks(probes, number: int) -> dict:
         return fn
 
     return {
-        "snapshot_light": time_call(lambda: probes.snapshot(DETAIL_LIGHT), number),
-        "snapshot_full": time_call(lambda: probes.snapshot(DETAIL_FULL), number),
-        "span_light_start_stop": time_call(span(DETAIL_LIGHT), number),
-        "span_full_start_stop": time_call(span(DETAIL_FULL), number),
+        "snapshot_light": time_call(lambda: probes.snapshot(DETAIL_LIGHT), number, spaced=spaced),
+        "snapshot_full": time_call(lambda: probes.snapshot(DETAIL_FULL), number, spaced=spaced),
+        "span_light_start_stop": time_call(span(DETAIL_LIGHT), number, spaced=spaced),
+        "span_full_start_stop": time_call(span(DETAIL_FULL), number, spaced=spaced),
     }
 
 
@@ -189,7 +196,10 @@ def main(argv=None) -> int:
     parser.add_argument("--number", type=int, default=500, help="calls per loop in the per-call timings")
     parser.add_argument("--no-torch", action="store_true", help="do not import torch first")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    add_quick_flag(parser)
     args = parser.parse_args(argv)
+    if args.quick:
+        args.window, args.repeats, args.number = 0.5, 1, 20
     logging.basicConfig(level=logging.WARNING)
 
     torch_loaded = False
@@ -217,7 +227,7 @@ def main(argv=None) -> int:
         },
         "windows": summarize_windows(rounds),
         "raw_rounds": [{("baseline" if k is None else f"{k:g}hz"): v for k, v in r.items()} for r in rounds],
-        "calls": micro_benchmarks(probes, args.number),
+        "calls": micro_benchmarks(probes, args.number, spaced=3 if args.quick else 40),
         "probe_failures": probes.failures(),
     }
     print_report(result)
@@ -225,6 +235,15 @@ def main(argv=None) -> int:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)
         print(f"\nwrote {args.json}")
+    for rate, target in NET_CPU_TARGETS.items():
+        net_pct = [100 * v for v in result["windows"][f"{rate:g}hz"]["net_cpu_fraction_per_round"]]
+        print(
+            verdict_line(
+                spread(net_pct)["median"] <= 100 * target,
+                f"sampler at {rate:g} Hz <= {100 * target:g} % of one core",
+                "net CPU " + fmt_spread(net_pct, ".3f", " %").replace("pairs", "rounds"),
+            )
+        )
     return 0
 
 

@@ -6,13 +6,14 @@ These figures were once thresholds in tests/comfyui/test_concurrency.py (a route
 catch hangs, and the figures live here. Needs a ComfyUI 0.8 checkout in COMFYUI_PATH (exit code 2
 without it). From the repo root:
 
-    COMFYUI_PATH=... python -m bench.server_responsiveness [--rounds 5] [--size 512] [--json out.json]
+    COMFYUI_PATH=... python -m bench.server_responsiveness [--rounds 5] [--size 512] [--quick] [--json out.json]
 
 Latency: on the monitored server, each round times GET /pipeline_monitor/runs?limit=3 idle, then
 again while a CPU-heavy prompt runs (ImageScale + ImageBlur radius 31, a new colour each time) and
 two websocket clients watch the live view: an interleaved pair per round. Exit: each round starts a
 monitored server and a server without the pack (order alternating), queues the heavy prompt, and
-times SIGTERM until the process is gone. One verdict line per target with min/median/max.
+times SIGTERM until the process is gone. One verdict line per target with min/median/max, last.
+--quick: one round at 128 pixels.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.profile_overhead import Server, free_ports  # noqa: E402
+from bench.verdicts import add_quick_flag, verdict_line  # noqa: E402
 
 ROUTE_TARGET_S = 2.0  # a pack route answers within this while two clients watch a running prompt
 EXIT_TARGET_S = 5.0  # a monitored server exits within this after SIGTERM mid-prompt
@@ -99,10 +101,10 @@ def summary(values: list[float]) -> dict:
 
 def verdict(label: str, values: list[float], target_s: float) -> str:
     s = summary(values)
-    state = "PASS" if s["median"] <= target_s else "FAIL"
-    return (
-        f"{label} <= {target_s:g} s: {state} (median {s['median'] * 1000:.1f} ms, "
-        f"min {s['min'] * 1000:.1f}, max {s['max'] * 1000:.1f}, n {s['n']})"
+    return verdict_line(
+        s["median"] <= target_s,
+        f"{label} <= {target_s:g} s",
+        f"median {s['median'] * 1000:.1f} ms (min {s['min'] * 1000:.1f}, max {s['max'] * 1000:.1f}, n {s['n']})",
     )
 
 
@@ -160,7 +162,10 @@ def main(argv=None) -> int:
     parser.add_argument("--port-base", type=int, default=8520, help="ports from here, 30 of them")
     parser.add_argument("--startup-timeout", type=float, default=120.0)
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    add_quick_flag(parser)
     args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.size = 1, 128
     comfyui = os.environ.get("COMFYUI_PATH")
     if not comfyui or not os.path.isfile(os.path.join(comfyui, "main.py")):
         print("COMFYUI_PATH must point to a ComfyUI 0.8 checkout (a folder with main.py).", file=sys.stderr)
@@ -193,15 +198,15 @@ def main(argv=None) -> int:
     print(
         f"exit after SIGTERM, monitored/no-pack ratio: median {result['exit_monitored_to_no_pack_ratio']['median']:.2f}"
     )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
     print(
         verdict(
             "runs route while a prompt runs and 2 clients watch", latency["busy_watched_s"], ROUTE_TARGET_S
         )
     )
     print(verdict("monitored server exit after SIGTERM mid-prompt", exits["monitored"], EXIT_TARGET_S))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
     return 0
 
 

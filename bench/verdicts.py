@@ -7,8 +7,11 @@ per-pair ratios state that noise. The median decides the verdict.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Sequence
+
+VERDICT = re.compile(r"^verdict: (met|not met) \| [^|]+ \| .+$")
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:
@@ -32,3 +35,12 @@ def add_quick_flag(parser) -> None:
         action="store_true",
         help="tiny sizes, 1-2 repeats: checks that the bench runs; its figures mean nothing",
     )
+
+
+def trailing_verdicts(output: str) -> list[str]:
+    """The verdict lines a bench's output ends with (every line from the first verdict line on
+    must be one); [] when it does not end with verdicts."""
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    first = next((i for i, line in enumerate(lines) if line.startswith("verdict:")), len(lines))
+    tail = lines[first:]
+    return tail if tail and all(VERDICT.match(line) for line in tail) else []

@@ -79,7 +79,7 @@ def test_time_only_rows_and_phases(time_only, no_spans):
         assert node["peak_rss_method"] is None and node["peak_rss_above_start_bytes"] is None
     first, steps = report["nodes"][0], report["nodes"][1:5]
     assert all(first["start_offset_s"] <= s["start_offset_s"] for s in steps)  # one clock: nested
-    assert first["duration_s"] >= sum(s["duration_s"] for s in steps)
+    assert first["duration_s"] >= sum(s["duration_s"] for s in steps)  # one clock: contains its steps
     details = report["steps"][0]["details"]
     assert details["config"]["metrics"]["system_memory"] is False  # why the memory figures are None
     phases = {p["stage"]: p for p in details["phases"]}

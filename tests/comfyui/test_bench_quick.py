@@ -1,0 +1,14 @@
+"""The benches that need a ComfyUI checkout, in --quick mode: they run and end with their verdict
+lines (no timing asserted). Skipped without COMFYUI_PATH, like every test here."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.test_bench_quick import NEEDS_COMFYUI, run_quick
+
+
+@pytest.mark.bench
+@pytest.mark.parametrize("name", sorted(NEEDS_COMFYUI))
+def test_quick_run_ends_with_its_verdicts(name):
+    run_quick(name)
