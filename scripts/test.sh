@@ -39,9 +39,17 @@ if [ "${PM_COVERAGE:-0}" = "1" ]; then
   rc=$?
   "$PY" -m coverage combine --quiet
   echo "== coverage (lines)"
-  "$PY" -m coverage report --include='nodes/*' --skip-empty --precision=1 | tail -n 1 | sed 's/^TOTAL/nodes\/   /'
-  "$PY" -m coverage report --include='monitors/*' --skip-empty --precision=1 | tail -n 1 | sed 's/^TOTAL/monitors\//'
-  "$PY" -m coverage report --include='nodes/*' --skip-empty --precision=1 --sort=cover | head -n 12
+  for part in nodes monitors; do
+    "$PY" -m coverage report --include="$part/*" --skip-empty --precision=1 --sort=cover > ".venv/pm-coverage-$part.txt"
+    echo "$part/ $(awk '$1 == "TOTAL" {print $NF}' ".venv/pm-coverage-$part.txt") of lines"
+  done
+  echo "-- nodes/, least covered first"
+  sed -n '3,12p' .venv/pm-coverage-nodes.txt
+  # nodes/ is where the pack meets ComfyUI: CI keeps it measured by the real-ComfyUI tests.
+  if [ -n "${COMFYUI_PATH:-}" ] && ! awk '$1 == "TOTAL" {exit !($NF + 0 >= 85)}' .venv/pm-coverage-nodes.txt; then
+    echo "nodes/ line coverage is under 85 %" >&2
+    [ "$rc" -eq 0 ] && rc=1
+  fi
 else
   "$PY" -m pytest "$@"
   rc=$?
