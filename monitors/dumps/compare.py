@@ -28,7 +28,7 @@ from typing import Any
 from .files import DumpReader, open_dump
 
 CHUNK_ELEMENTS = 1 << 22  # the float64 path's chunk
-FAST_CHUNK_ELEMENTS = 1 << 18  # the fast path's: its four buffers stay in the CPU's caches
+FAST_CHUNK_ELEMENTS = 1 << 20  # the fast path's: four 4 MiB buffers, in the CPU's last-level cache; fewer kernel launches
 FLOAT64_MAX_ELEMENTS = 1 << 16
 STATUSES = ("identical", "close", "different", "incompatible", "nothing_to_compare")
 
