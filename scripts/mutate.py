@@ -561,7 +561,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mutate-") as tmp:
         works = [make_copy(root, Path(tmp) / f"work{i}") for i in range(max(1, args.jobs))]
         for module in args.modules:
-            tests = args.tests or tests_importing(root, module)
+            tests = args.tests or tests_importing(
+                works[0], module
+            )  # the copy: files added since are not in it
             if not tests:
                 log.error("%s: no tests import it; name them with --tests", module)
                 failed = True
