@@ -4,10 +4,13 @@ added above its start, nesting (scripts/mutate.py survivors of the first tests).
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from monitors import span as span_module
 from monitors.probes.fake import GiB, fake_probes
-from monitors.span import METHOD_KERNEL_HWM, METHOD_SAMPLED, Change, Span, SpanResult
+from monitors.span import METHOD_KERNEL_HWM, METHOD_SAMPLED, Change, Span, SpanResult, memory_picture
 from tests.unit.fake_clock import FakeClock, install
 
 MiB = 1024**2
@@ -153,3 +156,49 @@ def test_a_span_cannot_start_twice_or_stop_unstarted():
         span.start()
     span.stop()
     assert span.is_open is False
+
+
+def test_results_are_frozen():
+    probes = fake_probes("no GPU")
+    with Span("s", probes=probes) as span:
+        pass
+    result = span.result
+    for value, name in (
+        (result, "duration_s"),
+        (result.peaks["process_rss_bytes"], "value"),
+        (Change(1, 2, 1, 100.0), "delta"),
+    ):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, name, 0)
+
+
+def test_memory_picture_changes_and_reasons(clock):
+    probes = fake_probes("no GPU")
+    probes.host.fail.add("system_memory")  # no RAM reading at the start ...
+    span = Span("s", probes=probes).start()
+    probes.host.fail.clear()  # ... but one at the end
+    probes.host.set_rss(1 * GiB)
+    clock.advance(2.0)
+    picture = memory_picture(span.stop())
+    assert picture["process_rss_bytes"] == {
+        "baseline": 512 * MiB,
+        "end": 1 * GiB,
+        "change": 512 * MiB,
+        "change_pct": 100.0,
+        "peak": 1 * GiB,
+        "peak_at_s": 2.0,
+    }
+    assert picture["system_ram"]["used_bytes"]["end"] == 4 * GiB
+    assert picture["system_ram"]["used_bytes"]["baseline"] is None
+    assert "system_ram" not in picture["unknown_reasons"]
+    assert picture["unknown_reasons"]["gpus"] == "no GPU seen by torch or NVML"
+    assert picture["duration_s"] == 2.0
+
+
+def test_device_index_of_names_without_a_number_is_zero():
+    assert [span_module._device_index(name) for name in ("cuda:3", "cuda:12", "cuda", "cuda:x")] == [
+        3,
+        12,
+        0,
+        0,
+    ]
