@@ -156,13 +156,14 @@ def test_side_walks_one_hop_per_clone_with_exact_norms():
         for key in keys:
             summed[key] = summed.get(key, 0) + materialised_change(patches, strength, key)
     exact = sum(float(torch.linalg.vector_norm(c)) ** 2 for c in summed.values()) ** 0.5
-    assert overall["delta_norm"] == pytest.approx(exact, rel=1e-9)
+    # 1e-6: single-patch weights take float32 Gram matrices (issue 14: within 1e-4 of float64)
+    assert overall["delta_norm"] == pytest.approx(exact, rel=1e-6)
     base_total = sum(float(torch.linalg.vector_norm(state[k].double())) ** 2 for k in WEIGHTS) ** 0.5
-    assert overall["relative_change"] == pytest.approx(exact / base_total, rel=1e-9)
+    assert overall["relative_change"] == pytest.approx(exact / base_total, rel=1e-6)
     assert overall["delta_norm_partial"] is False
     weights = {w["key"]: w for w in side["overall"]["weights"]}
     for key, change in summed.items():
-        assert weights[key]["delta_norm"] == pytest.approx(float(torch.linalg.vector_norm(change)), rel=1e-9)
+        assert weights[key]["delta_norm"] == pytest.approx(float(torch.linalg.vector_norm(change)), rel=1e-6)
     assert overall["ranks"] == [2, 4] and overall["n_by_type"] == {"lora": 5}
     blocks = side["overall"]["by_block"]
     assert set(blocks) == {"diffusion_model.blocks.0", "diffusion_model.blocks.1", "diffusion_model.out"}
