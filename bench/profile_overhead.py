@@ -18,6 +18,15 @@ Target (issue 14: <= 0.5 ms per prompt plus <= 0.1 ms per profiled node on the C
 per-round wall difference monitored - no_pack, median over rounds, within 0.5 + 0.1 x 6 ms; the
 verdict line (last) gives it with min/median/max and the per-round ratio. --quick: 2 prompts
 after 1 warm-up (checks that it runs).
+
+--monitor-nodes: every monitor node (models, LoRA, conditioning, VAE encode `auto`, latent, tensor
+dump and compare, on the tests' tiny models and testing pack) beside a work chain of at least
+0.5 s (EmptyImage -> ImageBlur -> ImageInvert -> PreviewImage, --work-size), against the work
+chain alone, on one server with the pack, in interleaved pairs with a new seed and colour each
+prompt. The difference also holds the monitors' tiny source nodes (noise image, conditioning, the
+VAE encode itself), so it bounds the monitor nodes' cost from above. Target (issue 14): <= 1 % of
+the prompt, per-pair ratio median <= 1.01; the monitor nodes' own time from the per-node profile
+is printed beside it.
 """
 
 from __future__ import annotations
@@ -295,10 +304,18 @@ def main(argv=None) -> int:
     parser.add_argument("--startup-timeout", type=float, default=120.0)
     parser.add_argument("--keep", action="store_true", help="keep the temporary base directories and logs")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument(
+        "--monitor-nodes",
+        action="store_true",
+        help="the configuration with every monitor node beside a >= 0.5 s work chain (see above)",
+    )
+    parser.add_argument("--work-size", type=int, default=1024, help="--monitor-nodes: work image side")
     add_quick_flag(parser)
     args = parser.parse_args(argv)
     if args.quick:
         args.prompts, args.warmup = 2, 1
+    if args.monitor_nodes:
+        return monitor_nodes_main(args)
 
     comfyui = os.environ.get("COMFYUI_PATH")
     if not comfyui or not os.path.isfile(os.path.join(comfyui, "main.py")):
@@ -404,6 +421,101 @@ def main(argv=None) -> int:
         )
     )
     return 0 if ok else 1
+
+
+MONITOR_NODES_TARGET_RATIO = 1.01
+MIN_PROMPT_S = 0.5
+
+
+def work_chain(color: int, size: int, first_id: int = 100) -> dict:
+    """A prompt's real work (>= 0.5 s at the default size on a 2-core CPU), ending in an output."""
+    a, b, c, d = (str(first_id + i) for i in range(4))
+    return {
+        a: {
+            "class_type": "EmptyImage",
+            "inputs": {"width": size, "height": size, "batch_size": 1, "color": color},
+        },
+        b: {"class_type": "ImageBlur", "inputs": {"image": [a, 0], "blur_radius": 8, "sigma": 4.0}},
+        c: {"class_type": "ImageInvert", "inputs": {"image": [b, 0]}},
+        d: {"class_type": "PreviewImage", "inputs": {"images": [c, 0]}},
+    }
+
+
+def monitor_nodes_main(args) -> int:
+    comfyui = os.environ.get("COMFYUI_PATH")
+    if not comfyui or not os.path.isfile(os.path.join(comfyui, "main.py")):
+        print("COMFYUI_PATH must point to a ComfyUI 0.8 checkout; not measuring.", file=sys.stderr)
+        return 2
+    from pathlib import Path
+
+    from tests.comfyui import test_soak
+    from tests.comfyui.conftest import HERE, ComfyServer, free_port
+
+    base = Path(tempfile.mkdtemp(prefix="pm-monitor-nodes-"))
+    for sub in ("custom_nodes", "models", "input", "output", "user"):
+        (base / sub).mkdir(parents=True, exist_ok=True)
+    (base / "custom_nodes" / "pipeline-monitor").symlink_to(REPO_ROOT, target_is_directory=True)
+    (base / "custom_nodes" / "pm_testing_pack").symlink_to(HERE / "testing_pack", target_is_directory=True)
+    subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "scripts", "make_tiny_models.py"), str(base)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    test_soak.write_lora(base)
+    size = 64 if args.quick else args.work_size
+    server = ComfyServer(base, free_port(), base / "server.log").start()
+    durations = {"monitored": [], "plain": []}
+    monitor_s, ratios = [], []
+    try:
+        color = 1
+        for r in range(args.warmup + args.prompts):
+            order = ("monitored", "plain") if r % 2 == 0 else ("plain", "monitored")
+            pair = {}
+            for variant in order:
+                color = (color * 48271) % 0xFFFFFF or 1  # a new colour and seed: nothing cached
+                prompt = work_chain(color, size)
+                if variant == "monitored":
+                    prompt.update(test_soak.soak_prompt(color))
+                prompt_id, history = server.run(prompt)
+                if history["status"]["status_str"] != "success":
+                    raise RuntimeError(f"{variant} prompt failed: {history['status']}")
+                report = server.get_json(f"/pipeline_monitor/runs/{prompt_id}")
+                pair[variant] = report["duration_s"]
+                if variant == "monitored" and r >= args.warmup:
+                    monitor_s.append(
+                        sum(
+                            n.get("duration_s") or 0.0
+                            for n in report["nodes"]
+                            if str(n.get("class_type")).startswith("PipelineMonitor")
+                        )
+                    )
+            if r >= args.warmup:
+                for variant, value in pair.items():
+                    durations[variant].append(value)
+                ratios.append(pair["monitored"] / pair["plain"])
+    finally:
+        server.stop()
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+    plain_median = statistics.median(durations["plain"])
+    print(
+        f"every monitor node beside a {size}x{size} work chain, {len(ratios)} pairs on one server with the pack"
+    )
+    print(f"  prompt duration, work chain alone: {fmt_spread(durations['plain'], '.3f', ' s')}")
+    print(f"  prompt duration, with monitors:    {fmt_spread(durations['monitored'], '.3f', ' s')}")
+    print(f"  monitor nodes' own time (profile): {fmt_spread(monitor_s, '.4f', ' s')}")
+    long_enough = plain_median >= MIN_PROMPT_S
+    if not long_enough:
+        print(f"  the work chain took under {MIN_PROMPT_S} s: raise --work-size for a meaningful figure")
+    print(
+        verdict_line(
+            long_enough and statistics.median(ratios) <= MONITOR_NODES_TARGET_RATIO,
+            f"every monitor node <= 1 % of a >= {MIN_PROMPT_S:g} s prompt",
+            "ratio with / without " + fmt_spread(ratios, ".4f"),
+        )
+    )
+    return 0
 
 
 if __name__ == "__main__":
