@@ -32,7 +32,9 @@ larger than the variance) the std's relative error grows by mean**2 / variance; 
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 from typing import Any
 
 CHUNK_ELEMENTS = 1 << 20  # 1 Mi elements per pass: bounded temporary memory, kept in cache
@@ -45,6 +47,39 @@ SUM_CHAIN_BOUND = 256  # rounded additions an element goes through in torch's re
 # stays within one unit roundoff of mean(x**2) when peak**2 >= n * smallest_normal / u; below, the
 # exact float64 path.
 UNDERFLOW_SCALE = {"float32": 2.0**-126 / 2.0**-24, "float64": 2.0**-1022 / 2.0**-53}
+
+
+_threads_lock = threading.Lock()
+_threads_users = 0
+_threads_saved: int | None = None
+
+
+@contextlib.contextmanager
+def one_cpu_thread(device_type: str):
+    """Torch's intra-op threads limited to one while CPU chunks are reduced. Every kernel on a
+    chunk ends in a thread-pool barrier; on a shared, loaded CPU that barrier waits for a
+    descheduled worker, and the few kernels per chunk ran 15-50x slower than the same work on one
+    thread (bench/tensor_stats.py on 2 busy cores), while one thread streams several GB/s.
+    Process-wide while held (torch has no per-call setting); nested and concurrent users share it."""
+    global _threads_users, _threads_saved
+    if device_type != "cpu":
+        yield
+        return
+    import torch
+
+    with _threads_lock:
+        if _threads_users == 0:
+            _threads_saved = torch.get_num_threads()
+            if _threads_saved != 1:
+                torch.set_num_threads(1)
+        _threads_users += 1
+    try:
+        yield
+    finally:
+        with _threads_lock:
+            _threads_users -= 1
+            if _threads_users == 0 and _threads_saved not in (None, 1):
+                torch.set_num_threads(_threads_saved)
 
 
 def describe_tensor(tensor) -> dict[str, Any]:
@@ -80,7 +115,7 @@ def value_stats(tensor) -> dict[str, Any]:
         return _exact_float64_stats(flat, stats)
     small = n <= FLOAT64_MAX_ELEMENTS
     acc = torch.float64 if small or flat.dtype == torch.float64 else torch.float32
-    with torch.no_grad():
+    with torch.no_grad(), one_cpu_thread(flat.device.type):
         mins, maxs, sums, sums_sq = _chunk_reductions(flat, acc)
         lo_s, hi_s, sum_s, sq_s = torch.stack(
             [

@@ -25,10 +25,13 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..tensor_stats import one_cpu_thread
 from .files import DumpReader, open_dump
 
 CHUNK_ELEMENTS = 1 << 22  # the float64 path's chunk
-FAST_CHUNK_ELEMENTS = 1 << 20  # the fast path's: four 4 MiB buffers, in the CPU's last-level cache; fewer kernel launches
+FAST_CHUNK_ELEMENTS = (
+    1 << 20
+)  # the fast path's: four 4 MiB buffers, in the CPU's last-level cache; fewer kernel launches
 FLOAT64_MAX_ELEMENTS = 1 << 16
 STATUSES = ("identical", "close", "different", "incompatible", "nothing_to_compare")
 
@@ -69,7 +72,7 @@ def compare_pair(a, b, rtol: float, atol: float) -> dict[str, Any]:
     flat_a, flat_b = a.detach().reshape(-1), b.detach().reshape(-1)
     if flat_b.device != flat_a.device:  # a dump (CPU) against a live GPU value: compare on the GPU
         flat_a = flat_a.to(flat_b.device)
-    with torch.no_grad():
+    with torch.no_grad(), one_cpu_thread(flat_a.device.type):
         totals = _fast_totals(flat_a, flat_b, rtol, atol)
         if totals is None:
             totals = _float64_totals(flat_a, flat_b, rtol, atol)

@@ -144,3 +144,25 @@ def test_default_chunks_of_a_large_offset_tensor_stay_within_the_bound():
     assert abs(stats["mean"] - float(ref.mean())) <= bound["mean"]
     assert abs(stats["std"] - float(ref.std(unbiased=False))) <= bound["std"]
     assert stats["min"] == float(ref.min()) and stats["max"] == float(ref.max())
+
+
+def test_cpu_chunks_run_on_one_intra_op_thread_and_the_count_is_restored(monkeypatch):
+    before = torch.get_num_threads()
+    seen = []
+    original = tensor_stats._chunk_reductions
+
+    def spy(flat, acc):
+        seen.append(torch.get_num_threads())
+        return original(flat, acc)
+
+    monkeypatch.setattr(tensor_stats, "_chunk_reductions", spy)
+    value_stats(torch.randn(100))
+    assert seen == [1] and torch.get_num_threads() == before
+
+    def boom(flat, acc):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(tensor_stats, "_chunk_reductions", boom)
+    with pytest.raises(RuntimeError):
+        value_stats(torch.randn(100))
+    assert torch.get_num_threads() == before
