@@ -47,12 +47,18 @@ def frobenius_norm(tensor) -> float:
     import torch
 
     flat = tensor.detach().reshape(-1)
-    wide = flat.dtype == torch.float64
+    n = int(flat.numel())
     total = 0.0
     with torch.no_grad():
-        for start in range(0, int(flat.numel()), CHUNK_ELEMENTS):
+        # One reused buffer, squared in place: a new float32 copy and a squares tensor per chunk
+        # cost twice the time (allocation and cache misses).
+        dtype = torch.float64 if flat.dtype == torch.float64 else torch.float32
+        buffer = torch.empty(min(n, CHUNK_ELEMENTS), dtype=dtype, device=flat.device)
+        for start in range(0, n, CHUNK_ELEMENTS):
             chunk = flat[start : start + CHUNK_ELEMENTS]
-            squares = float(torch.sum(torch.square(chunk.to(torch.float64 if wide else torch.float32))))
+            values = buffer[: chunk.numel()]
+            values.copy_(chunk)
+            squares = float(torch.sum(values.mul_(values)))
             if not math.isfinite(squares):  # a square beyond float32's range (bf16/fp32 > 1.8e19)
                 squares = float(torch.sum(torch.square(chunk.to(torch.float64))))
             total += squares
