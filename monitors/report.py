@@ -3,7 +3,7 @@
 One vocabulary for Python, JSON and the panel: units in names (`_bytes`, `_s`, `_pct`), counts as
 `n_...`, unknown as None. Each step kind's summary keys are declared once in monitors/vocabulary.py
 (and monitors/<kind>/summary.py). Bump SCHEMA_VERSION on any incompatible change, declare the key
-renames there, and regenerate `schemas/run_report.schema.json` (python -m monitors.vocabulary --write).
+renames there, and regenerate `schemas/run_report.schema.json` (python -m monitors.generated_files --write).
 """
 
 from __future__ import annotations

@@ -4,118 +4,24 @@
 and of the panel (`web/lib/vocabulary.generated.mjs`), the node's UI text, and the v1 -> v2 key
 renames applied when an older report is read.
 
-`python -m monitors.vocabulary --write` regenerates the schema, the panel module and
-docs/metrics-reference.md (monitors/metrics_reference.py); `--check` exits 1 when one is stale
-(a unit test does the same).
+The declarations are written in `monitors/summary_fields.py`'s terms; `python -m
+monitors.generated_files --write` regenerates the schema, the panel module and
+docs/metrics-reference.md from them (`--check` exits 1 when one is stale; a unit test does the same).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
-import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from . import report as run_report
+from .summary_fields import StepKindVocabulary, SummaryField
 
-# unit -> what the field's name must say about it (a test checks every declared name)
-UNITS = ("bytes", "s", "pct", "ratio", "fraction", "per_s", "count")
-JSON_TYPES = ("integer", "number", "string", "boolean", "array", "object")
 MISSING = "–"
-
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCHEMA_PATH = os.path.join(REPO_ROOT, "schemas", "run_report.schema.json")
-JS_PATH = os.path.join(REPO_ROOT, "web", "lib", "vocabulary.generated.mjs")
-
-
-@dataclass(frozen=True)
-class SummaryField:
-    """One key of a step's summary. `unit` decides formatting; None is a plain value."""
-
-    name: str
-    label: str
-    unit: str | None
-    description: str
-    json_type: str | tuple[str, ...]
-    headline: bool = False  # shown first in the panel and in the node's UI text
-    nullable: bool = True
-    # A reading of the whole process or system at the step (not what the step itself did): a
-    # comparison shows it but never flags it as the step's regression.
-    process_wide: bool = False
-
-    def __post_init__(self):
-        if self.unit is not None and self.unit not in UNITS:
-            raise ValueError(f"{self.name}: unknown unit {self.unit!r}")
-        types = (self.json_type,) if isinstance(self.json_type, str) else self.json_type
-        if any(t not in JSON_TYPES for t in types):
-            raise ValueError(f"{self.name}: unknown JSON type {self.json_type!r}")
-
-    def schema(self) -> dict:
-        types = [self.json_type] if isinstance(self.json_type, str) else list(self.json_type)
-        if self.nullable:
-            types.append("null")
-        out: dict[str, Any] = {
-            "type": types[0] if len(types) == 1 else types,
-            "description": self.description,
-        }
-        return out
-
-
-@dataclass(frozen=True)
-class StepKindVocabulary:
-    kind: str
-    title: str
-    fields: tuple[SummaryField, ...]
-    # keys of schema_version 1 reports -> their version 2 names
-    v1_renames: Mapping[str, str] = field(default_factory=dict)
-
-    def __post_init__(self):
-        names = [f.name for f in self.fields]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"{self.kind}: fields declared twice: {duplicates}")
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(f.name for f in self.fields)
-
-    @property
-    def headline(self) -> tuple[str, ...]:
-        return tuple(f.name for f in self.fields if f.headline)
-
-    def field(self, name: str) -> SummaryField | None:
-        return self._by_name().get(name)
-
-    def _by_name(self) -> dict[str, SummaryField]:
-        cache = self.__dict__.get("_cache")
-        if cache is None:
-            cache = {f.name: f for f in self.fields}
-            object.__setattr__(self, "_cache", cache)
-        return cache
-
-
-def sided(prefixes: tuple[str, ...], templates: tuple[SummaryField, ...], headline: tuple[str, ...] = ()):
-    """The same fields once per side (`positive_n_tokens`, `negative_n_tokens`...)."""
-    out = []
-    for prefix in prefixes:
-        for t in templates:
-            name = f"{prefix}_{t.name}"
-            out.append(
-                SummaryField(
-                    name,
-                    f"{prefix} {t.label}",
-                    t.unit,
-                    f"{prefix}: {t.description}",
-                    t.json_type,
-                    headline=name in headline,
-                    nullable=t.nullable,
-                )
-            )
-    return tuple(out)
 
 
 # -- registry -------------------------------------------------------------------------------------
@@ -128,7 +34,8 @@ def registry() -> dict[str, StepKindVocabulary]:
     """kind -> its declaration, in the order of monitors.report.STEP_KINDS."""
     global _REGISTRY
     if _REGISTRY is None:
-        # Imported here: each declaration module imports this one for the dataclasses.
+        # Imported on first use: importing monitors.profiling runs its whole API, which renders
+        # HTML with this module.
         from .conditioning.summary import CONDITIONING
         from .dumps.summary import TENSOR_COMPARE, TENSOR_DUMP
         from .latent.summary import LATENT
@@ -137,7 +44,7 @@ def registry() -> dict[str, StepKindVocabulary]:
         from .profiling.summary import PROFILING
         from .vae.summary import VAE_ENCODE
 
-        kinds = [MODELS, LORA, CONDITIONING, VAE_ENCODE, LATENT, TENSOR_DUMP, TENSOR_COMPARE, PROFILING]
+        kinds = (MODELS, LORA, CONDITIONING, VAE_ENCODE, LATENT, TENSOR_DUMP, TENSOR_COMPARE, PROFILING)
         by_kind = {k.kind: k for k in kinds}
         if tuple(by_kind) != tuple(run_report.STEP_KINDS):
             raise RuntimeError(f"vocabulary kinds {tuple(by_kind)} differ from STEP_KINDS {run_report.STEP_KINDS}")
@@ -332,129 +239,3 @@ def upgrade_report(report: Mapping[str, Any]) -> dict:
     ]
     out["schema_version"] = run_report.SCHEMA_VERSION
     return out
-
-
-# -- generated files ------------------------------------------------------------------------------
-
-
-def summary_schema(vocab: StepKindVocabulary) -> dict:
-    return {
-        "type": "object",
-        "description": f"Key figures of a `{vocab.kind}` step (monitors vocabulary).",
-        "additionalProperties": False,
-        "properties": {f.name: f.schema() for f in vocab.fields},
-    }
-
-
-def generated_schema(base: Mapping[str, Any]) -> dict:
-    """The run report schema with each kind's summary definition from the vocabulary."""
-    schema = copy.deepcopy(dict(base))
-    schema["properties"]["schema_version"] = {"const": run_report.SCHEMA_VERSION}
-    defs = schema["$defs"]
-    for name in [n for n in defs if n.startswith("summary_")]:
-        del defs[name]
-    step = defs["step"]
-    step["properties"]["summary"] = {"type": "object"}  # unknown kinds: any object
-    step["allOf"] = []
-    for kind, vocab in registry().items():
-        defs[f"summary_{kind}"] = summary_schema(vocab)
-        step["allOf"].append(
-            {
-                "if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
-                "then": {"properties": {"summary": {"$ref": f"#/$defs/summary_{kind}"}}},
-            }
-        )
-    return schema
-
-
-def schema_text(base: Mapping[str, Any]) -> str:
-    return json.dumps(generated_schema(base), indent=1, ensure_ascii=False) + "\n"
-
-
-def js_data() -> dict:
-    kinds = {}
-    for kind, vocab in registry().items():
-        kinds[kind] = {
-            "title": vocab.title,
-            "headline": list(vocab.headline),
-            "fields": {
-                f.name: {
-                    "label": f.label,
-                    "unit": f.unit,
-                    "description": f.description,
-                    **({"processWide": True} if f.process_wide else {}),
-                }
-                for f in vocab.fields
-            },
-            "v1Renames": dict(vocab.v1_renames),
-        }
-    return {"schemaVersion": run_report.SCHEMA_VERSION, "kinds": kinds}
-
-
-def js_text() -> str:
-    data = js_data()
-    keys = {kind: {name: name for name in info["fields"]} for kind, info in data["kinds"].items()}
-    dump = lambda value: json.dumps(value, indent=1, ensure_ascii=False)  # noqa: E731
-    return (
-        "// GENERATED by `python -m monitors.vocabulary --write` from the step kinds' declarations in\n"
-        "// monitors/*/summary.py. Do not edit: change the declaration and regenerate (a test checks).\n\n"
-        "/** @typedef {{label: string, unit: string | null, description: string, processWide?: boolean}} FieldInfo */\n"
-        "/** @typedef {{title: string, headline: string[], fields: Record<string, FieldInfo>, "
-        "v1Renames: Record<string, string>}} KindVocabulary */\n\n"
-        f"export const SCHEMA_VERSION = {data['schemaVersion']};\n\n"
-        "/** @type {Record<string, KindVocabulary>} */\n"
-        f"export const VOCABULARY = {dump(data['kinds'])};\n\n"
-        "/** Summary keys per kind, for code that reads a figure (so no key is spelled by hand). */\n"
-        f"export const KEYS = /** @type {{const}} */ ({dump(keys)});\n"
-    )
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def expected_files() -> dict[str, str]:
-    with open(SCHEMA_PATH, encoding="utf-8") as f:
-        base = json.load(f)
-    from .metrics_reference import DOC_PATH, document_text  # built on this module's registry
-
-    return {SCHEMA_PATH: schema_text(base), JS_PATH: js_text(), DOC_PATH: document_text()}
-
-
-def stale_files() -> list[str]:
-    return [path for path, text in expected_files().items() if _read(path) != text]
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="python -m monitors.vocabulary", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--write", action="store_true", help="regenerate the schema and the panel module")
-    parser.add_argument("--check", action="store_true", help="exit 1 when a generated file is stale")
-    args = parser.parse_args(argv)
-    if args.write:
-        for path, text in expected_files().items():
-            if _read(path) != text:
-                with open(path, "w", encoding="utf-8") as f:
-                    f.write(text)
-                sys.stderr.write(f"wrote {os.path.relpath(path, REPO_ROOT)}\n")
-        return 0
-    stale = stale_files()
-    for path in stale:
-        sys.stderr.write(
-            f"stale: {os.path.relpath(path, REPO_ROOT)} (run python -m monitors.vocabulary --write)\n"
-        )
-    return 1 if stale else 0
-
-
-if __name__ == "__main__":
-    # Run through the package's own module, so the declarations and this code share one registry.
-    from monitors.vocabulary import main as package_main
-
-    sys.exit(package_main())

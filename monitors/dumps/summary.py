@@ -3,7 +3,7 @@ monitors/vocabulary.py)."""
 
 from __future__ import annotations
 
-from ..vocabulary import StepKindVocabulary, SummaryField
+from ..summary_fields import StepKindVocabulary, SummaryField
 
 TENSOR_DUMP = StepKindVocabulary(
     kind="tensor_dump",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..vocabulary import StepKindVocabulary, SummaryField
+from ..summary_fields import StepKindVocabulary, SummaryField
 
 LATENT = StepKindVocabulary(
     kind="latent",

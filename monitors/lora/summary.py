@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..vocabulary import StepKindVocabulary, SummaryField, sided
+from ..summary_fields import StepKindVocabulary, SummaryField, sided
 
 SIDES = ("model", "clip")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..vocabulary import StepKindVocabulary, SummaryField
+from ..summary_fields import StepKindVocabulary, SummaryField
 
 # memory figures per metric: rss always, the GPU ones when the encode ran on a GPU
 MEMORY_METRICS = ("rss", "gpu_allocated", "gpu_reserved")

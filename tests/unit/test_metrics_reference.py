@@ -170,6 +170,6 @@ def test_path_matching_is_strict():
 def test_document_is_generated_and_names_every_figure():
     with open(DOC_PATH, encoding="utf-8") as f:
         text = f.read()
-    assert text == document_text(), "stale: run python -m monitors.vocabulary --write"
+    assert text == document_text(), "stale: run python -m monitors.generated_files --write"
     for figure in all_figures():
         assert f"`{figure.path}`" in text

@@ -10,6 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from monitors import generated_files
 from monitors import vocabulary as vocab
 from monitors.aggregate import load_report
 from monitors.exporters.html import render_html
@@ -47,8 +48,8 @@ def test_field_names_carry_their_unit(kind, field):
 
 
 def test_generated_files_are_not_stale():
-    stale = [str(Path(p).relative_to(REPO)) for p in vocab.stale_files()]
-    assert not stale, f"regenerate with `python -m monitors.vocabulary --write`: {stale}"
+    stale = [str(Path(p).relative_to(REPO)) for p in generated_files.stale_files()]
+    assert not stale, f"regenerate with `python -m monitors.generated_files --write`: {stale}"
 
 
 def test_schema_summary_of_each_kind_is_its_declaration():
@@ -162,7 +163,7 @@ def test_html_report_of_a_v1_report_uses_v2_labels():
 
 def test_command_line_check_passes():
     result = subprocess.run(
-        [sys.executable, "-m", "monitors.vocabulary", "--check"],
+        [sys.executable, "-m", "monitors.generated_files", "--check"],
         cwd=REPO, capture_output=True, text=True, check=False,
     )
     assert result.returncode == 0, result.stderr
