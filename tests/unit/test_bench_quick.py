@@ -33,9 +33,9 @@ def source(name: str) -> str:
 NEEDS_COMFYUI = {name for name in ALL_BENCHES if "COMFYUI_PATH" in source(name)}
 
 
-def run_quick(name: str, env: dict | None = None) -> list[str]:
+def run_quick(name: str, env: dict | None = None, args: tuple[str, ...] = ()) -> list[str]:
     proc = subprocess.run(
-        [sys.executable, "-m", f"bench.{name}", "--quick"],
+        [sys.executable, "-m", f"bench.{name}", "--quick", *args],
         cwd=REPO,
         env={**os.environ, **(env or {})},
         capture_output=True,
