@@ -282,7 +282,7 @@ def loader_findings(loader: Mapping, file_status: Mapping | None, coverage: Mapp
             findings.append(
                 Finding(
                     "error" if foreign else "warning",
-                    f"{where}: {other} of {n} keys unmatched, ComfyUI ignores them{hint} (see unmatched_keys)",
+                    f"{where}: {other} of {n} keys unmatched, ComfyUI ignores them{hint} (their names are in the report, by block)",
                     "lora_keys_unmatched",
                 )
             )

@@ -172,7 +172,7 @@ def test_report_counts_equal_the_planted_truth(server, lora_runs):
     assert all(r["delta_norm"] > 0 and r["relative_change"] > 0 for r in rows)
     findings = {f["code"]: f for f in step["findings"]}
     assert set(findings) == {"lora_keys_unmatched", "lora_text_encoder_keys"}
-    assert findings["lora_keys_unmatched"]["message"].endswith("5 of 66 keys unmatched, ComfyUI ignores them (see unmatched_keys)")
+    assert findings["lora_keys_unmatched"]["message"].endswith("5 of 66 keys unmatched, ComfyUI ignores them (their names are in the report, by block)")
     text = history["outputs"]["3"]["text"][0]
     assert text.startswith(headline_text("lora", step["summary"])) and "5 of 66 keys unmatched" in text
 

@@ -194,15 +194,15 @@ def test_findings_for_key_coverage():
     for matched in (580, 467):
         (some,) = loader_findings(LOADER, None, coverage(700, matched))
         assert some.level == "warning" and "another base model" not in some.message
-        assert f"{700 - matched} of 700 keys unmatched, ComfyUI ignores them (see" in some.message
+        assert f"{700 - matched} of 700 keys unmatched, ComfyUI ignores them (their names" in some.message
     # most keys stray (above UNMATCHED_FOREIGN_FRACTION = 50 %): an error
     (most,) = loader_findings(LOADER, None, coverage(700, 340))
     assert most.level == "error" and most.message.endswith(
         "360 of 700 keys unmatched, ComfyUI ignores them: most keys are stray, this LoRA was made for "
-        "another base model (see unmatched_keys)"
+        "another base model (their names are in the report, by block)"
     )
     (few,) = loader_findings(LOADER, None, coverage(700, 690))
-    assert "10 of 700 keys unmatched, ComfyUI ignores them (see" in few.message
+    assert "10 of 700 keys unmatched, ComfyUI ignores them (their names" in few.message
     text_only = loader_findings(LOADER, None, coverage(700, 500, text=200))
     assert (
         finding_codes(text_only) == ["lora_text_encoder_keys"]
