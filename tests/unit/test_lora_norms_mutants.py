@@ -119,3 +119,51 @@ def test_kron_norm_is_the_product():
     left, right = torch.randn(3, 2, dtype=torch.float64), torch.randn(2, 4, dtype=torch.float64)
     kron = float(torch.linalg.matrix_norm(torch.kron(left, right)))
     assert norms.kron_norm(norms.frobenius_norm(left), norms.frobenius_norm(right)) == pytest.approx(kron)
+
+
+def test_gram_error_bound_formula():
+    left = torch.tensor([[4.0, -1.0], [-1.0, 1.0]])
+    right = torch.tensor([[1.0, 2.0], [2.0, 9.0]])
+    # c_left = (2, 1), c_right = (1, 3): c_left |R| c_left = 4 + 8 + 9 = 21, c_right |L| c_right = 4 + 6 + 9 = 19
+    expected = 2.0 * 2.0**-24 * (math.sqrt(16) * 21 + math.sqrt(4) * 19)
+    assert norms._gram_error_bound(left, right, 16, 4) == pytest.approx(expected, rel=1e-6)
+
+
+def test_float32_factors_bound_the_error_with_the_outer_lengths(monkeypatch):
+    seen = []
+    original = norms._gram_error_bound
+
+    def recording(left, right, m, n):
+        seen.append((m, n))
+        return original(left, right, m, n)
+
+    monkeypatch.setattr(norms, "_gram_error_bound", recording)
+    up, down = (t.float() for t in _factors(11, (40, 3), (3, 24)))
+    reference = float(torch.linalg.matrix_norm(up.double() @ down.double()))
+    assert norms.lora_norm(up, down) == pytest.approx(reference, rel=1e-4)
+    assert seen == [(40, 24)]
+    assert norms.GRAM_SQUARED_TOLERANCE == 1e-4
+
+
+def test_float32_results_outside_the_tolerance_are_recomputed_in_float64(monkeypatch, gram_calls):
+    up, down = (t.float() for t in _factors(12, (30, 2), (2, 20)))
+    norms.lora_norm(up, down)
+    assert len(gram_calls) == 1  # float32 Grams, well within the tolerance
+    gram_calls.clear()
+    monkeypatch.setattr(norms, "GRAM_SQUARED_TOLERANCE", 0.0)
+    reference = float(torch.linalg.matrix_norm(up.double() @ down.double()))
+    assert norms.lora_norm(up, down) == pytest.approx(reference, rel=1e-12)
+    assert len(gram_calls) == 2 and gram_calls[1] == ((2, 2), (2, 2))
+
+
+def test_a_factor_of_any_rank_is_flattened_after_its_first_dimension():
+    up, down = _factors(13, (6, 3), (3, 7))
+    assert norms.lora_norm(up.reshape(6, 3, 1), down) == pytest.approx(norms.lora_norm(up, down), rel=1e-12)
+    assert norms.lora_norm(up, down.reshape(3, 7, 1)) == pytest.approx(norms.lora_norm(up, down), rel=1e-12)
+
+
+def test_loha_keeps_float64_factors_in_float64():
+    factors = _factors(14, (20, 3), (3, 30), (20, 3), (3, 30))
+    assert norms.loha_norm(*factors) == pytest.approx(_loha_reference(*factors), rel=1e-13)
+    single = [t.float() for t in factors]
+    assert norms.loha_norm(*single) == pytest.approx(_loha_reference(*factors), rel=1e-4)
