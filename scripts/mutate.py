@@ -541,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    # Stopped with SIGTERM, still end the running tests and remove the temporary copy.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     root = args.root.resolve()
 
     if args.list:
