@@ -167,3 +167,8 @@ def test_loha_keeps_float64_factors_in_float64():
     assert norms.loha_norm(*factors) == pytest.approx(_loha_reference(*factors), rel=1e-13)
     single = [t.float() for t in factors]
     assert norms.loha_norm(*single) == pytest.approx(_loha_reference(*factors), rel=1e-4)
+
+
+def test_frobenius_norm_of_float64_keeps_float64():
+    tiny = 2.0**-40  # lost in float32
+    assert norms.frobenius_norm(torch.tensor([1.0 + tiny], dtype=torch.float64)) == 1.0 + tiny
