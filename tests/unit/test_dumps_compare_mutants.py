@@ -148,3 +148,55 @@ def test_verdicts_name_the_worst_tensor_and_the_closest_figures():
     nothing = compare_sets(_lazy({"p": torch.zeros(1)}), _lazy({"q": torch.zeros(1)}), 0.0, 0.0)
     assert nothing["status"] == "nothing_to_compare"
     assert nothing["verdict"] == "nothing to compare: no tensor names in common (a: p; b: q)"
+
+
+@pytest.mark.parametrize("n", [3, 2**16])
+def test_float32_pairs_up_to_64_ki_elements_are_summed_in_float64(n):
+    a = torch.zeros(n)
+    b = torch.zeros(n)
+    b[:3] = torch.tensor([1e8, 1.0, 1e8])  # 2e8 + 1 is not a float32
+    assert compare_pair(a, b, 0.0, 0.0)["mean_abs_diff"] == (2e8 + 1) / n
+
+
+def test_float64_pairs_above_64_ki_elements_are_summed_in_float64():
+    a = torch.zeros(2**16 + 1, dtype=torch.float64)
+    b = a.clone()
+    b[0] = 1.0 + 2.0**-40  # lost in float32
+    row = compare_pair(a, b, 0.0, 0.0)
+    assert row["max_abs_diff"] == 1.0 + 2.0**-40 and row["n_not_close"] == 1
+
+
+def test_a_complex_tensor_on_either_side_is_not_compared():
+    for a, b in (
+        (torch.zeros(2, dtype=torch.complex64), torch.zeros(2)),
+        (torch.zeros(2), torch.zeros(2, dtype=torch.complex64)),
+    ):
+        assert compare_pair(a, b, 0.0, 0.0)["reason"] == "complex tensors are not compared"
+
+
+def test_verdict_details():
+    names = {f"p{i}": torch.zeros(1) for i in range(4)}
+    nothing = compare_sets(_lazy(names), _lazy({f"q{i}": torch.zeros(1) for i in range(4)}), 0.0, 0.0)
+    assert (
+        nothing["verdict"] == "nothing to compare: no tensor names in common (a: p0, p1, p2; b: q0, q1, q2)"
+    )
+    shapes = compare_sets(
+        _lazy({"s": torch.zeros(2), "t": torch.zeros(2)}),
+        _lazy({"s": torch.zeros(3), "t": torch.zeros(4)}),
+        0.0,
+        0.0,
+    )
+    assert shapes["verdict"] == "incompatible: shapes differ for s: [2] vs [3] and 1 more"
+    # the worst tensor is the one with the largest finite difference; all-NaN differences count as 0
+    worst = compare_sets(
+        _lazy({"nan": torch.tensor([NAN]), "off": torch.tensor([0.0, 0.0])}),
+        _lazy({"nan": torch.tensor([1.0]), "off": torch.tensor([0.0, 0.5])}),
+        0.0,
+        0.0,
+    )
+    assert worst["tensors"]["nan"]["max_abs_diff"] is None
+    assert worst["verdict"].startswith(
+        "different: 2 of 2 tensors outside rtol=0, atol=0; worst off: max abs diff 0.5,"
+    )
+    close = compare_sets(_lazy({"x": torch.tensor([1.0])}), _lazy({"x": torch.tensor([2.2345])}), 0.0, 2.0)
+    assert close["verdict"] == "close: 1 tensors within rtol=0, atol=2 (max abs diff 1.23, min cosine 1)"
