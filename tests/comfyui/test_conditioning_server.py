@@ -52,7 +52,7 @@ def test_node_is_served(server):
     assert info["output"] == ["CONDITIONING", "CONDITIONING", "CLIP"]
     assert info["output_node"] is True and info["category"] == "pipeline_monitor"
     assert list(info["input"]["required"]) == ["positive"]
-    assert set(info["input"]["optional"]) == {"negative", "clip"}
+    assert set(info["input"]["optional"]) == {"negative", "clip", "model", "memory_budget_mib"}
 
 
 def test_wan_shaped_conditioning_step(server, wan_run):
