@@ -112,3 +112,19 @@ def test_exact_path_with_no_finite_value_has_no_statistics():
     stats = {"min": None, "max": None, "mean": None, "std": None, "n_nan": 0, "n_inf": 0}
     out = tensor_stats._exact_float64_stats(torch.tensor([float("nan"), float("inf")]), stats)
     assert out == {"min": None, "max": None, "mean": None, "std": None, "n_nan": 1, "n_inf": 1}
+
+
+def test_one_cpu_thread_is_shared_by_nested_users_and_restores_the_count():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        with tensor_stats.one_cpu_thread("cpu"):
+            assert torch.get_num_threads() == 1
+            with tensor_stats.one_cpu_thread("cpu"):
+                assert torch.get_num_threads() == 1
+            assert torch.get_num_threads() == 1  # the outer user still holds it
+        assert torch.get_num_threads() == 3 and tensor_stats._threads_users == 0
+        with tensor_stats.one_cpu_thread("cuda"):  # GPU work leaves the CPU threads alone
+            assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(saved)
