@@ -35,7 +35,9 @@ pip_install() {
 }
 
 if [ -n "${COMFYUI_PYTHON:-}" ]; then
-    PY=$COMFYUI_PYTHON
+    PY=$(command -v "$COMFYUI_PYTHON") || { say "COMFYUI_PYTHON=$COMFYUI_PYTHON not found"; exit 1; }
+    # absolute: the demo starts ComfyUI from its own folder
+    PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"
     "$PY" -c 'import torch' 2>/dev/null || { say "COMFYUI_PYTHON=$PY has no torch: is it ComfyUI's Python?"; exit 1; }
     if ! "$PY" - "$REPO_ROOT/requirements.txt" <<'PYEOF' 2>/dev/null
 import sys
