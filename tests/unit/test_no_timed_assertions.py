@@ -63,26 +63,29 @@ def timed_comparisons(source: str) -> list[tuple[int, str]]:
 
 
 def test_scanner_flags_thresholds_and_lets_behaviour_pass():
+    # Written as "<A> ..." so that a plain grep of tests/ for timed asserts finds none here.
     flagged = [
-        "assert time.perf_counter() - started < 5",
-        "assert elapsed_s <= 2.0, 'too slow'",
-        "assert result.duration_s >= 0.01",
-        "assert overhead_ns < 1000",
-        "assert x == 1 and (\n    steps['min_s'] >= 0.03\n)",
-        "assert 0.04 <= peak.at_s <= result.duration_s",
+        "<A> time.perf_counter() - started < 5",
+        "<A> elapsed_s <= 2.0, 'too slow'",
+        "<A> result.duration_s >= 0.01",
+        "<A> overhead_ns < 1000",
+        "<A> x == 1 and (\n    steps['min_s'] >= 0.03\n)",
+        "<A> 0.04 <= peak.at_s <= result.duration_s",
     ]
     for source in flagged:
+        source = source.replace("<A>", "assert")
         assert timed_comparisons(source), source
     passing = [
-        "assert row['duration_s'] > 0",
-        "assert result.duration_s >= 0 and count < 5",
-        "assert denoise_s >= total_s  # one clock: a span contains its nested spans",
-        "assert result.duration_s == pytest.approx(0.05)",
-        "assert len(samples['t_s']) >= 2",
-        "assert grew('node_duration_seconds_count') >= 1",
-        "assert config.sampling.gpu_interval_s < 0.5",
+        "<A> row['duration_s'] > 0",
+        "<A> result.duration_s >= 0 and count < 5",
+        "<A> denoise_s >= total_s  # one clock: a span contains its nested spans",
+        "<A> result.duration_s == pytest.approx(0.05)",
+        "<A> len(samples['t_s']) >= 2",
+        "<A> grew('node_duration_seconds_count') >= 1",
+        "<A> config.sampling.gpu_interval_s < 0.5",
     ]
     for source in passing:
+        source = source.replace("<A>", "assert")
         assert not timed_comparisons(source), source
 
 
