@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from .input_changes import InputHistory, snapshot
 from .probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
 from .report import GPU_TIME_NO_CUDA, NodeProfile, RunReport, StepReport, node_profile_from_span
 from .span import Span
@@ -45,6 +46,8 @@ class _RunRecord:
     # (row index, start event, end event): elapsed times are read once, at the prompt's end, so
     # no node waits for the GPU
     gpu_pending: list[tuple] = field(default_factory=list)
+    # literal widget inputs at the start, compared at the end with the workflow's last run
+    inputs: dict | None = None
 
 
 def node_info_from_prompt(prompt: Mapping | None) -> dict[str, tuple[str | None, str | None]]:
@@ -137,6 +140,7 @@ class RunRecorder:
         self._run: _RunRecord | None = None
         self._lock = threading.RLock()
         self._last_steps: OrderedDict[tuple, StepReport] = OrderedDict()
+        self._input_history = InputHistory()
         self.system_info: dict | None = None
 
     @property
@@ -169,6 +173,10 @@ class RunRecorder:
                 span=None,
                 profile_enabled=self.profile_enabled,
             )
+            try:
+                self._run.inputs = snapshot(prompt)
+            except Exception as exc:
+                self._note(self._run, f"prompt inputs not recorded: {type(exc).__name__}: {exc}")
             try:
                 self._run.span = Span(f"prompt {prompt_id}", probes=self._probes, detail=DETAIL_FULL).start()
             except Exception as exc:
@@ -231,6 +239,7 @@ class RunRecorder:
         for what, why in failures.items():
             self._note_once(run, f"reading {what} unavailable: {why}")
         finished = time.time()
+        input_changes = self._input_changes(run, workflow)
         report = RunReport(
             prompt_id=run.prompt_id,
             status=status,
@@ -245,12 +254,32 @@ class RunRecorder:
             monitor_errors=tuple(run.monitor_errors),
             profile_enabled=run.profile_enabled,
             workflow=dict(workflow) if workflow else None,
+            input_changes=input_changes,
         )
         try:
             self.store.add(report)
         except Exception as exc:
             log.warning("pipeline monitor: storing report %s failed: %s", run.prompt_id, exc)
         return report
+
+    def _input_changes(self, run: _RunRecord, workflow: Mapping | None) -> dict | None:
+        name = workflow.get("name") if isinstance(workflow, Mapping) else None
+        try:
+            earlier = None
+            if name:
+                earlier = next(
+                    (
+                        s.get("prompt_id")
+                        for s in self.store.summaries()
+                        if s.get("workflow_name") == name and s.get("prompt_id") != run.prompt_id
+                    ),
+                    None,
+                )
+            with self._lock:
+                return self._input_history.compare(name, run.prompt_id, run.inputs, earlier)
+        except Exception as exc:
+            self._note(run, f"changed inputs not compared: {type(exc).__name__}: {exc}")
+            return None
 
     @staticmethod
     def _note_once(run: _RunRecord, message: str) -> None:

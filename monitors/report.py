@@ -193,6 +193,9 @@ class RunReport:
     # The workflow the prompt was queued from ({name, id, name_unknown_reason}); None when the
     # prompt came without one (a script posting API-format JSON).
     workflow: Mapping[str, Any] | None = None
+    # The widget inputs that changed since the last run of the same workflow (see
+    # monitors/input_changes.py); None in reports made before it was recorded.
+    input_changes: Mapping[str, Any] | None = None
 
     @property
     def peak_rss_bytes(self) -> int | None:
@@ -235,6 +238,22 @@ def run_summary(report: Mapping[str, Any]) -> dict:
         "workflow_id": workflow.get("id"),
         "n_errors": levels.count("error"),
         "n_warnings": levels.count("warning") + n_monitor_problems,
+        "input_changes": _summary_input_changes(report.get("input_changes")),
+    }
+
+
+SUMMARY_INPUT_CHANGES = 4  # changes a run-list row carries; the report has the whole list
+
+
+def _summary_input_changes(changes) -> dict | None:
+    if not isinstance(changes, Mapping):
+        return None
+    listed = changes.get("changes")
+    return {
+        "first_run": changes.get("first_run"),
+        "n_changes": changes.get("n_changes"),
+        "changes": list(listed[:SUMMARY_INPUT_CHANGES]) if isinstance(listed, list) else None,
+        "unknown_reason": changes.get("unknown_reason"),
     }
 
 

@@ -1,0 +1,174 @@
+"""Which widget inputs changed since the last run of the same workflow ("seed 1 -> 2, steps 20 -> 30").
+
+Works on API-format prompts ({node_id: {class_type, inputs}}): only literal values count, never
+links (`[node_id, output_index]`, ComfyUI's own link test). Values are kept as fingerprints plus a
+short text, so a long prompt text costs little memory and a change after its first characters is
+still seen. Framework-neutral: the recorder calls `snapshot` at a run's start and `InputHistory.compare`
+at its end, when the workflow's name is known.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+MAX_CHANGES = 50  # listed per run; the rest is counted
+MAX_VALUE_CHARS = 80  # shown per value; the comparison uses the whole value
+MAX_INPUTS_PER_SNAPSHOT = 5000
+MAX_WORKFLOWS = 64  # workflows remembered, least recently run forgotten first
+_FULL_FINGERPRINT_CHARS = 512  # longer values are compared by their hash
+
+NO_NAME_REASON = (
+    "the prompt's workflow carries no name (queued without the panel), so no earlier run to compare with"
+)
+NOT_RECORDED_REASON = "no inputs were recorded at this run's start"
+
+
+def is_link(value: Any) -> bool:
+    """ComfyUI's test (execution.is_link): a two-item list of a node id and an output index."""
+    return (
+        isinstance(value, (list, tuple))
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], int)
+        and not isinstance(value[1], bool)
+    )
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def shown(value: Any, limit: int = MAX_VALUE_CHARS) -> str:
+    """The value as a reader sees it, cut to `limit` characters with an ellipsis."""
+    text = _text(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _fingerprint(value: Any) -> str:
+    # The type is part of it: 1 and "1" are different inputs to a node.
+    text = f"{type(value).__name__}:{_text(value)}"
+    if len(text) <= _FULL_FINGERPRINT_CHARS:
+        return text
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# (node_id, input name) -> (class_type, fingerprint, shown value)
+Snapshot = dict
+
+
+def snapshot(prompt: Mapping | None) -> Snapshot | None:
+    """The literal widget inputs of an API-format prompt; None when it is not one."""
+    if not isinstance(prompt, Mapping):
+        return None
+    taken: Snapshot = {}
+    for node_id, node in prompt.items():
+        if not isinstance(node, Mapping) or not isinstance(node.get("inputs"), Mapping):
+            continue
+        class_type = node.get("class_type") if isinstance(node.get("class_type"), str) else None
+        for name, value in node["inputs"].items():
+            if is_link(value):
+                continue
+            if len(taken) >= MAX_INPUTS_PER_SNAPSHOT:
+                return taken
+            taken[(str(node_id), str(name))] = (class_type, _fingerprint(value), shown(value))
+    return taken
+
+
+def _node_order(key: tuple[str, str]) -> tuple:
+    node_id, name = key
+    parts = tuple(int(p) if p.isdigit() else p for p in node_id.split("."))
+    return (tuple((0, p) if isinstance(p, int) else (1, p) for p in parts), name)
+
+
+def diff(before: Snapshot, after: Snapshot) -> dict:
+    """Changed values of inputs present in both (same node id, same class), in node order, plus
+    how many inputs appeared or disappeared (nodes added, removed or replaced)."""
+    changes = []
+    for key in sorted(set(before) & set(after), key=_node_order):
+        old, new = before[key], after[key]
+        if old[0] != new[0]:
+            continue  # another node class under the same id: counted below, not a value change
+        if old[1] != new[1]:
+            changes.append(
+                {"node_id": key[0], "node_type": new[0], "input": key[1], "before": old[2], "after": new[2]}
+            )
+    replaced = sum(1 for key in set(before) & set(after) if before[key][0] != after[key][0])
+    return {
+        "changes": changes[:MAX_CHANGES],
+        "n_changes": len(changes),
+        "n_inputs_added": len(set(after) - set(before)) + replaced,
+        "n_inputs_removed": len(set(before) - set(after)) + replaced,
+    }
+
+
+def unknown(reason: str) -> dict:
+    return {
+        "compared_with_prompt_id": None,
+        "first_run": None,
+        "changes": None,
+        "n_changes": None,
+        "n_inputs_added": None,
+        "n_inputs_removed": None,
+        "unknown_reason": reason,
+    }
+
+
+class InputHistory:
+    """The last run's snapshot per workflow name, in memory (bounded): after a restart the first run
+    of each workflow counts as its first run."""
+
+    def __init__(self, max_workflows: int = MAX_WORKFLOWS):
+        self.max_workflows = max_workflows
+        self._last: OrderedDict[str, tuple[str, Snapshot]] = OrderedDict()
+
+    def compare(
+        self,
+        workflow_name: str | None,
+        prompt_id: str,
+        taken: Snapshot | None,
+        earlier_prompt_id: str | None = None,
+    ) -> dict:
+        """The report's `input_changes` for this run, and this run becomes the workflow's last.
+        `earlier_prompt_id`: a run of this workflow the store knows from before (reports read back
+        from disk after a restart), whose inputs this history never saw."""
+        if not workflow_name:
+            return unknown(NO_NAME_REASON)
+        if taken is None:
+            return unknown(NOT_RECORDED_REASON)
+        previous = self._last.pop(workflow_name, None)
+        self._last[workflow_name] = (prompt_id, taken)
+        while len(self._last) > self.max_workflows:
+            self._last.popitem(last=False)
+        if previous is None and earlier_prompt_id is not None:
+            return {
+                **unknown(
+                    f"the last run of this workflow ({earlier_prompt_id}) ran before the server restarted: its inputs were not kept"
+                ),
+                "compared_with_prompt_id": earlier_prompt_id,
+                "first_run": False,
+            }
+        if previous is None:
+            return {
+                "compared_with_prompt_id": None,
+                "first_run": True,
+                "changes": [],
+                "n_changes": 0,
+                "n_inputs_added": None,
+                "n_inputs_removed": None,
+                "unknown_reason": None,
+            }
+        return {
+            "compared_with_prompt_id": previous[0],
+            "first_run": False,
+            **diff(previous[1], taken),
+            "unknown_reason": None,
+        }
