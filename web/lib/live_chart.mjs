@@ -28,6 +28,61 @@ export function chartWindow(_points) {
 }
 
 /**
+ * @typedef {{from: number, to: number, promptId: string, runStart: number}} ZoomRange
+ * The chart zoomed to one run: from/to in unix seconds, runStart is the run's own start (time
+ * labels count from it).
+ */
+
+/**
+ * The time range that shows one run: its start and end (from its report summary when known, else
+ * from the samples that carry its id), padded by 5 % (at least 0.5 s) each side; null when neither
+ * says when it ran.
+ * @param {string} promptId
+ * @param {{started_unix_s?: number | null, duration_s?: number | null} | null | undefined} run
+ * @param {Point[]} points
+ * @returns {ZoomRange | null}
+ */
+export function runRange(promptId, run, points) {
+  const own = points.filter((p) => p.promptId === promptId);
+  let start = isNumber(run?.started_unix_s) ? run.started_unix_s : own[0]?.t;
+  let end = isNumber(run?.started_unix_s) && isNumber(run?.duration_s) ? run.started_unix_s + run.duration_s : own[own.length - 1]?.t;
+  if (!isNumber(start)) return null;
+  if (!isNumber(end) || end < start) end = start;
+  const pad = Math.max(0.5, (end - start) * 0.05);
+  return { from: start - pad, to: end + pad, promptId, runStart: start };
+}
+
+/**
+ * The run band under time `t`, if any (clicking a band zooms to its run).
+ * @param {Point[]} points @param {number} t
+ */
+export function bandAt(points, t) {
+  return runBands(points).find((b) => t >= b.start - 0.5 && t <= b.end + 0.5) ?? null;
+}
+
+/**
+ * Labels of the time axis: seconds before now in the live window; seconds since the run's start
+ * when zoomed to a run.
+ * @param {{from: number, to: number}} span @param {ZoomRange | null} zoom @param {number} [n]
+ */
+export function timeLabels(span, zoom, n = 5) {
+  const labels = [];
+  const width = span.to - span.from;
+  for (let i = 0; i <= n; i++) {
+    const t = span.from + (width * i) / n;
+    if (zoom) {
+      const since = t - zoom.runStart;
+      const digits = width < 10 ? 1 : 0;
+      labels.push(`${since < 0 ? "-" : ""}${Math.abs(since).toFixed(digits)} s`);
+    } else {
+      const secondsAgo = (width * (n - i)) / n;
+      labels.push(secondsAgo === 0 ? "now" : secondsAgo >= 60 ? `-${(secondsAgo / 60).toFixed(secondsAgo % 60 ? 1 : 0)} min` : `-${secondsAgo} s`);
+    }
+  }
+  return labels;
+}
+
+/**
  * Whether there is a gap (no samples: tab closed, server down) between two consecutive points.
  * @param {Point} a @param {Point} b @param {number} [intervalS] the sampling interval
  */
@@ -223,7 +278,8 @@ export function niceBytesMax(max) {
  * Paint the chart. `colors` come from the page's theme (CSS variables).
  * @param {HTMLCanvasElement} canvas
  * @param {Point[]} points
- * @param {{fg: string, muted: string, grid: string, windowS?: number, hoverT?: number | null}} colors
+ * @param {{fg: string, muted: string, grid: string, windowS?: number, hoverT?: number | null, zoom?: ZoomRange | null}} colors
+ * `zoom`: show that run's time range instead of the live window.
  */
 export function drawChart(canvas, points, colors) {
   const dpr = globalThis.devicePixelRatio || 1;
@@ -248,14 +304,17 @@ export function drawChart(canvas, points, colors) {
   const h = Math.max(10, cssH - top - bottom);
   const last = points[points.length - 1];
   const now = last ? last.t : Date.now() / 1000;
-  const x = (/** @type {number} */ t) => left + w * (1 - (now - t) / windowS);
+  const zoom = colors.zoom ?? null;
+  const span = zoom ? { from: zoom.from, to: zoom.to } : { from: now - windowS, to: now };
+  const x = (/** @type {number} */ t) => left + (w * (t - span.from)) / Math.max(1e-3, span.to - span.from);
 
   const series = presentSeries(points).filter((s) => s.plot !== false);
   let maxBytes = 0;
   let minBytes = Infinity;
-  const from = now - windowS;
+  let shown = 0;
   for (const p of points) {
-    if (p.t < from) continue;
+    if (p.t < span.from || p.t > span.to) continue;
+    shown += 1;
     for (const s of series) {
       const v = seriesValue(p, s.key);
       if (s.unit !== "bytes" || v === null) continue;
@@ -288,11 +347,7 @@ export function drawChart(canvas, points, colors) {
   ctx.textAlign = "center";
   ctx.textBaseline = "top";
   const axisY = top + h + strip + 3;
-  for (let i = 0; i <= 5; i++) {
-    const secondsAgo = (windowS * (5 - i)) / 5;
-    const label = secondsAgo === 0 ? "now" : secondsAgo >= 60 ? `-${(secondsAgo / 60).toFixed(secondsAgo % 60 ? 1 : 0)} min` : `-${secondsAgo} s`;
-    ctx.fillText(label, left + (w * i) / 5, axisY);
-  }
+  timeLabels(span, zoom).forEach((label, i) => ctx.fillText(label, left + (w * i) / 5, axisY));
 
   // runs as bands behind the lines; the executing node as a strip on the time axis
   ctx.save();
@@ -300,7 +355,7 @@ export function drawChart(canvas, points, colors) {
   ctx.rect(left, 0, w, cssH);
   ctx.clip();
   for (const band of runBands(points)) {
-    ctx.fillStyle = "rgba(96, 165, 250, 0.10)";
+    ctx.fillStyle = zoom && band.promptId !== zoom.promptId ? "rgba(148, 163, 184, 0.08)" : "rgba(96, 165, 250, 0.10)";
     const x0 = x(band.start);
     ctx.fillRect(x0, top, Math.max(2, x(band.end) - x0), h);
   }
@@ -361,10 +416,11 @@ export function drawChart(canvas, points, colors) {
   }
   ctx.setLineDash([]);
   ctx.restore();
-  if (!points.length) {
+  if (!shown) {
     ctx.fillStyle = colors.muted;
     ctx.textAlign = "center";
     ctx.textBaseline = "middle";
-    ctx.fillText("waiting for samples…", left + w / 2, top + h / 2);
+    const empty = zoom ? "no samples kept for this run's time" : "waiting for samples…";
+    ctx.fillText(empty, left + w / 2, top + h / 2);
   }
 }

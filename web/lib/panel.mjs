@@ -3,11 +3,12 @@
 // is closed nothing runs: no timer, no animation frame, and the server is told to stop pushing.
 import { clear, h } from "./dom.mjs";
 import { formatBytes, formatPercent, formatTime, safeFileName } from "./format.mjs";
-import { SampleBuffer, WINDOW_S, chartWindow, drawChart, pointNear, presentSeries, seriesValue } from "./live_chart.mjs";
-import { sortRunsNewestFirst, upsertRun } from "./report_view.mjs";
+import { SampleBuffer, WINDOW_S, bandAt, chartWindow, drawChart, pointNear, presentSeries, runRange, seriesValue } from "./live_chart.mjs";
+import { runName, sortRunsNewestFirst, upsertRun } from "./report_view.mjs";
 import { compareView, runView, runsListView } from "./run_views.mjs";
 import { upgradeReport } from "./step_kinds.mjs";
 
+const READOUT_HINT = "Point at the chart for the values at that time; click a run's band to zoom to it.";
 export const RENEW_MS = 10_000; // the server forgets a watcher after 30 s without renewal
 const MAX_CACHED_REPORTS = 20;
 
@@ -41,6 +42,10 @@ export class MonitorPanel {
     this.readout = null;
     /** @type {number | null} time under the pointer, for the hover readout */
     this.hoverT = null;
+    /** @type {import("./live_chart.mjs").ZoomRange | null} the run the chart is zoomed to; null: live */
+    this.zoom = null;
+    /** @type {HTMLElement | null} */
+    this.zoomBar = null;
     /** @type {HTMLElement | null} */
     this.main = null;
     /** @type {ReturnType<typeof setInterval> | null} */
@@ -53,7 +58,10 @@ export class MonitorPanel {
     this.stats = { draws: 0, samples: 0, renewals: 0, mounts: 0 };
     /** @type {import("./run_views.mjs").Actions} */
     this.actions = {
-      openRun: (id) => this.show({ name: "run", id }),
+      openRun: (id) => {
+        this.zoomTo(id);
+        this.show({ name: "run", id });
+      },
       back: () => this.show(this.view.name === "compare" ? { name: "run", id: this.view.a } : { name: "runs" }),
       compare: (a, b) => b && this.show({ name: "compare", a, b }),
       download: (id, format) => void this.download(id, format),
@@ -88,19 +96,22 @@ export class MonitorPanel {
     this.stats.mounts += 1;
     this.canvas = h("canvas", { class: "pm-chart", role: "img", "aria-label": "memory over the last minutes" });
     this.values = h("div", { class: "pm-live-values" });
-    this.readout = h("div", { class: "pm-readout pm-muted", text: "Point at the chart for the values at that time." });
+    this.readout = h("div", { class: "pm-readout pm-muted", text: READOUT_HINT });
     this.main = h("div", { class: "pm-main" });
     this.canvas.addEventListener("pointermove", (event) => this.hover(event));
     this.canvas.addEventListener("pointerleave", () => this.hover(null));
+    this.canvas.addEventListener("click", (event) => this.clickChart(event));
+    this.zoomBar = h("div", { class: "pm-zoom-bar" });
     this.root = h("div", { class: "pipeline-monitor-panel" },
       h("div", { class: "pm-title" }, h("span", { text: "Pipeline Monitor" })),
-      h("section", { class: "pm-live" }, this.values, h("div", { class: "pm-chart-box" }, this.canvas), this.readout),
+      h("section", { class: "pm-live" }, this.values, this.zoomBar, h("div", { class: "pm-chart-box" }, this.canvas), this.readout),
       this.main);
     el.append(this.root);
     const generation = this.generation;
     this.resizer = new ResizeObserver(() => this.scheduleDraw());
     this.resizer.observe(this.canvas);
     this.renderValues();
+    this.renderZoomBar();
     this.renderMain();
     void this.watch(true, generation);
     this.renewTimer = setInterval(() => void this.watch(true, generation, false), RENEW_MS);
@@ -114,7 +125,7 @@ export class MonitorPanel {
     this.resizer?.disconnect();
     this.renewTimer = this.frame = this.resizer = null;
     this.root?.remove();
-    this.root = this.canvas = this.values = this.main = this.readout = null;
+    this.root = this.canvas = this.values = this.main = this.readout = this.zoomBar = null;
     this.hoverT = null;
     void this.watch(false, this.generation);
   }
@@ -157,13 +168,14 @@ export class MonitorPanel {
     this.stats.draws += 1;
     const style = getComputedStyle(this.root);
     const color = (/** @type {string} */ name, /** @type {string} */ fallback) => style.getPropertyValue(name).trim() || fallback;
-    const points = this.buffer.window(WINDOW_S);
+    const points = this.zoom ? this.buffer.points : this.buffer.window(WINDOW_S);
     drawChart(this.canvas, points, {
       fg: color("--fg-color", "#ddd"),
       muted: color("--descrip-text", "#999"),
       grid: color("--border-color", "#444"),
       windowS: chartWindow(points),
       hoverT: this.hoverT,
+      zoom: this.zoom,
     });
     this.renderValues();
     this.renderReadout();
@@ -180,20 +192,75 @@ export class MonitorPanel {
     if (!event || !last) {
       this.hoverT = null;
     } else {
-      const rect = this.canvas.getBoundingClientRect();
-      const plotW = Math.max(10, rect.width - 48 - 30);
-      const fraction = Math.min(1, Math.max(0, (event.clientX - rect.left - 48) / plotW));
-      this.hoverT = last.t - chartWindow(this.buffer.points) * (1 - fraction);
+      this.hoverT = this.timeAt(event);
     }
     this.scheduleDraw();
   }
 
+  /** The time at the pointer's x on the chart. @param {MouseEvent} event */
+  timeAt(event) {
+    const rect = /** @type {HTMLCanvasElement} */ (this.canvas).getBoundingClientRect();
+    const plotW = Math.max(10, rect.width - 48 - 30);
+    const fraction = Math.min(1, Math.max(0, (event.clientX - rect.left - 48) / plotW));
+    const { from, to } = this.chartSpan();
+    return from + (to - from) * fraction;
+  }
+
+  /** The time range the chart shows now: the zoomed run's, else the live window. */
+  chartSpan() {
+    if (this.zoom) return { from: this.zoom.from, to: this.zoom.to };
+    const last = this.buffer.latest();
+    const now = last ? last.t : Date.now() / 1000;
+    return { from: now - chartWindow(this.buffer.points), to: now };
+  }
+
+  /**
+   * Zoom the chart to one run's time span (from its summary, else its samples); false when
+   * neither says when it ran.
+   * @param {string} promptId
+   */
+  zoomTo(promptId) {
+    const zoom = runRange(promptId, this.runs.find((r) => r.prompt_id === promptId), this.buffer.points);
+    if (!zoom) return false;
+    this.zoom = zoom;
+    this.renderZoomBar();
+    this.scheduleDraw();
+    return true;
+  }
+
+  /** Back to the live window. */
+  unzoom() {
+    this.zoom = null;
+    this.renderZoomBar();
+    this.scheduleDraw();
+  }
+
+  /** A click on a run's band zooms to that run and opens it. @param {MouseEvent} event */
+  clickChart(event) {
+    if (!this.canvas || this.zoom) return;
+    const band = bandAt(this.buffer.window(chartWindow(this.buffer.points)), this.timeAt(event));
+    if (band) this.actions.openRun(band.promptId);
+  }
+
+  renderZoomBar() {
+    if (!this.zoomBar) return;
+    clear(this.zoomBar);
+    const zoom = this.zoom;
+    this.zoomBar.hidden = !zoom;
+    if (!zoom) return;
+    const run = this.runs.find((r) => r.prompt_id === zoom.promptId);
+    const name = run ? runName(run) : `prompt ${zoom.promptId.slice(0, 8)}`;
+    this.zoomBar.append(
+      h("span", { class: "pm-zoom-label", title: `prompt ${zoom.promptId}`, text: `Zoomed to run: ${name} · ${formatTime(zoom.runStart)}` }),
+      h("button", { class: "pm-button pm-live-back", text: "Back to live", title: "Show the last 2 minutes again", onclick: () => this.unzoom() }));
+  }
+
   renderReadout() {
     if (!this.readout) return;
-    const points = this.buffer.window(chartWindow(this.buffer.points));
-    const p = this.hoverT === null ? null : pointNear(points, this.hoverT, 3);
+    const points = this.zoom ? this.buffer.points : this.buffer.window(chartWindow(this.buffer.points));
+    const p = this.hoverT === null ? null : pointNear(points, this.hoverT, this.zoom ? Math.max(0.5, (this.zoom.to - this.zoom.from) / 20) : 3);
     if (!p) {
-      this.readout.textContent = this.hoverT === null ? "Point at the chart for the values at that time." : "no samples at that time";
+      this.readout.textContent = this.hoverT === null ? READOUT_HINT : "no samples at that time";
       return;
     }
     const parts = [formatTime(p.t), `RSS ${formatBytes(p.rss)}`];

@@ -17,10 +17,16 @@ import { kindInfo } from "./step_kinds.mjs";
  * @typedef {{prompt_id: string, status: string, started_unix_s: number, finished_unix_s?: number | null,
  *   duration_s?: number | null, nodes?: NodeProfile[], steps?: StepReport[], span?: Record<string, any> | null,
  *   system?: Record<string, unknown>, error?: Record<string, any> | null, monitor_errors?: string[],
- *   profile_enabled?: boolean, schema_version?: number, workflow?: {name?: string | null, id?: string | null} | null}} RunReport
+ *   profile_enabled?: boolean, schema_version?: number, workflow?: {name?: string | null, id?: string | null} | null,
+ *   input_changes?: InputChanges | null}} RunReport
+ * @typedef {{node_id: string, node_type: string | null, input: string, before: string, after: string}} InputChange
+ * @typedef {{compared_with_prompt_id?: string | null, first_run: boolean | null, changes: InputChange[] | null,
+ *   n_changes: number | null, n_inputs_added?: number | null, n_inputs_removed?: number | null,
+ *   unknown_reason: string | null}} InputChanges
  * @typedef {{prompt_id: string, status: string, started_unix_s: number, duration_s?: number | null,
  *   peak_rss_bytes?: number | null, peak_gpu_allocated_bytes?: number | null, n_nodes?: number, n_cached?: number,
- *   step_kinds?: string[], workflow_name?: string | null, workflow_id?: string | null, n_errors?: number, n_warnings?: number}} RunSummary
+ *   step_kinds?: string[], workflow_name?: string | null, workflow_id?: string | null, n_errors?: number, n_warnings?: number,
+ *   input_changes?: InputChanges | null}} RunSummary
  */
 
 /** Regression thresholds: a difference counts only above both the relative and the absolute one. */
@@ -79,6 +85,33 @@ export function runStatus(run) {
   let tone = statusTone(run.status);
   if (run.status === "success" && (errors || warnings)) tone = errors ? "error" : "warn";
   return { text: [label, ...counts].join(" · "), tone };
+}
+
+/**
+ * What changed in the inputs since the last run of the same workflow, in one line:
+ * "seed 1 → 2, steps 20 → 30", "first run", "no inputs changed", "+3 more" when the line lists
+ * fewer than changed; null when there is nothing to say (no workflow name, older reports).
+ * @param {InputChanges | null | undefined} changes
+ * @param {number} [max] changes named in the line
+ * @returns {{text: string, title: string | null} | null}
+ */
+export function inputChangesLine(changes, max = 4) {
+  if (!changes || typeof changes !== "object") return null;
+  if (changes.first_run === true) return { text: "first run", title: "the first run of this workflow since the server started" };
+  if (!Array.isArray(changes.changes)) {
+    return changes.compared_with_prompt_id ? { text: "changes unknown", title: changes.unknown_reason ?? null } : null;
+  }
+  const listed = changes.changes.slice(0, max);
+  const total = isNumber(changes.n_changes) ? changes.n_changes : changes.changes.length;
+  const structure = [
+    changes.n_inputs_added ? `${changes.n_inputs_added} inputs added` : "",
+    changes.n_inputs_removed ? `${changes.n_inputs_removed} removed` : "",
+  ].filter(Boolean).join(", ");
+  if (!total) return { text: structure ? `no values changed (${structure})` : "no inputs changed", title: null };
+  const parts = listed.map((c) => `${c.input} ${c.before} → ${c.after}`);
+  if (total > listed.length) parts.push(`+${total - listed.length} more`);
+  const title = changes.changes.map((c) => `#${c.node_id} ${c.node_type ?? "?"} ${c.input}: ${c.before} → ${c.after}`).join("\n");
+  return { text: parts.join(", "), title: structure ? `${title}\n${structure}` : title };
 }
 
 /**

@@ -2,7 +2,7 @@
 // comparison of two runs. Each returns a fresh element; `actions` carries what the user can do.
 import { h } from "./dom.mjs";
 import { MISSING, clip, formatBytes, formatDelta, formatSeconds, formatTime, formatValue, labelFromKey, safeFileName } from "./format.mjs";
-import { compareRuns, defaultCompareTarget, nodeRows, orderForCompare, problems, runName, runStatus, sortRows } from "./report_view.mjs";
+import { compareRuns, defaultCompareTarget, inputChangesLine, nodeRows, orderForCompare, problems, runName, runStatus, sortRows } from "./report_view.mjs";
 import { designedCard } from "./step_cards.mjs";
 
 /**
@@ -36,12 +36,14 @@ export function runsListView(runs, actions) {
     const status = runStatus(r);
     const figures = [formatTime(r.started_unix_s), formatSeconds(r.duration_s), `peak ${formatBytes(r.peak_rss_bytes)}`];
     if (r.peak_gpu_allocated_bytes != null) figures.push(`GPU ${formatBytes(r.peak_gpu_allocated_bytes)}`);
+    const changed = inputChangesLine(r.input_changes);
     return h("div", { class: "pm-run-row", role: "button", tabindex: "0", dataset: { promptId: r.prompt_id, status: r.status },
       title: `prompt ${r.prompt_id}${r.step_kinds?.length ? `\nmonitors: ${r.step_kinds.join(", ")}` : ""}`,
       onclick: () => actions.openRun(r.prompt_id),
       onkeydown: (/** @type {KeyboardEvent} */ e) => { if (e.key === "Enter") actions.openRun(r.prompt_id); } },
       h("div", { class: "pm-run-line" }, h("span", { class: "pm-run-name", text: runName(r) }), badge(status.text, status.tone)),
-      h("div", { class: "pm-run-figures pm-muted", text: figures.join(" · ") }));
+      h("div", { class: "pm-run-figures pm-muted", text: figures.join(" · ") }),
+      changed ? h("div", { class: "pm-run-changes pm-muted", text: changed.text, title: changed.title }) : null);
   });
   return h("section", { class: "pm-runs" }, head, h("div", { class: "pm-run-list" }, rows));
 }
@@ -74,6 +76,30 @@ function runHead(report) {
     report.profile_enabled === false ? badge("profile off", "warn") : null);
 }
 
+/**
+ * The inputs that changed since the last run of this workflow: one line, then a row per change.
+ * @param {RunReport} report
+ */
+function inputChangesSection(report) {
+  const changes = report.input_changes;
+  const line = inputChangesLine(changes);
+  if (!line || !changes) return null;
+  const rows = changes.changes ?? [];
+  return h("div", { class: "pm-input-changes" },
+    h("div", {}, h("span", { class: "pm-muted", text: "Inputs since the last run: " }), h("span", { class: "pm-changes-line", text: line.text, title: line.title })),
+    rows.length
+      ? h("div", { class: "pm-table-wrap" }, h("table", { class: "pm-table pm-changes" },
+        h("thead", {}, h("tr", {}, h("th", { text: "Node" }), h("th", { text: "Input" }), h("th", { text: "Before → now" }))),
+        h("tbody", {}, rows.map((c) => h("tr", {},
+          h("td", { title: c.node_type ?? "" }, h("span", { class: "pm-muted", text: `#${c.node_id} ` }), c.node_type ?? ""),
+          h("td", { text: c.input }),
+          h("td", { class: "pm-change-values", text: `${c.before} → ${c.after}` }))))))
+      : null,
+    rows.length && (changes.n_changes ?? 0) > rows.length
+      ? h("div", { class: "pm-muted", text: `${(changes.n_changes ?? 0) - rows.length} more changes not listed` })
+      : null);
+}
+
 /** @param {RunReport} report */
 function problemsSection(report) {
   const items = problems(report);
@@ -88,15 +114,16 @@ const GPU_TIME_CAVEAT = "Between CUDA events on the current stream at the node's
   + "earlier nodes' queued work still running and misses the node's kernels on other streams or devices. "
   + "Wall time is when the host ran the node; with asynchronous CUDA the node that waits pays for earlier kernels.";
 
+// Short labels so the table fits the default sidebar width (312 px); each title says it whole.
+// "cached" is a mark in the node's cell, not a column of its own.
 const NODE_COLUMNS = [
   { key: "nodeId", label: "Node" },
   { key: "durationS", label: "Time", num: true, title: "wall time: when the host ran the node" },
-  { key: "gpuTimeS", label: "GPU time", num: true, gpuTime: true, title: GPU_TIME_CAVEAT },
-  { key: "rssAddedBytes", label: "RSS added", num: true, gpu: false, title: "peak RSS above the node's start: what the node itself added" },
-  { key: "peakRssBytes", label: "Peak RSS", num: true, gpu: false, title: "the process's peak while the node ran, everything before included" },
-  { key: "gpuAddedBytes", label: "GPU added", num: true, gpu: true, title: "peak GPU allocated above the node's start" },
+  { key: "gpuTimeS", label: "GPU time", num: true, gpuTime: true, title: `GPU time. ${GPU_TIME_CAVEAT}` },
+  { key: "rssAddedBytes", label: "RSS +", num: true, gpu: false, title: "RSS added: peak RSS above the node's start, what the node itself added" },
+  { key: "peakRssBytes", label: "Peak RSS", num: true, gpu: false, title: "the process's peak RSS while the node ran, everything before included" },
+  { key: "gpuAddedBytes", label: "GPU +", num: true, gpu: true, title: "GPU added: peak GPU allocated above the node's start" },
   { key: "peakGpuBytes", label: "Peak GPU", num: true, gpu: true, title: "peak GPU allocated while the node ran" },
-  { key: "cached", label: "Cached" },
 ];
 
 /**
@@ -110,7 +137,8 @@ function nodesTable(report, sort, actions) {
   const hasGpu = rows.some((r) => r.peakGpuBytes !== null);
   const hasGpuTime = rows.some((r) => r.gpuTimeS !== null);
   const columns = NODE_COLUMNS.filter((c) => (!c.gpu || hasGpu) && (!c.gpuTime || hasGpuTime));
-  return h("table", { class: "pm-table pm-nodes" },
+  // A table still too wide (GPU columns in a narrow sidebar) scrolls inside its own box, never the panel.
+  return h("div", { class: "pm-table-wrap pm-nodes-wrap" }, h("table", { class: "pm-table pm-nodes" },
     h("thead", {}, h("tr", {}, columns.map((c) => h("th", {
       class: `pm-sortable${c.num ? " pm-num" : ""}${sort.key === c.key ? " pm-sorted" : ""}`,
       dataset: { key: c.key }, title: c.title ? `${c.title} (sort)` : "Sort", onclick: () => actions.sort(c.key),
@@ -121,14 +149,14 @@ function nodesTable(report, sort, actions) {
       onclick: () => actions.focusNode?.(r.nodeId) },
       h("td", { title: `${r.classType} (${r.status})` }, h("span", { class: "pm-muted", text: `#${r.nodeId} ` }), clip(r.label, 32),
         r.slowest ? badge("slowest", "warn") : null, r.hungriest ? badge("most memory", "warn") : null,
-        r.status === "error" ? badge("failed", "error") : r.status === "interrupted" ? badge("interrupted", "neutral") : null),
+        r.status === "error" ? badge("failed", "error") : r.status === "interrupted" ? badge("interrupted", "neutral") : null,
+        r.cached ? badge("cached", "neutral", "served from ComfyUI's cache: it did not run") : null),
       h("td", { class: "pm-num", text: formatSeconds(r.durationS) }),
       hasGpuTime ? h("td", { class: "pm-num", text: formatSeconds(r.gpuTimeS), title: r.gpuTimeUnknownReason }) : null,
       h("td", { class: "pm-num", text: formatBytes(r.rssAddedBytes) }),
       h("td", { class: "pm-num", text: formatBytes(r.peakRssBytes) }),
       hasGpu ? h("td", { class: "pm-num", text: formatBytes(r.gpuAddedBytes) }) : null,
-      hasGpu ? h("td", { class: "pm-num", text: formatBytes(r.peakGpuBytes) }) : null,
-      h("td", { text: r.cached ? "cached" : "" })))));
+      hasGpu ? h("td", { class: "pm-num", text: formatBytes(r.peakGpuBytes) }) : null)))));
 }
 
 /** @param {import("./step_cards.mjs").Figure[]} items */
@@ -226,6 +254,7 @@ export function runView(report, runs, sort, actions) {
       h("button", { class: "pm-button pm-export-html", text: "HTML", title: "Download the HTML report", onclick: () => actions.download(report.prompt_id, "html") })),
     h("div", { class: "pm-mono pm-muted pm-prompt-id", text: `prompt ${report.prompt_id}` }),
     runHead(report),
+    inputChangesSection(report),
     others.length
       ? h("div", { class: "pm-toolbar" }, h("span", { class: "pm-muted", text: "Compare with " }), select,
         h("button", { class: "pm-button pm-compare", text: "Compare", onclick: () => actions.compare(report.prompt_id, select.value) }))
