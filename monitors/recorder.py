@@ -20,6 +20,14 @@ from .probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
 from .report import GPU_TIME_NO_CUDA, NodeProfile, RunReport, StepReport, node_profile_from_span
 from .span import Span
 from .store import RunStore
+from .upstream_memory import (
+    NO_RUN_REASON,
+    PROFILE_OFF_REASON,
+    unknown,
+    upstream_memory,
+    watch_plan,
+    watched_nodes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +54,11 @@ class _RunRecord:
     # (row index, start event, end event): elapsed times are read once, at the prompt's end, so
     # no node waits for the GPU
     gpu_pending: list[tuple] = field(default_factory=list)
+    # monitor node id -> the upstream nodes its step describes (see monitors/upstream_memory.py);
+    # only those nodes get a full-detail span, kept in `full_results` for the monitor's picture
+    upstream_plan: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    watched: frozenset = frozenset()
+    full_results: dict = field(default_factory=dict)
     # literal widget inputs at the start, compared at the end with the workflow's last run
     inputs: dict | None = None
 
@@ -158,9 +171,17 @@ class RunRecorder:
             run.monitor_errors.append(message)
 
     # -- runs ---------------------------------------------------------------------------------
-    def begin_run(self, prompt_id: str, prompt: Mapping | None = None, node_lookup=None) -> None:
+    def begin_run(
+        self,
+        prompt_id: str,
+        prompt: Mapping | None = None,
+        node_lookup=None,
+        upstream_kinds: Mapping[str, str] | None = None,
+    ) -> None:
         """Open a run. `node_lookup(node_id)` -> (class_type, title) names nodes that are not in
-        `prompt` (nodes a node expanded into while the prompt runs); it is dropped at end_run."""
+        `prompt` (nodes a node expanded into while the prompt runs); it is dropped at end_run.
+        `upstream_kinds` (monitor class_type -> step kind) names the passthrough monitors whose
+        upstream nodes get a full-detail span (monitors/upstream_memory.py)."""
         with self._lock:
             if self._run is not None:
                 self.end_run("interrupted", reason="a new prompt started before this one finished")
@@ -177,6 +198,13 @@ class RunRecorder:
                 self._run.inputs = snapshot(prompt)
             except Exception as exc:
                 self._note(self._run, f"prompt inputs not recorded: {type(exc).__name__}: {exc}")
+            if upstream_kinds and self.profile_enabled:
+                try:
+                    self._run.upstream_plan = watch_plan(prompt, upstream_kinds)
+                    self._run.watched = watched_nodes(self._run.upstream_plan)
+                except Exception as exc:
+                    reason = f"upstream nodes of monitors not found: {type(exc).__name__}: {exc}"
+                    self._note(self._run, reason)
             try:
                 self._run.span = Span(f"prompt {prompt_id}", probes=self._probes, detail=DETAIL_FULL).start()
             except Exception as exc:
@@ -297,9 +325,9 @@ class RunRecorder:
                 # between: its first span stays open, so its row covers all its attempts.
                 return
             try:
-                run.open_nodes[str(node_id)] = Span(
-                    f"node {node_id}", probes=self._probes, detail=DETAIL_LIGHT
-                ).start()
+                detail = DETAIL_FULL if str(node_id) in run.watched else DETAIL_LIGHT
+                span = Span(f"node {node_id}", probes=self._probes, detail=detail)
+                run.open_nodes[str(node_id)] = span.start()
             except Exception as exc:
                 self._note(run, f"node {node_id}: span failed to start: {type(exc).__name__}: {exc}")
             # after the span's own reads, so the node's GPU time starts where its work does
@@ -329,6 +357,8 @@ class RunRecorder:
         except Exception as exc:
             self._note(run, f"node {node_id}: span failed to stop: {type(exc).__name__}: {exc}")
             result = None
+        if result is not None and node_id in run.watched:
+            run.full_results[node_id] = result
         timed = start_mark is not None or end_mark is not None
         profile = self._profile(run, node_id, status, result, None if timed else GPU_TIME_NO_CUDA)
         if self._append_node(run, profile) and timed:
@@ -443,6 +473,19 @@ class RunRecorder:
             class_type = source.get("class_type") if isinstance(source, Mapping) else None
             rows[name] = {"node_id": source_id, "class_type": class_type, **self.profile_row(source_id)}
         return rows
+
+    def upstream_memory(self, node_id: str | None) -> dict:
+        """{memory, memory_unknown_reason, memory_scope} of the monitor `node_id` in the active run:
+        the picture over the upstream nodes its step describes (monitors/upstream_memory.py)."""
+        with self._lock:
+            run = self._run
+            if run is None:
+                return unknown(NO_RUN_REASON)
+            if not run.profile_enabled:
+                return unknown(PROFILE_OFF_REASON)
+            upstream = run.upstream_plan.get(str(node_id), ())
+            results = {n: run.full_results[n] for n in upstream if n in run.full_results}
+        return upstream_memory(upstream, results)
 
     def record_monitor_error(self, message: str) -> None:
         with self._lock:

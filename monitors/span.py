@@ -277,6 +277,51 @@ def memory_picture(result: SpanResult) -> dict:
     }
 
 
+def merge_sequential(name: str, results) -> SpanResult | None:
+    """One result for spans that ran one after another (a monitor's upstream nodes): baseline of
+    the first, end of the last, each peak and low the extreme over all of them with its time
+    counted from the first one's start. What ran between them (other nodes) moves the end value
+    but its own peaks are not seen: only the merged spans were measured. None for no spans."""
+    ordered = sorted((r for r in results if r is not None), key=lambda r: r.start_unix_s)
+    if not ordered:
+        return None
+    first, last = ordered[0], ordered[-1]
+    peaks: dict[str, Peak] = {}
+    lows: dict[str, Peak] = {}
+    for result in ordered:
+        offset_s = max(0.0, result.start_unix_s - first.start_unix_s)
+        for source, kept, low in ((result.peaks, peaks, False), (result.lows, lows, True)):
+            for metric, extreme in source.items():
+                if extreme.value is None:
+                    continue
+                best = kept.get(metric)
+                if (
+                    best is None
+                    or best.value is None
+                    or (extreme.value < best.value if low else extreme.value > best.value)
+                ):
+                    at_s = None if extreme.at_s is None else extreme.at_s + offset_s
+                    kept[metric] = Peak(extreme.value, at_s, extreme.method)
+    baseline_metrics = first.baseline.metrics()
+    end_metrics = last.end.metrics()
+    changes = {
+        metric: Change.between(baseline_metrics.get(metric), end_metrics.get(metric))
+        for metric in dict.fromkeys([*baseline_metrics, *end_metrics])
+    }
+    exact = all(r.peak_rss_method == METHOD_KERNEL_HWM for r in ordered)
+    return SpanResult(
+        name=name,
+        start_unix_s=first.start_unix_s,
+        duration_s=max(0.0, last.start_unix_s - first.start_unix_s) + last.duration_s,
+        baseline=first.baseline,
+        end=last.end,
+        peaks=peaks,
+        changes=changes,
+        peak_rss_method=METHOD_KERNEL_HWM if exact else METHOD_SAMPLED,
+        lows=lows,
+    )
+
+
 def _device_index(device: str) -> int:
     try:
         return int(device.split(":")[1])

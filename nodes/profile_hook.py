@@ -22,6 +22,14 @@ HANDLER_NAME = "pipeline_monitor"
 _WRAPPED = "__pipeline_monitor_wrapped__"
 _handler_class = None
 
+# The passthrough monitors whose work ran upstream: their upstream nodes get a full-detail span
+# and the step a memory picture of them (monitors/upstream_memory.py).
+UPSTREAM_MEMORY_KINDS = {
+    "PipelineMonitorModels": "models",
+    "PipelineMonitorLora": "lora",
+    "PipelineMonitorConditioning": "conditioning",
+}
+
 
 def _make_handler_class(progress):
     class PipelineMonitorProgressHandler(progress.ProgressHandler):
@@ -67,7 +75,9 @@ def on_prompt_start(progress, *args, **kwargs) -> None:
         return
     runtime = get_runtime()
     prompt = getattr(dynprompt, "original_prompt", None)
-    runtime.recorder.begin_run(str(prompt_id), prompt, node_lookup=_node_lookup(dynprompt))
+    runtime.recorder.begin_run(
+        str(prompt_id), prompt, node_lookup=_node_lookup(dynprompt), upstream_kinds=UPSTREAM_MEMORY_KINDS
+    )
     progress.add_progress_handler(_handler_class(runtime.recorder))
     # Sampled peaks (NVML, and RSS where the kernel refuses exact peaks) need the sampler.
     runtime.sampler.ensure_started()

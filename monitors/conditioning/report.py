@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 
 from ..report import StepReport
+from ..upstream_memory import step_memory
 from .analysis import analyse_conditioning
 from .prompt_text import trace_text_encoders
 
@@ -37,6 +39,8 @@ def build_conditioning_step(
     """`input_types(class_type)` names the input types of a node class (None: by input name only)."""
     sides = ("positive",) if negative is None else ("positive", "negative")
     traces = trace_sides(node_id, prompt, sides, recorder, input_types)
-    return analyse_conditioning(
+    step = analyse_conditioning(
         node_id, positive, negative, clip, traces, model=model, memory_budget_bytes=memory_budget_bytes
     )
+    # the picture over the text encode nodes' own spans (monitors/upstream_memory.py)
+    return dataclasses.replace(step, details={**step.details, **step_memory(recorder, node_id)})

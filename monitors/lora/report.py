@@ -12,8 +12,8 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 
-from ..probes import get_probes
 from ..report import MAX_TRACEBACK_CHARS, Finding, StepReport, sum_known
+from ..upstream_memory import step_memory
 from .coverage import attribute_hops, loader_findings, merge_loaders, upstream_loaders
 from .file import lora_file_status
 from .side import analyse_side
@@ -268,7 +268,8 @@ def build_lora_step(
             "returned": returned_ids,
             "exceptions": exceptions[:MAX_EXCEPTIONS],
             "n_exceptions": len(exceptions),
-            "memory": get_probes().snapshot().to_dict(),
+            # the picture over the LoRA loaders' own spans (monitors/upstream_memory.py)
+            **step_memory(recorder, node_id),
         },
         findings=tuple(findings),
         monitor_errors=tuple(errors),

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from ..probes import get_probes
 from ..report import Finding, StepReport, sum_known
+from ..upstream_memory import step_memory
 from .state import describe
 
 STEP_KIND = "models"
@@ -60,7 +61,13 @@ def build_models_step(
         kind=STEP_KIND,
         node_id=node_id,
         summary=summary,
-        details={"objects": objects, "loaders": loaders, "memory_baseline": baseline},
+        details={
+            "objects": objects,
+            "loaders": loaders,
+            "memory_baseline": baseline,
+            # the picture over the loaders' own spans (monitors/upstream_memory.py)
+            **step_memory(recorder, node_id),
+        },
         findings=tuple(findings),
         monitor_errors=tuple(errors),
         created_unix_s=time.time(),

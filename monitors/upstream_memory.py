@@ -1,0 +1,141 @@
+"""The memory picture of a passthrough monitor's upstream work (steps `models`, `lora`, `conditioning`).
+
+Those monitors pass their inputs through: the work they describe (loading checkpoints, applying
+LoRAs, encoding text) ran in the nodes that feed them, so a span around the monitor's own analysis
+would measure the wrong thing. Instead, when a prompt starts, the recorder picks from the prompt
+graph the nodes each such monitor describes (`watch_plan`) and gives exactly those nodes a
+full-detail span (system RAM, RSS, allocator, NVML), while every other node keeps its light one.
+When the monitor runs, `upstream_memory` merges the spans of its upstream nodes that ran into one
+picture (monitors.span.memory_picture): baseline at the first one's start, end at the last one's
+end, peaks and lows over their spans with the time from the first start. One picture rather than
+one per node, so that every step's `memory` has the same shape; `memory_scope` names the nodes it
+covers and the ones that did not run. Upstream nodes served from ComfyUI's cache did not run this
+prompt: with none run, `memory` is None with the reason, never a picture of something else.
+
+Which nodes a step describes comes from each kind's own graph walk:
+- models: the nodes feeding its model / clip / vae inputs (the loaders);
+- lora: the LoRA loaders stacked on its model / clip paths (not the checkpoint loader below them);
+- conditioning: the text encode nodes (the nodes fed by a CLIP) behind its positive / negative.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from .conditioning.prompt_text import trace_text_encoders
+from .lora.coverage import upstream_loaders
+from .span import SpanResult, memory_picture, merge_sequential
+
+MAX_WATCHED_PER_MONITOR = 64  # a pathological graph must not turn every node into a full span
+
+NO_RECORDER_REASON = "no per-node profile run recorded this step"
+PROFILE_OFF_REASON = "per-node profile off: the upstream nodes were not measured"
+NO_RUN_REASON = "no profiled prompt was running"
+NO_UPSTREAM_REASON = "no upstream node of this step found in the prompt graph"
+CACHED_REASON = "upstream nodes cached: nothing ran"
+
+
+def _models(prompt: Mapping, node_id: str) -> list[str]:
+    node = prompt.get(node_id)
+    inputs = node.get("inputs") if isinstance(node, Mapping) else None
+    if not isinstance(inputs, Mapping):
+        return []
+    found = []
+    for name in ("model", "clip", "vae"):
+        link = inputs.get(name)
+        if isinstance(link, (list, tuple)) and len(link) == 2:
+            found.append(str(link[0]))
+    return found
+
+
+def _lora(prompt: Mapping, node_id: str) -> list[str]:
+    return [
+        loader["node_id"] for name in ("model", "clip") for loader in upstream_loaders(prompt, node_id, name)
+    ]
+
+
+def _conditioning(prompt: Mapping, node_id: str) -> list[str]:
+    return [
+        encoder["node_id"]
+        for side in ("positive", "negative")
+        for encoder in trace_text_encoders(prompt, node_id, side)["encoders"]
+    ]
+
+
+SELECTORS: dict[str, Callable[[Mapping, str], list[str]]] = {
+    "models": _models,
+    "lora": _lora,
+    "conditioning": _conditioning,
+}
+
+
+def watch_plan(
+    prompt: Mapping | None, kinds_by_class: Mapping[str, str] | None
+) -> dict[str, tuple[str, ...]]:
+    """monitor node id -> the upstream node ids its step describes, for every node of `prompt`
+    whose class_type `kinds_by_class` maps to a kind in SELECTORS. A selector that trips on an
+    odd graph leaves that monitor out (its step then says no upstream node was found)."""
+    if not isinstance(prompt, Mapping) or not kinds_by_class:
+        return {}
+    plan = {}
+    for node_id, node in prompt.items():
+        kind = kinds_by_class.get(node.get("class_type")) if isinstance(node, Mapping) else None
+        select = SELECTORS.get(kind)
+        if select is None:
+            continue
+        try:
+            upstream = select(prompt, str(node_id))
+        except Exception:  # the graph walk is best effort; the profile must go on
+            continue
+        plan[str(node_id)] = tuple(dict.fromkeys(upstream))[:MAX_WATCHED_PER_MONITOR]
+    return plan
+
+
+def watched_nodes(plan: Mapping[str, Iterable[str]]) -> frozenset[str]:
+    return frozenset(node_id for upstream in plan.values() for node_id in upstream)
+
+
+def unknown(reason: str, upstream: Iterable[str] = ()) -> dict:
+    """The step's memory fields when there is no picture."""
+    upstream = list(upstream)
+    return {
+        "memory": None,
+        "memory_unknown_reason": reason,
+        "memory_scope": {
+            "upstream_node_ids": upstream,
+            "measured_node_ids": [],
+            "not_run_node_ids": upstream,
+        },
+    }
+
+
+def upstream_memory(upstream: Iterable[str], results: Mapping[str, SpanResult]) -> dict:
+    """{memory, memory_unknown_reason, memory_scope} of one monitor from the full spans of its
+    upstream nodes that ran (`results`: node id -> closed span). A node without a result did not
+    run this prompt (ComfyUI served it from its cache) or its span failed."""
+    upstream = list(upstream)
+    if not upstream:
+        return unknown(NO_UPSTREAM_REASON)
+    measured = [node_id for node_id in upstream if results.get(node_id) is not None]
+    if not measured:
+        return unknown(CACHED_REASON, upstream)
+    merged = merge_sequential("upstream", [results[node_id] for node_id in measured])
+    return {
+        "memory": memory_picture(merged),
+        "memory_unknown_reason": None,
+        "memory_scope": {
+            "upstream_node_ids": upstream,
+            "measured_node_ids": sorted(measured, key=lambda n: results[n].start_unix_s),
+            "not_run_node_ids": [node_id for node_id in upstream if node_id not in measured],
+        },
+    }
+
+
+def step_memory(recorder, node_id: str | None) -> dict:
+    """The memory fields of a monitor step from `recorder` (a RunRecorder, or None)."""
+    if recorder is None:
+        return unknown(NO_RECORDER_REASON)
+    try:
+        return recorder.upstream_memory(node_id)
+    except Exception as exc:  # the step's own analysis stands without its picture
+        return unknown(f"memory picture failed: {type(exc).__name__}: {exc}")
