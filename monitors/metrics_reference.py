@@ -39,9 +39,11 @@ class Figure:
     gpu_only: bool = False
 
 
-def _picture(kind: str, spec: str, prefix: str) -> list[Figure]:
-    """The memory picture of a step with a span (monitors.span.memory_picture)."""
+def _picture(kind: str, spec: str, prefix: str, scope: str = "") -> list[Figure]:
+    """The memory picture of a step with a span (monitors.span.memory_picture); `scope` says what
+    the span covers when it is not the step's own work."""
     base = f"steps[kind={kind}].details.memory"
+    suffix = f"; {scope}" if scope else ""
     rows: list[Figure] = []
     for name, label, unit in (
         ("system_ram.used_bytes", "system RAM used", "bytes"),
@@ -61,7 +63,8 @@ def _picture(kind: str, spec: str, prefix: str) -> list[Figure]:
                     spec,
                     f"{base}.{name}.{part}",
                     "s" if part == "peak_at_s" else unit,
-                    f"{what}; full span readings (psutil, VmHWM for the RSS peak), sampler ticks in between",
+                    f"{what}; full span readings (psutil, VmHWM for the RSS peak), sampler ticks in between"
+                    + suffix,
                 )
             )
     for part, what in (
@@ -77,7 +80,7 @@ def _picture(kind: str, spec: str, prefix: str) -> list[Figure]:
                 spec,
                 f"{base}.system_ram.available_bytes.{part}",
                 "s" if part == "low_at_s" else "bytes",
-                f"{what} (psutil available memory; its low point is what matters)",
+                f"{what} (psutil available memory; its low point is what matters){suffix}",
             )
         )
     for name, label, how in (
@@ -102,12 +105,18 @@ def _picture(kind: str, spec: str, prefix: str) -> list[Figure]:
                     spec,
                     f"{base}.gpus[].{name}.{part}",
                     "s" if part == "peak_at_s" else unit,
-                    f"per GPU ({base}.gpus[].device); {how}",
+                    f"per GPU ({base}.gpus[].device); {how}{suffix}",
                     gpu_only=True,
                 )
             )
     return rows
 
+
+# how the pictures of the passthrough monitors are measured (monitors/upstream_memory.py)
+_UPSTREAM_SCOPE = (
+    "over the {nodes} feeding the monitor (full-detail spans of those nodes only, merged: baseline at "
+    "the first one's start, end at the last one's end, peaks over their spans)"
+)
 
 F = Figure
 HAND_WRITTEN: tuple[Figure, ...] = (
@@ -288,6 +297,14 @@ HAND_WRITTEN: tuple[Figure, ...] = (
         "input",
     ),
     F("errors of a monitor", "TXT", "steps[].monitor_errors", None, "what monitoring failed to do"),
+    *_picture("conditioning", "TXT", "text encode ", _UPSTREAM_SCOPE.format(nodes="text encode nodes")),
+    F(
+        "text encode memory unknown",
+        "TXT",
+        "steps[kind=conditioning].details.memory_unknown_reason",
+        None,
+        "why details.memory is None, e.g. the encode nodes were cached and did not run this prompt",
+    ),
     # -- LoRA details (per side: details.model / details.clip) ----------------------------------------
     F(
         "total state-dict keys, original",
@@ -358,6 +375,21 @@ HAND_WRITTEN: tuple[Figure, ...] = (
         "steps[kind=lora].details.exceptions[].traceback",
         None,
         "exceptions the analysis caught, with their traceback (bounded)",
+    ),
+    *_picture("lora", "LORA", "LoRA application ", _UPSTREAM_SCOPE.format(nodes="LoRA loader nodes")),
+    F(
+        "LoRA application memory unknown",
+        "LORA",
+        "steps[kind=lora].details.memory_unknown_reason",
+        None,
+        "why details.memory is None, e.g. the LoRA loaders were cached and did not run this prompt",
+    ),
+    F(
+        "LoRA loaders measured",
+        "LORA",
+        "steps[kind=lora].details.memory_scope.measured_node_ids",
+        None,
+        "the upstream nodes whose spans the picture merges (not_run_node_ids: the ones that did not run)",
     ),
     F("findings", "TXT", "steps[].findings[].message", None, "checks of each step"),
     # -- profiling sessions --------------------------------------------------------------------------

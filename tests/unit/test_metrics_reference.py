@@ -70,7 +70,7 @@ def _fake_clip():
     return types.SimpleNamespace(cond_stage_model=encoder, patcher=patcher, tokenizer=None)
 
 
-def _lora_step():
+def _lora_step(recorder=None):
     """A LoRA'd MODEL and CLIP (one patch per weight) and a loader whose file check fails."""
     model = Patcher(tiny_module()).clone()
     model.add_patches(lora_patches(2, 1), 1.0)
@@ -81,15 +81,19 @@ def _lora_step():
     def broken(name):
         raise OSError("share offline")
 
-    return build_lora_step("9", PROMPT, model, clip, lora_path=broken, returned=(model, clip))
+    return build_lora_step(
+        "9", PROMPT, model, clip, lora_path=broken, returned=(model, clip), recorder=recorder
+    )
 
 
 @pytest.fixture
 def run_report(tmp_path):
     probes = fake_probes("1 GPU")
     recorder = RunRecorder(RunStore(str(tmp_path)), probes=probes)
-    recorder.begin_run("p1", PROMPT)
-    for node_id in ("1", "4"):
+    # node 9 as the LoRA monitor (LoRA loader 3 upstream), 19 as the conditioning monitor (encoder 4)
+    graph = {**PROMPT, "19": {"class_type": "MonitorConditioning", "inputs": {"positive": ["4", 0]}}}
+    recorder.begin_run("p1", graph, upstream_kinds={"Monitor": "lora", "MonitorConditioning": "conditioning"})
+    for node_id in ("1", "3", "4"):
         recorder.node_started(node_id)
         probes.torch.allocate(0, GiB)
         recorder.node_finished(node_id)
@@ -99,10 +103,10 @@ def run_report(tmp_path):
         build_models_step(
             "9", {"model": _fake_model(), "clip": _fake_clip(), "vae": FakeVAE()}, PROMPT, recorder
         ),
-        _lora_step(),
+        _lora_step(recorder),
         build_conditioning_step(
-            "9",
-            PROMPT,
+            "19",
+            graph,
             positive,
             clip=_fake_clip(),
             recorder=recorder,
