@@ -1,6 +1,6 @@
 """Generated model files for tests, the demo and the benchmark, loaded by ComfyUI's stock loaders.
 
-    COMFYUI_PATH=<ComfyUI 0.8 checkout> python scripts/make_models.py BASE [--families] [--full-size] [--check]
+    COMFYUI_PATH=<ComfyUI 0.8 checkout> python scripts/make_models.py BASE [--families] [--text-encoders] [--wan22-vae] [--full-size] [--check]
 
 Nothing is downloaded: every file is built from ComfyUI's own model classes with seeded random
 weights and written under BASE/models. Existing files are kept (idempotent).
@@ -14,6 +14,9 @@ default      the tiny WAN 2.1 model + VAE of make_tiny_models.py (what the demo 
 --full-size  an SD1.5-architecture checkpoint at real size (UNet + CLIP-L + VAE, fp16, ~2 GB) and a
              kohya LoRA of real size (rank 32 on every attention, projection and feed-forward layer
              of the UNet and on every attention and MLP layer of the text encoder).
+--text-encoders  CLIP-L, OpenCLIP-H, OpenCLIP-bigG and T5-base at real size (~2.6 GB in all; ComfyUI
+             builds text encoders from fixed configs, so they cannot be tiny): make_text_encoders.py.
+--wan22-vae  the WAN 2.2 VAE (48-channel latent) at real size (~1.4 GB; its config is fixed too).
 --check      load what was written with ComfyUI's loaders and verify the detected classes.
 """
 
@@ -42,6 +45,11 @@ def _tiny_module():
 
 
 tiny = _tiny_module()
+_te_spec = importlib.util.spec_from_file_location(
+    "pm_make_text_encoders", os.path.join(HERE, "make_text_encoders.py")
+)
+text_encoders = importlib.util.module_from_spec(_te_spec)
+_te_spec.loader.exec_module(text_encoders)
 
 
 def _unet(model_channels: int, context_dim: int, linear: bool, **extra) -> dict:
@@ -480,11 +488,30 @@ def check_full_size(comfy, paths: dict) -> None:
     )
 
 
+def make_text_encoder_models(base: str, comfy=None, keys=None) -> dict[str, str]:
+    """Real-size text encoders under BASE/models/text_encoders: {key: path} (make_text_encoders.py)."""
+    wanted = keys or [te.key for te in text_encoders.TEXT_ENCODERS]
+    paths = {k: text_encoders.text_encoder_path(base, text_encoders.TEXT_ENCODERS_BY_KEY[k]) for k in wanted}
+    if all(os.path.isfile(p) for p in paths.values()):
+        return paths
+    return text_encoders.make_text_encoders(base, comfy or tiny.import_comfy(), wanted)
+
+
+def make_wan22_vae(base: str, comfy=None) -> str:
+    """The real-size WAN 2.2 VAE under BASE/models/vae."""
+    path = text_encoders.wan22_vae_path(base)
+    if os.path.isfile(path):
+        return path
+    return text_encoders.make_wan22_vae(base, comfy or tiny.import_comfy())
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("base", help="ComfyUI base directory (the files go under BASE/models)")
     parser.add_argument("--families", action="store_true", help="one tiny model + LoRA per family")
     parser.add_argument("--full-size", action="store_true", help="the ~2 GB SD1.5 checkpoint and its LoRA")
+    parser.add_argument("--text-encoders", action="store_true", help="CLIP-L/H/G and T5-base, real size")
+    parser.add_argument("--wan22-vae", action="store_true", help="the WAN 2.2 VAE, real size (~1.4 GB)")
     parser.add_argument("--check", action="store_true", help="load the files with ComfyUI and verify them")
     args = parser.parse_args(argv)
     base = os.path.abspath(args.base)
@@ -494,6 +521,14 @@ def main(argv=None) -> int:
         paths = make_family_models(base, comfy)
         if args.check:
             check_families(comfy, paths)
+    if args.text_encoders:
+        paths = make_text_encoder_models(base, comfy)
+        if args.check:
+            text_encoders.check_text_encoders(comfy, paths)
+    if args.wan22_vae:
+        path = make_wan22_vae(base, comfy)
+        if args.check:
+            text_encoders.check_wan22_vae(comfy, path)
     if args.full_size:
         paths = make_full_size(base, comfy)
         if args.check:

@@ -26,8 +26,6 @@ minutes on a shared CPU; repeating a pool is a memory copy, so the files are wri
 speed and are byte-for-byte the same on every run. Tokenizers are ComfyUI's own (in its tree).
 """
 
-from __future__ import annotations
-
 import os
 import time
 import zlib
