@@ -141,12 +141,44 @@ def set_panel(page, open_: bool) -> None:
         page.wait_for_selector(PANEL, state="attached" if open_ else "detached")
 
 
-def shot(page, out: Path, state: str, element: str | None = None) -> None:
+# Tooltips and popovers (a workflow tab's preview, a sidebar button's label) are what the pointer
+# happened to rest on, not the state being shown.
+HIDE_TOOLTIPS = """
+.p-tooltip, [role="tooltip"], .workflow-popover-fade, .p-popover, .node-tooltip { display: none !important; }
+"""
+
+
+def hide_tooltips(page) -> None:
+    page.add_style_tag(content=HIDE_TOOLTIPS)
+
+
+def park_mouse(page) -> None:
+    """Move the pointer where it shows nothing: the canvas's empty right edge (the graph is fitted
+    to the view with a margin), not the top-left corner, where a workflow tab's preview opens."""
+    page.mouse.move(WIDTH - 8, HEIGHT / 2)
+
+
+def shot(page, out: Path, state: str, element: str | None = None, keep_mouse: bool = False) -> None:
+    if not keep_mouse:
+        park_mouse(page)
     page.wait_for_timeout(300)
     page.screenshot(path=str(out / f"{state}.png"))
-    if panel_open(page):
-        target = page.locator(element or PANEL).first
+    if not panel_open(page):
+        log.info("screenshot %s", state)
+        return
+    target = page.locator(element or PANEL).first
+    if element:
         target.screenshot(path=str(out / f"{state}_panel.png"))
+    else:
+        # The sidebar clips what is below the window: a window as tall as the panel shows all of it.
+        tall = page.evaluate(f"document.querySelector('{PANEL}').getBoundingClientRect().top") + page.evaluate(
+            f"document.querySelector('{PANEL}').scrollHeight"
+        )
+        page.set_viewport_size({"width": WIDTH, "height": int(min(8000, max(HEIGHT, tall + 40)))})
+        page.wait_for_timeout(300)
+        target.screenshot(path=str(out / f"{state}_panel.png"))
+        page.set_viewport_size({"width": WIDTH, "height": HEIGHT})
+        page.wait_for_timeout(200)
     log.info("screenshot %s", state)
 
 
@@ -228,14 +260,18 @@ def make_panel_states(page, server: Server, out: Path) -> None:
     box = page.locator(".pm-chart").bounding_box()
     if box:
         page.mouse.move(box["x"] + box["width"] * 0.8, box["y"] + box["height"] / 2)
-    shot(page, out, "01_live_chart_running", ".pm-live")
+    shot(page, out, "01_live_chart_running", ".pm-live", keep_mouse=True)
     requests.post(server.url + "/interrupt", timeout=10)
     interrupted = server.wait_new_run(known)
-    page.mouse.move(5, 5)
     show(page, {"name": "runs"}, f'.pm-run-row[data-prompt-id="{interrupted}"]')
     shot(page, out, "02_runs")
-    show(page, {"name": "run", "id": rich[1]}, ".pm-run .pm-step")
+    # as a user opens a run: clicking it in the list zooms the chart to its time span too
+    page.click(f'.pm-run-row[data-prompt-id="{rich[1]}"]')
+    page.wait_for_selector(".pm-run .pm-step")
+    page.wait_for_selector(".pm-zoom-bar", state="visible")
+    page.locator(".sidebar-content-container").first.evaluate("(e) => e.scrollTop = 0")
     shot(page, out, "03_run_top")
+    page.click(".pm-live-back")
     for kind in ("lora", "conditioning", "vae_encode", "models", "latent", "tensor_dump"):
         card = page.locator(f'.pm-step[data-kind="{kind}"]').first
         card.scroll_into_view_if_needed()
@@ -297,6 +333,7 @@ def main() -> int:
             if args.only != "thumbnails":
                 page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
                 open_app(page, server.url)
+                hide_tooltips(page)
                 make_panel_states(page, server, out)
             browser.close()
     finally:

@@ -386,8 +386,10 @@ export function drawChart(canvas, points, colors) {
     ctx.fillStyle = colors.fg;
     ctx.textAlign = "left";
     ctx.textBaseline = "top";
-    const room = (segs[i + 1] ? x(segs[i + 1].start) : left + w) - x0 - 4;
-    if (ctx.measureText(text).width <= room) ctx.fillText(text, x0 + 3, top + 2);
+    // a segment that began before the shown range is labelled from the plot's left edge
+    const lx = Math.max(x0, left);
+    const room = (segs[i + 1] ? x(segs[i + 1].start) : left + w) - lx - 4;
+    if (ctx.measureText(text).width <= room) ctx.fillText(text, lx + 3, top + 2);
   });
 
   // lines

@@ -85,8 +85,11 @@ function inputChangesSection(report) {
   const line = inputChangesLine(changes);
   if (!line || !changes) return null;
   const rows = changes.changes ?? [];
+  // With rows to show, the heading only counts them: the values are in the table.
+  const more = [changes.n_inputs_added ? `${changes.n_inputs_added} inputs added` : "", changes.n_inputs_removed ? `${changes.n_inputs_removed} removed` : ""].filter(Boolean);
+  const heading = rows.length ? `${changes.n_changes ?? rows.length} changed${more.length ? `, ${more.join(", ")}` : ""}` : line.text;
   return h("div", { class: "pm-input-changes" },
-    h("div", {}, h("span", { class: "pm-muted", text: "Inputs since the last run: " }), h("span", { class: "pm-changes-line", text: line.text, title: line.title })),
+    h("div", {}, h("span", { class: "pm-muted", text: "Inputs since the last run: " }), h("span", { class: "pm-changes-line", text: heading, title: line.title })),
     rows.length
       ? h("div", { class: "pm-table-wrap" }, h("table", { class: "pm-table pm-changes" },
         h("thead", {}, h("tr", {}, h("th", { text: "Node" }), h("th", { text: "Input" }), h("th", { text: "Before → now" }))),
