@@ -68,7 +68,7 @@ def decorated_variants(fn=plain) -> dict:
             return fn(x)
 
     def event(x):
-        pm.add_profiling_event("event", lambda: {"x": x})
+        pm.record_event("event", lambda: {"x": x})
         return fn(x)
 
     return {
@@ -77,7 +77,7 @@ def decorated_variants(fn=plain) -> dict:
         "profile_block_computation": block,
         "profile_model_parameters": model,
         "with profile_method(...)": with_block,
-        "add_profiling_event": event,
+        "record_event": event,
     }
 
 

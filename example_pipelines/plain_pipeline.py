@@ -116,7 +116,7 @@ class TinyPipeline:
         with pm.profile_method("denoise"):
             for index, timestep in enumerate(torch.linspace(999, 0, steps)):
                 latents = self.denoise_step(latents, timestep, index, text)
-        pm.add_profiling_event("latents", lambda: {"shape": list(latents.shape), "std": float(latents.std())})
+        pm.record_event("latents", lambda: {"shape": list(latents.shape), "std": float(latents.std())})
         return self.decode(latents)
 
 

@@ -48,7 +48,7 @@ __all__ = [
     "current_session",
     "profile_session",
     "profile_method",
-    "add_profiling_event",
+    "record_event",
     "profile_diffusion_step",
     "profile_block_computation",
     "profile_model_parameters",
@@ -93,6 +93,41 @@ def is_enabled() -> bool:
 
 def current_session() -> ProfileSession | None:
     return _session
+
+
+def _is_method(fn: Callable) -> bool:
+    """Inferix's decorators always drop the first argument (`self`); here only where the decorated
+    function's first parameter is `self` or `cls`, so plain functions keep all their arguments."""
+    try:
+        first = next(iter(inspect.signature(fn).parameters), None)
+    except (TypeError, ValueError):
+        return False
+    return first in ("self", "cls")
+
+
+def _n_positional(fn: Callable) -> int | None:
+    """How many positional arguments `fn` accepts (None: any number)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return None
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+
+
+def _either_form(extract: Callable | None, fn: Callable) -> Callable | None:
+    """This pack's `extract(args, kwargs, result)`, or Inferix's `extract(args, kwargs)` (two
+    positional parameters) with `self` left out of `args`, so code written for Inferix's
+    decorators runs with `from monitors.profiling import ...` too."""
+    if extract is None or _n_positional(extract) != 2:
+        return extract
+    method = _is_method(fn)
+
+    def adapted(args, kwargs, result):
+        return extract(args[1:] if method else args, kwargs)
+
+    return adapted
 
 
 def _safe_extract(session: ProfileSession, what: str, extract, args, kwargs, result) -> dict:
@@ -212,7 +247,10 @@ class _Stage:
     def _title(self, info: dict) -> str | None:
         return None
 
-    def _run(self, session: ProfileSession, stage: str, fn, args, kwargs):
+    def _normalise(self, info: dict) -> dict:
+        return info
+
+    def _run(self, session: ProfileSession, stage: str, fn, args, kwargs, extract=None):
         if not session.config.stage_enabled(stage):
             return fn(*args, **kwargs)
         record = session.open_stage(stage)
@@ -221,11 +259,11 @@ class _Stage:
         except BaseException:
             session.close_stage(record, "error")
             raise
-        info = _safe_extract(session, stage, self.extract, args, kwargs, result)
+        info = self._normalise(_safe_extract(session, stage, extract, args, kwargs, result))
         self._record(session, session.close_stage(record, "executed", self._title(info)), info)
         return result
 
-    async def _run_async(self, session: ProfileSession, stage: str, fn, args, kwargs):
+    async def _run_async(self, session: ProfileSession, stage: str, fn, args, kwargs, extract=None):
         if not session.config.stage_enabled(stage):
             return await fn(*args, **kwargs)
         record = session.open_stage(stage)
@@ -234,12 +272,13 @@ class _Stage:
         except BaseException:
             session.close_stage(record, "error")
             raise
-        info = _safe_extract(session, stage, self.extract, args, kwargs, result)
+        info = self._normalise(_safe_extract(session, stage, extract, args, kwargs, result))
         self._record(session, session.close_stage(record, "executed", self._title(info)), info)
         return result
 
     def __call__(self, fn):
         stage = self.stage or getattr(fn, "__qualname__", None) or repr(fn)
+        extract = _either_form(self.extract, fn)
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
@@ -247,7 +286,7 @@ class _Stage:
                 session = _session
                 if session is None:
                     return await fn(*args, **kwargs)
-                return await self._run_async(session, stage, fn, args, kwargs)
+                return await self._run_async(session, stage, fn, args, kwargs, extract)
 
             return async_wrapper
 
@@ -256,7 +295,7 @@ class _Stage:
             session = _session
             if session is None:
                 return fn(*args, **kwargs)
-            return self._run(session, stage, fn, args, kwargs)
+            return self._run(session, stage, fn, args, kwargs, extract)
 
         return wrapper
 
@@ -287,6 +326,12 @@ def profile_method(stage: str | Callable | None = None) -> _Stage:
 
 
 class _DiffusionStep(_Stage):
+    def _normalise(self, info: dict) -> dict:
+        # Inferix's extractors name the step `step`; rows and titles here use `step_index`
+        if "step" in info and "step_index" not in info:
+            return {**info, "step_index": info["step"]}
+        return info
+
     def _title(self, info: dict) -> str | None:
         index = info.get("step_index")
         return None if index is None else f"step {index}"
@@ -305,26 +350,30 @@ class _Block(_Stage):
 
 
 def profile_diffusion_step(extract: Callable | None = None, stage: str = STAGE_INFERENCE_STEPS) -> _Stage:
-    """A denoising step. `extract(args, kwargs, result)` -> {"step_index", "timestep", "block_size", ...}."""
+    """A denoising step. `extract(args, kwargs, result)` -> {"step_index", "timestep", "block_size", ...}
+    (or Inferix's `extract(args, kwargs)`, self left out, with `step` for the index)."""
     return _DiffusionStep(stage, extract)
 
 
 def profile_block_computation(extract: Callable | None = None, stage: str = "block_computation") -> _Stage:
     """A block of streaming/block-wise generation. `extract(args, kwargs, result)` ->
-    {"block_index", "n_frames", ...}; frames and blocks per second come from these."""
+    {"block_index", "n_frames", ...} (or Inferix's `extract(args, kwargs)`); frames and blocks per
+    second come from these."""
     return _Block(stage, extract)
 
 
-def add_profiling_event(name: str, fn: Callable[[], object] | object = None):
-    """Record a custom event at this moment: `fn()`'s result is its data (fn is called only while a
-    session is open, so building the data costs nothing otherwise). Returns the data, or None."""
+def record_event(name: str, data: Callable[[], object] | object = None):
+    """Record an instant event at this moment with `data`, or with `data()`'s result when it is
+    callable (called only while a session is open, so building the data costs nothing otherwise).
+    Returns the data, or None. (Inferix's `add_profiling_event`, exported beside it, is a
+    decorator that records an event after each call of the decorated function.)"""
     session = _session
     if session is None:
         return None
     try:
-        data = fn() if callable(fn) else fn
-        session.add_event(str(name), data)
-        return data
+        value = data() if callable(data) else data
+        session.add_event(str(name), value)
+        return value
     except Exception as exc:
         session.note(f"event {name}: {type(exc).__name__}: {exc}")
         return None
@@ -360,10 +409,12 @@ def describe_parameters(obj) -> dict:
 
 def profile_model_parameters(extract: Callable | None = None, name: str | None = None):
     """Time a model-building function and record its parameters. `extract(args, kwargs, result)`
-    returns the module to describe, or a mapping of figures; by default the result is described."""
+    returns the module to describe, or a mapping of figures (Inferix's `extract(args, kwargs)` ->
+    {model_name, parameters_count, model_type} too); by default the result is described."""
 
     def decorate(fn):
         label = name or getattr(fn, "__qualname__", "model")
+        read = _either_form(extract, fn)
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
@@ -382,8 +433,11 @@ def profile_model_parameters(extract: Callable | None = None, name: str | None =
             if session is not None:
                 session.close_stage(record, "executed", label)
             try:
-                target = extract(args, kwargs, result) if extract is not None else result
+                target = read(args, kwargs, result) if read is not None else result
                 figures = dict(target) if isinstance(target, Mapping) else describe_parameters(target)
+                count = figures.get("parameters_count")  # Inferix's name for the count
+                if isinstance(count, int) and not isinstance(count, bool):
+                    figures.setdefault("n_parameters", count)
                 usage.tracker.record_model_init(label, duration, to_jsonable(figures))
             except Exception as exc:
                 log.warning(

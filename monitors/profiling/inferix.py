@@ -3,6 +3,7 @@
     from inferix.profiling.decorators import profile_method, ...      # before
     from monitors.profiling.inferix import profile_method, ...        # here
     from monitors.profiling.decorators import profile_method, ...     # the same names, Inferix's path
+    from monitors.profiling import profile_method, ...                # the pack's own entry, too
 
 Thin adapters over this pack's own API (api.py stays the primary one), in Inferix's documented
 forms: extractors take `(args, kwargs)` with `self` left out of `args`; `add_profiling_event` is a
@@ -29,7 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import api
-from .api import profile_session
+from .api import _is_method, _n_positional, profile_session
 from .config import ProfilingConfig
 
 log = logging.getLogger(__name__)
@@ -44,27 +45,6 @@ __all__ = [
     "add_profiling_arguments",
     "configure_from_args",
 ]
-
-
-def _is_method(fn: Callable) -> bool:
-    """Inferix's decorators always drop the first argument (`self`); here only where the decorated
-    function's first parameter is `self` or `cls`, so plain functions keep all their arguments."""
-    try:
-        first = next(iter(inspect.signature(fn).parameters), None)
-    except (TypeError, ValueError):
-        return False
-    return first in ("self", "cls")
-
-
-def _n_positional(fn: Callable) -> int | None:
-    """How many positional arguments `fn` accepts (None: any number)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return None
-    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
 
 
 def _args_kwargs_extract(extract: Callable | None, method: bool) -> Callable | None:
@@ -120,7 +100,7 @@ def profile_method(stage_name: str | Callable | None = None, metadata: Mapping[s
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             if api.current_session() is not None:
-                api.add_profiling_event(f"{stage}.metadata", data)
+                api.record_event(f"{stage}.metadata", data)
             return timed(*args, **kwargs)
 
         return wrapper
@@ -147,7 +127,7 @@ def add_profiling_event(event_name: str, data_func: Callable | None = None):
                     data = call(result, *(args[1:] if method else args), **kwargs)
                 except Exception as exc:
                     session.note(f"event {event_name}: data function failed: {type(exc).__name__}: {exc}")
-            api.add_profiling_event(event_name, lambda: data)
+            api.record_event(event_name, lambda: data)  # data itself may be callable
 
         if inspect.iscoroutinefunction(fn):
 

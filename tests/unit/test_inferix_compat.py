@@ -7,10 +7,12 @@ import argparse
 import json
 import logging
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 
@@ -399,12 +401,13 @@ def test_two_rank_job_runs_the_guide_example_and_aggregates_the_folder(tmp_path)
     check_aggregate(json.loads(out.read_text()))
 
 
-def check_documented_figures(report: dict, rank: int) -> None:
+def check_documented_figures(report: dict, rank: int | None, world_size: int | None = 2) -> None:
     """Every figure the guide names, where the report keeps it (docs/profiling.md, Coming from Inferix)."""
     step = report["steps"][0]
     summary, details = step["summary"], step["details"]
     assert report["status"] == "success" and report["monitor_errors"] == []
-    assert summary["session"] == "video_generation" and summary["rank"] == rank and summary["world_size"] == 2
+    assert summary["session"] == "video_generation" and summary["rank"] == rank
+    assert summary["world_size"] == world_size
     # stages (profile_method, defaults by name) and the phase time breakdown
     stages = {n["class_type"] for n in report["nodes"]}
     assert {
@@ -464,6 +467,48 @@ def check_documented_figures(report: dict, rank: int) -> None:
     assert (
         report["system"]["cpu_count"] and report["system"]["ram_total_bytes"] and report["system"]["platform"]
     )
+
+
+def test_guide_example_runs_with_the_pack_entry_as_its_only_import(tmp_path, clean_profiling, monkeypatch):
+    """The guide's class with `from monitors.profiling import ...` in place of Inferix's import:
+    the pack's own entry takes Inferix's extractor forms and its add_profiling_event decorator."""
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    source = (pathlib.Path(REPO) / "tests" / "unit" / "inferix_example.py").read_text()
+    guide_import = "from monitors.profiling.decorators import ("
+    assert source.count(guide_import) == 1
+    module = types.ModuleType("inferix_example_pack_entry")
+    code = compile(source.replace(guide_import, "from monitors.profiling import ("), module.__name__, "exec")
+    exec(code, module.__dict__)
+    assert module.add_profiling_event is pm.add_profiling_event
+    assert module.profile_diffusion_step is pm.profile_diffusion_step  # the pack's own, not an adapter
+    config = write(
+        tmp_path, "p.yaml", BASIC_YAML.replace("./example/self_forcing/profiling_reports", str(tmp_path))
+    )
+    module.run_pipeline(["--prompt", "a lighthouse", "--enable_profiling", "--profiling_config", config])
+    (path,) = [p for p in tmp_path.glob("video_generation-*.json") if not p.name.endswith(".trace.json")]
+    check_documented_figures(json.loads(path.read_text()), None, None)
+
+
+def test_record_event_is_the_instant_event_and_add_profiling_event_the_decorator(tmp_path, clean_profiling):
+    pm.configure(report={"output_dir": str(tmp_path), "format": "json", "trace": False}, probes=fake_probes())
+
+    @pm.add_profiling_event("after", lambda result, **kwargs: {"result": result})
+    def work(x):
+        return x * 2
+
+    with pm.profile_session("events"):
+        assert pm.record_event("now", {"a": 1}) == {"a": 1}
+        assert pm.record_event("lazy", lambda: {"b": 2}) == {"b": 2}
+        assert work(4) == 8
+    assert pm.record_event("outside", lambda: pytest.fail("called outside a session")) is None
+    (path,) = tmp_path.glob("events-*.json")
+    events = json.loads(path.read_text())["steps"][0]["details"]["events"]
+    assert [(e["name"], e["data"]) for e in events] == [
+        ("now", {"a": 1}),
+        ("lazy", {"b": 2}),
+        ("after", {"result": 8}),
+    ]
 
 
 def check_aggregate(result: dict) -> None:

@@ -64,7 +64,7 @@ def run_pipeline():
         for i in range(4):
             x = denoise_step(x, i=i)
     frames = [compute_block(x, index) for index in range(3)]
-    pm.add_profiling_event("latents", lambda: {"shape": list(x.shape), "mean": float(x.mean())})
+    pm.record_event("latents", lambda: {"shape": list(x.shape), "mean": float(x.mean())})
     return decode(frames[-1])
 
 
@@ -110,7 +110,7 @@ def test_disabled_profiling_records_nothing_and_writes_nothing(configured, tmp_p
         run_pipeline()
     assert session is None and pm.current_session() is None
     assert os.listdir(tmp_path) == []
-    assert pm.add_profiling_event("x", lambda: pytest.fail("called while off")) is None
+    assert pm.record_event("x", lambda: pytest.fail("called while off")) is None
 
 
 def test_stages_outside_a_session_are_plain_calls(configured):

@@ -106,7 +106,7 @@ def test_profiling_session_trace_has_counters_events_and_threads(tmp_path):
             t = threading.Thread(target=work, name="helper")
             t.start()
             t.join()
-            pm.add_profiling_event("checkpoint", lambda: {"i": 1})
+            pm.record_event("checkpoint", lambda: {"i": 1})
     finally:
         pm.configure()
     trace = json.load(open(session.paths["trace"]))
