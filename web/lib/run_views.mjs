@@ -13,6 +13,23 @@ import { designedCard } from "./step_cards.mjs";
  *   focusNode?: (nodeId: string) => void}} Actions
  */
 
+/**
+ * A class name with line-break chances between its words ("Pipeline<wbr>Monitor<wbr>VAE<wbr>Encode"),
+ * so a narrow column wraps it there rather than mid-word.
+ * @param {string} text
+ * @returns {(string | HTMLElement)[]}
+ */
+export function breakable(text) {
+  /** @type {string[]} */
+  const parts = [];
+  for (const part of String(text).split(/(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])/)) {
+    // a one-letter word stays with its neighbour: "KSampler", not "K" then "Sampler"
+    if (parts.length && (part.length < 2 || parts[parts.length - 1].length < 2)) parts[parts.length - 1] += part;
+    else parts.push(part);
+  }
+  return parts.flatMap((part, i) => (i ? [h("wbr"), part] : [part]));
+}
+
 /** @param {string} text @param {string} tone @param {string} [title] */
 export function badge(text, tone, title) {
   return h("span", { class: `pm-badge pm-tone-${tone}`, text, title });
@@ -150,7 +167,7 @@ function nodesTable(report, sort, actions) {
       class: [r.slowest ? "pm-slowest" : "", r.hungriest ? "pm-hungriest" : "", r.cached ? "pm-cached" : ""].join(" ").trim(),
       dataset: { nodeId: r.nodeId }, title: "Click to centre this node on the canvas",
       onclick: () => actions.focusNode?.(r.nodeId) },
-      h("td", { title: `${r.classType} (${r.status})` }, h("span", { class: "pm-muted", text: `#${r.nodeId} ` }), clip(r.label, 32),
+      h("td", { title: `${r.classType} (${r.status})` }, h("span", { class: "pm-muted", text: `#${r.nodeId} ` }), ...breakable(clip(r.label, 32)),
         r.slowest ? badge("slowest", "warn") : null, r.hungriest ? badge("most memory", "warn") : null,
         r.status === "error" ? badge("failed", "error") : r.status === "interrupted" ? badge("interrupted", "neutral") : null,
         r.cached ? badge("cached", "neutral", "served from ComfyUI's cache: it did not run") : null),
