@@ -9,12 +9,24 @@ bounded whatever the tensor size.
 Speed: when every value is finite (the common case) each chunk is reduced in one pass of torch
 kernels in the pair's common float type (float32 for float32, float16 and bfloat16; float64 when
 either side is float64, or for pairs of at most FLOAT64_MAX_ELEMENTS, where it costs nothing), and
-the per-chunk results are read back once per pair. The tolerance test is torch.isclose's formula in
-that type, so n_not_close and allclose are exactly torch.allclose's on the pair cast to it; equal
-is exact; max_abs_diff is |b - a| rounded once to that type. Sums and norms accumulate in that type
-per chunk (error bound as in monitors/tensor_stats.py: M*u relative to the sum of magnitudes) and
-in float64 across chunks. A chunk with NaN or Inf (its max |b - a| or a norm not finite) sends the
-pair to the float64 path that handles them, also on the tensors' device.
+the per-chunk results, the count outside tolerance included, are read back once per pair. The
+tolerance test is torch.isclose's formula in that type, so n_not_close and allclose are exactly
+torch.allclose's on the pair cast to it; equal is exact; max_abs_diff is |b - a| rounded once to
+that type.
+
+Error bound (float32 accumulation, u = 2**-24, M = tensor_stats.SUM_CHAIN_BOUND): sum |b - a| is
+torch.sum's cascade sum per chunk, within M*u of the sum of magnitudes; the squared norms of a, b
+and b - a are row norms (torch.linalg.vector_norm over rows of ROW_ELEMENTS <= M/2 additions, then
+the square root's rounding) squared and summed in float64, within (M+2)*u relative (they are sums
+of non-negative terms). relative_error is within (M+2)*u relative. The dot product is polarized
+from the three norms, a.b = (|a|**2 + |b|**2 - |b - a|**2) / 2, so the cosine is within
+(M+2)*u*(P+1) of the exact one, P = polarization_factor (1 for b == a, 2 for orthogonal tensors of
+equal norm, 3 for b == -a); where P > POLARIZATION_LIMIT (norms far apart) a second pass sums the
+products a*b by the cascade sum instead, and the cosine is within (2M+2)*u. float64 accumulation
+sums the products themselves. Across chunks everything is summed in float64. As before, float32
+squares of values under about 1e-19 underflow, so norms of such tiny tensors are not reliable.
+A chunk with NaN or Inf (its max |b - a| or a norm not finite, which an overflowing float32 sum
+also gives) sends the pair to the float64 path that handles them, also on the tensors' device.
 compare_dumps / compare_dump_with open dumps (safetensors only, see dumps.py) and compare them.
 """
 
@@ -33,6 +45,10 @@ FAST_CHUNK_ELEMENTS = (
     1 << 20
 )  # the fast path's: four 4 MiB buffers, in the CPU's last-level cache; fewer kernel launches
 FLOAT64_MAX_ELEMENTS = 1 << 16
+# Row length of the row norms: a row is summed by at most this many rounded additions, within
+# tensor_stats.SUM_CHAIN_BOUND together with the square root's rounding.
+ROW_ELEMENTS = 128
+POLARIZATION_LIMIT = 4.0  # above: the dot product is summed from the products in a second pass
 STATUSES = ("identical", "close", "different", "incompatible", "nothing_to_compare")
 
 
@@ -98,54 +114,101 @@ def compare_pair(a, b, rtol: float, atol: float) -> dict[str, Any]:
 
 
 def _fast_totals(flat_a, flat_b, rtol: float, atol: float) -> dict | None:
-    """One pass of kernels per chunk, results read back once; None when a value is not finite
-    (or the float32 sums overflow), for the float64 path to handle. Products go to chunk-sized
-    buffers summed by torch.sum (a cascade sum): torch.dot and vector_norm accumulate long
-    sequential runs on the CPU."""
+    """One pass of kernels per chunk, results read back once per pair; None when a value is not
+    finite (or an accumulation overflows), for the float64 path to handle.
+
+    Per chunk: b - a into a reused buffer while both chunks are in cache; the tolerance
+    atol + rtol*|a| (torch.isclose's formula and rounding) into a second buffer; squared norms of
+    a, b and b - a as row norms (vector_norm over rows of ROW_ELEMENTS, no product written; each
+    row is at most ROW_ELEMENTS additions, so the chain stays within SUM_CHAIN_BOUND) summed in
+    float64; then |b - a| in place for its max, sum and the count outside tolerance (0/1 floats,
+    exact below 2**24 per chunk). The dot product comes from the norms by polarization,
+    a.b = (|a|**2 + |b|**2 - |b - a|**2) / 2, whose error relative to |a||b| grows with
+    (|a|**2 + |b|**2 + |b - a|**2) / (2|a||b|); above POLARIZATION_LIMIT (very unequal norms, or
+    nearly opposite tensors) a second pass sums the products instead."""
     import torch
 
     n = int(flat_a.numel())
     wide = torch.float64 in (flat_a.dtype, flat_b.dtype) or n <= FLOAT64_MAX_ELEMENTS
     acc = torch.float64 if wide else torch.float32
     size = min(n, FAST_CHUNK_ELEMENTS)
-    buffers = [torch.empty(size, dtype=acc, device=flat_a.device) for _ in range(4)]
+    a_buf, b_buf, diff_buf, work_buf = (torch.empty(size, dtype=acc, device=flat_a.device) for _ in range(4))
     parts = []
-    for start in range(0, n, FAST_CHUNK_ELEMENTS):
-        ca, cb = flat_a[start : start + FAST_CHUNK_ELEMENTS], flat_b[start : start + FAST_CHUNK_ELEMENTS]
+    for ca, cb in _acc_chunks(flat_a, flat_b, acc, a_buf, b_buf):
         length = int(ca.numel())
-        a_buf, b_buf, diff, work = (buf[:length] for buf in buffers)
-        ca = ca if ca.dtype == acc else a_buf.copy_(ca)
-        cb = cb if cb.dtype == acc else b_buf.copy_(cb)
-        torch.sub(cb, ca, out=diff).abs_()
-        # torch.isclose(b, a)'s allowed error minus |b - a|: its sign is exact (gradual underflow)
-        slack = torch.abs(ca, out=work).mul_(rtol).add_(atol).sub_(diff).amin()
-        figures = [diff.amax(), diff.sum(), slack]
-        for x, y in ((diff, diff), (ca, ca), (cb, cb), (ca, cb)):
-            figures.append(torch.mul(x, y, out=work).sum())
-        parts.append(torch.stack(figures).to(torch.float64))
-    columns = torch.stack(parts).T.tolist()  # the one read-back when every value is close
-    max_s, sum_s, slack_s, diff2_s, a2_s, b2_s, dot_s = columns
-    if not all(map(math.isfinite, max_s + sum_s + diff2_s + a2_s + b2_s + dot_s)):
+        diff, work = diff_buf[:length], work_buf[:length]
+        torch.sub(cb, ca, out=diff)
+        if wide:  # float64 products summed by the cascade sum: small tensors are compared by eye
+            squares = [
+                torch.mul(x, y, out=work).sum() for x, y in ((ca, ca), (cb, cb), (diff, diff), (ca, cb))
+            ]
+        else:
+            squares = [_sum_of_squares(ca), _sum_of_squares(cb), _sum_of_squares(diff)]
+        torch.abs(ca, out=work).mul_(rtol).add_(atol)  # torch.isclose's allowed error
+        diff.abs_()
+        n_not_close = torch.gt(diff, work, out=work).sum()
+        figures = [diff.amax(), diff.sum(), n_not_close]
+        parts.append(
+            torch.cat([torch.stack(figures).to(torch.float64), torch.stack(squares).to(torch.float64)])
+        )
+    columns = torch.stack(parts).T.tolist()  # the one read-back of the common case
+    max_s, sum_s, count_s, a2_s, b2_s, diff2_s = columns[:6]
+    if not all(map(math.isfinite, max_s + sum_s + a2_s + b2_s + diff2_s + (columns[6] if wide else []))):
         return None
-    n_not_close = 0
-    if min(slack_s) < 0:  # some element outside tolerance: count them, one more read-back
-        counts = []
-        for start in range(0, n, FAST_CHUNK_ELEMENTS):
-            ca = flat_a[start : start + FAST_CHUNK_ELEMENTS].to(acc)
-            cb = flat_b[start : start + FAST_CHUNK_ELEMENTS].to(acc)
-            counts.append(((cb - ca).abs_() > ca.abs().mul_(rtol).add_(atol)).sum())
-        n_not_close = int(torch.stack(counts).sum().item())
+    norm_a2, norm_b2, diff2 = math.fsum(a2_s), math.fsum(b2_s), math.fsum(diff2_s)
+    dot = math.fsum(columns[6]) if wide else (norm_a2 + norm_b2 - diff2) / 2
+    if (
+        not wide
+        and norm_a2 > 0
+        and norm_b2 > 0
+        and polarization_factor(norm_a2, norm_b2, diff2) > POLARIZATION_LIMIT
+    ):
+        dots = [
+            torch.mul(ca, cb, out=diff_buf[: int(ca.numel())]).sum()
+            for ca, cb in _acc_chunks(flat_a, flat_b, acc, a_buf, b_buf)
+        ]
+        dot = math.fsum(torch.stack(dots).to(torch.float64).tolist())
     return {
         "max_diff": max(max_s),
         "sum_diff": math.fsum(sum_s),
         "n_finite_diff": n,
-        "n_not_close": n_not_close,
+        "n_not_close": int(sum(count_s)),
         "n_nan_mismatch": 0,
-        "dot": math.fsum(dot_s),
-        "norm_a2": math.fsum(a2_s),
-        "norm_b2": math.fsum(b2_s),
-        "diff2": math.fsum(diff2_s),
+        "dot": dot,
+        "norm_a2": norm_a2,
+        "norm_b2": norm_b2,
+        "diff2": diff2,
     }
+
+
+def polarization_factor(norm_a2: float, norm_b2: float, diff2: float) -> float:
+    """How much the polarized dot product's error (relative to the norms' own) is amplified in the
+    cosine: (|a|**2 + |b|**2 + |b - a|**2) / (2 |a| |b|); 1 for b == a, 3 for b == -a."""
+    return (norm_a2 + norm_b2 + diff2) / (2 * math.sqrt(norm_a2) * math.sqrt(norm_b2))
+
+
+def _acc_chunks(flat_a, flat_b, acc, a_buf, b_buf):
+    """Pairs of chunks in the accumulation type: views where the type already is, else converted
+    (exactly: half precision to float32) into the reused buffers."""
+    for start in range(0, int(flat_a.numel()), FAST_CHUNK_ELEMENTS):
+        ca, cb = flat_a[start : start + FAST_CHUNK_ELEMENTS], flat_b[start : start + FAST_CHUNK_ELEMENTS]
+        length = int(ca.numel())
+        yield (
+            ca if ca.dtype == acc else a_buf[:length].copy_(ca),
+            cb if cb.dtype == acc else b_buf[:length].copy_(cb),
+        )
+
+
+def _sum_of_squares(chunk):
+    """Sum of squares of a chunk as a float64 scalar tensor on its device: norms of rows of
+    ROW_ELEMENTS (and of the shorter tail), squared and summed in float64."""
+    import torch
+
+    full = int(chunk.numel()) // ROW_ELEMENTS * ROW_ELEMENTS
+    norms = torch.linalg.vector_norm(chunk[:full].view(-1, ROW_ELEMENTS), dim=1)
+    if full < int(chunk.numel()):
+        norms = torch.cat([norms, torch.linalg.vector_norm(chunk[full:]).reshape(1)])
+    return norms.to(torch.float64).square().sum()
 
 
 def _float64_totals(flat_a, flat_b, rtol: float, atol: float) -> dict:
