@@ -11,6 +11,7 @@ import torch
 from monitors.conditioning.report import build_conditioning_step
 from monitors.lora.report import build_lora_step
 from monitors.models.report import build_models_step
+from monitors.probes import DETAIL_LIGHT
 from monitors.probes.fake import GiB, fake_probes
 from monitors.probes.readings import Snapshot
 from monitors.recorder import RunRecorder
@@ -167,6 +168,10 @@ def test_recorder_gives_watched_nodes_a_full_span_and_the_monitor_a_picture(tmp_
     assert picture["unknown_reasons"] == {}
     assert recorder.upstream_memory("12")["memory_scope"]["measured_node_ids"] == ["4", "5"]
     assert recorder.upstream_memory("13")["memory_unknown_reason"] == NO_UPSTREAM_REASON
+    recorder.node_started("99")  # a node outside every plan (e.g. a sampler) keeps the light span
+    assert recorder._run.open_nodes["99"].detail == DETAIL_LIGHT
+    recorder.node_finished("99")
+    assert "99" not in recorder._run.full_results
     report = recorder.end_run("success")
     plain = next(n for n in report.nodes if n.node_id == "7")
     assert plain.status == "executed"  # an unwatched row is unchanged (light span)
