@@ -166,19 +166,16 @@ def shot(page, out: Path, state: str, element: str | None = None, keep_mouse: bo
     if not panel_open(page):
         log.info("screenshot %s", state)
         return
-    target = page.locator(element or PANEL).first
-    if element:
-        target.screenshot(path=str(out / f"{state}_panel.png"))
-    else:
-        # The sidebar clips what is below the window: a window as tall as the panel shows all of it.
-        tall = page.evaluate(f"document.querySelector('{PANEL}').getBoundingClientRect().top") + page.evaluate(
-            f"document.querySelector('{PANEL}').scrollHeight"
-        )
-        page.set_viewport_size({"width": WIDTH, "height": int(min(8000, max(HEIGHT, tall + 40)))})
-        page.wait_for_timeout(300)
-        target.screenshot(path=str(out / f"{state}_panel.png"))
-        page.set_viewport_size({"width": WIDTH, "height": HEIGHT})
-        page.wait_for_timeout(200)
+    # The sidebar clips what is below the window: a window as tall as the panel shows all of the
+    # panel, or all of a card taller than the window.
+    tall = page.evaluate(f"document.querySelector('{PANEL}').getBoundingClientRect().top") + page.evaluate(
+        f"document.querySelector('{PANEL}').scrollHeight"
+    )
+    page.set_viewport_size({"width": WIDTH, "height": int(min(8000, max(HEIGHT, tall + 40)))})
+    page.wait_for_timeout(300)
+    page.locator(element or PANEL).first.screenshot(path=str(out / f"{state}_panel.png"))
+    page.set_viewport_size({"width": WIDTH, "height": HEIGHT})
+    page.wait_for_timeout(200)
     log.info("screenshot %s", state)
 
 

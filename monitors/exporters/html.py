@@ -269,6 +269,33 @@ def system_html(system: Mapping) -> str:
     return f"<table>{rows}</table>"
 
 
+def input_changes_html(report: Mapping) -> str:
+    """The widget inputs changed since the last run of the workflow (monitors/input_changes.py)."""
+    changes = report.get("input_changes")
+    if not isinstance(changes, Mapping):
+        return ""
+    rows = changes.get("changes")
+    if changes.get("first_run") is True:
+        return "<p>inputs: first run of this workflow</p>"
+    if not isinstance(rows, list):
+        reason = changes.get("unknown_reason")
+        return f'<p class="muted">inputs changed: unknown ({esc(reason)})</p>' if changes.get("compared_with_prompt_id") else ""
+    if not rows:
+        return "<p>inputs: none changed since the last run</p>"
+    body = "".join(
+        f"<tr><td>#{esc(c.get('node_id'))} {esc(c.get('node_type') or '')}</td><td>{esc(c.get('input'))}</td>"
+        f"<td class=mono>{esc(c.get('before'))} → {esc(c.get('after'))}</td></tr>"
+        for c in rows
+        if isinstance(c, Mapping)
+    )
+    more = (changes.get("n_changes") or 0) - len(rows)
+    note = f'<p class="muted">{more} more not listed</p>' if more > 0 else ""
+    return (
+        f"<p>inputs changed since the last run ({esc(changes.get('compared_with_prompt_id'))}):</p>"
+        f"<table><thead><tr><th>Node</th><th>Input</th><th>Before → now</th></tr></thead><tbody>{body}</tbody></table>{note}"
+    )
+
+
 def render_html(report: Mapping) -> str:
     report = vocabulary.upgrade_report(report)  # a version 1 report shows version 2 labels
     prompt_id = report.get("prompt_id")
@@ -296,6 +323,7 @@ def render_html(report: Mapping) -> str:
         '<meta name=viewport content="width=device-width, initial-scale=1">'
         f"<title>Pipeline Monitor · {esc(title)}</title><style>{STYLE}</style></head><body>"
         f'<h1>Pipeline Monitor report</h1>{named}<p class="mono muted">prompt {esc(prompt_id)}</p>{head}'
+        f"{input_changes_html(report)}"
         f"<h2>Errors and suggestions</h2>{problems_html(report)}"
         f"<h2>Timeline</h2>{timeline_svg(report)}"
         f"<h2>Time per node</h2>{breakdown_svg(report, 'duration_s', 'bar', format_seconds)}"

@@ -147,3 +147,21 @@ def test_after_a_restart_the_reloaded_run_of_the_workflow_is_named(tmp_path):
     after.begin_run("p3", prompt(seed=5))
     after.end_run("success", workflow=workflow)
     assert store.get("p3")["input_changes"]["changes"][0]["after"] == "5"
+
+
+def test_html_report_shows_the_changes_escaped(tmp_path):
+    from monitors.exporters.html import render_html
+
+    store = RunStore(str(tmp_path))
+    recorder = RunRecorder(store)
+    workflow = {"name": "demo", "id": "w-1", "name_unknown_reason": None}
+    evil = '<img src=x onerror="alert(1)">'
+    for prompt_id, text in (("p1", "a cat"), ("p2", evil)):
+        recorder.begin_run(prompt_id, prompt(text=text))
+        recorder.end_run("success", workflow=workflow)
+    assert "first run of this workflow" in render_html(store.get("p1"))
+    html = render_html(store.get("p2"))
+    assert "inputs changed since the last run (p1)" in html
+    assert "a cat → &lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in html and evil not in html
+    older = {k: v for k, v in store.get("p2").items() if k != "input_changes"}
+    assert "inputs changed" not in render_html(older)

@@ -322,7 +322,7 @@ export function compareView(x, y, actions) {
       h("thead", {}, h("tr", {}, h("th", { text: "Node" }), h("th", { class: "pm-num", text: "time base → newer" }), h("th", { class: "pm-num", text: "Δ" }),
         h("th", { class: "pm-num", text: "memory added base → newer", title: "peak above the node's start (GPU allocated, else RSS)" }), h("th", { class: "pm-num", text: "Δ" }), h("th", { text: "" }))),
       h("tbody", {}, c.nodes.map((n) => h("tr", { class: n.regression ? "pm-regressed" : "", dataset: { nodeId: n.nodeId }, title: n.presence },
-        h("td", {}, h("span", { class: "pm-muted", text: `#${n.nodeId} ` }), clip(n.label, 24)),
+        h("td", {}, h("span", { class: "pm-muted", text: `#${n.nodeId} ` }), ...breakable(clip(n.label, 24))),
         h("td", { class: "pm-num", text: `${n.cachedA ? "cached" : formatSeconds(n.durationA)} → ${n.cachedB ? "cached" : formatSeconds(n.durationB)}` }),
         h("td", { class: "pm-num pm-delta", text: formatDelta("duration_s", n.durationDelta) }),
         h("td", { class: "pm-num", text: `${formatBytes(n.memoryA)} → ${formatBytes(n.memoryB)}` }),
