@@ -5,7 +5,7 @@ Shared by the conditioning, latent, VAE and dump analysers. Statistics cover fin
 NaN and Inf are counted separately. Unknown is None (an empty tensor has no min).
 
 Speed: one pass per chunk of CHUNK_ELEMENTS over floating tensors (`aminmax`, `sum`, the sum of
-squares, each on the chunk while it is in cache, no copy of a float32 or float64 chunk),
+squares as row norms, each on the chunk while it is in cache, no copy of a float32 or float64 chunk),
 accumulating in float32 (float64 for float64 tensors and tensors of at most FLOAT64_MAX_ELEMENTS);
 float64 only for the final sums of the
 per-chunk results, which are read back to the host once per tensor. NaN and Inf show up as a
@@ -18,7 +18,9 @@ Error bound (floating tensors; u = 2**-24 for float32 accumulation, 2**-53 for f
 min, max, counts: exact. torch reduces a chunk as a tree (CPU: a cascade sum, at most 16 sequential
 additions per level over <= 6 levels for 1 Mi elements, plus the thread combination; CUDA: a short
 per-thread sequence, then a tree), so no element passes through more than M = SUM_CHAIN_BOUND
-rounded additions, and each chunk sum is within M*u*sum(|x|) of the exact sum (first order). The
+rounded additions, and each chunk sum is within M*u*sum(|x|) of the exact sum (first order); the
+float32 sum of squares is row norms of ROW_ELEMENTS (at most M/2 additions each, plus the square
+root's rounding), squared and summed in float64, so it stays within that M as well. The
 float64 sum of the chunk results adds <= n_chunks * 2**-53 relative, negligible. Hence, with
 A = mean(|x|) and Q = mean(x**2) over the finite values:
     |mean - exact| <= M*u*A
@@ -42,6 +44,9 @@ CHUNK_ELEMENTS = 1 << 20  # 1 Mi elements per pass: bounded temporary memory, ke
 # small tensors are where a caller compares figures by eye: they keep float64's precision.
 FLOAT64_MAX_ELEMENTS = 1 << 16
 SUM_CHAIN_BOUND = 256  # rounded additions an element goes through in torch's reduction of a chunk
+# Row length of the float32 sums of squares (row norms): with the square's and the square root's
+# rounding it stays within SUM_CHAIN_BOUND + 2, the bound of the module docstring.
+ROW_ELEMENTS = 128
 # Squares under the smallest normal number (float32 2**-126, float64 2**-1022) lose precision, each by
 # less than that number, so mean(x**2) moves by less than it. With mean(x**2) >= peak**2 / n, that
 # stays within one unit roundoff of mean(x**2) when peak**2 >= n * smallest_normal / u; below, the
@@ -146,16 +151,18 @@ def value_stats(tensor) -> dict[str, Any]:
 
 
 def _chunk_reductions(flat, acc):
-    """Per chunk, as device tensors (no host sync): min, max, sum and sum of squares. Squares go to
-    a chunk-sized buffer reused while it is in cache; torch.linalg.vector_norm and torch.dot would
-    save that write but accumulate long sequential runs on the CPU (1e-3 relative error at 4 Mi
-    elements, against 1e-7 for the cascade sum of torch.sum)."""
+    """Per chunk, as device tensors (no host sync): min, max, sum and sum of squares. In float32
+    the sum of squares is the norms of rows of ROW_ELEMENTS (torch.linalg.vector_norm: no squares
+    written), squared and summed in float64: a whole-chunk vector_norm or torch.dot would accumulate
+    long sequential runs on the CPU (1e-3 relative error at 4 Mi elements), a row at most
+    ROW_ELEMENTS additions. In float64 (small tensors, compared by eye) squares go to a reused
+    buffer summed by torch.sum's cascade sum."""
     import torch
 
     n = int(flat.numel())
     size = min(CHUNK_ELEMENTS, n)
     as_acc = torch.empty(size, dtype=acc, device=flat.device) if flat.dtype != acc else None
-    squares = torch.empty(size, dtype=acc, device=flat.device)
+    squares = torch.empty(size, dtype=acc, device=flat.device) if acc == torch.float64 else None
     mins, maxs, sums, sums_sq = [], [], [], []
     for start in range(0, n, CHUNK_ELEMENTS):
         chunk = flat[start : start + CHUNK_ELEMENTS]
@@ -166,8 +173,25 @@ def _chunk_reductions(flat, acc):
         mins.append(lo)
         maxs.append(hi)
         sums.append(chunk.sum())
-        sums_sq.append(torch.mul(chunk, chunk, out=squares[:length]).sum())
+        if squares is not None:
+            sums_sq.append(torch.mul(chunk, chunk, out=squares[:length]).sum())
+        else:
+            sums_sq.append(row_sum_of_squares(chunk))
     return mins, maxs, sums, sums_sq
+
+
+def row_sum_of_squares(chunk):
+    """Sum of squares of a 1-D chunk as a float64 scalar tensor on its device: norms of rows of
+    ROW_ELEMENTS (and of the shorter tail) squared and summed in float64. Within (ROW_ELEMENTS + 2)
+    roundings of the exact sum (the row's additions, each square, the square root)."""
+    import torch
+
+    length = int(chunk.numel())
+    full = length // ROW_ELEMENTS * ROW_ELEMENTS
+    norms = torch.linalg.vector_norm(chunk[:full].view(-1, ROW_ELEMENTS), dim=1)
+    if full < length:
+        norms = torch.cat([norms, torch.linalg.vector_norm(chunk[full:]).reshape(1)])
+    return norms.to(torch.float64).square().sum()
 
 
 def _masked_reductions(flat, acc):

@@ -16,7 +16,7 @@ that type.
 
 Error bound (float32 accumulation, u = 2**-24, M = tensor_stats.SUM_CHAIN_BOUND): sum |b - a| is
 torch.sum's cascade sum per chunk, within M*u of the sum of magnitudes; the squared norms of a, b
-and b - a are row norms (torch.linalg.vector_norm over rows of ROW_ELEMENTS <= M/2 additions, then
+and b - a are row norms (tensor_stats.row_sum_of_squares: rows of <= M/2 additions, then
 the square root's rounding) squared and summed in float64, within (M+2)*u relative (they are sums
 of non-negative terms). relative_error is within (M+2)*u relative. The dot product is polarized
 from the three norms, a.b = (|a|**2 + |b|**2 - |b - a|**2) / 2, so the cosine is within
@@ -37,7 +37,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..tensor_stats import one_cpu_thread
+from ..tensor_stats import one_cpu_thread, row_sum_of_squares
 from .files import DumpReader, open_dump
 
 CHUNK_ELEMENTS = 1 << 22  # the float64 path's chunk
@@ -45,9 +45,6 @@ FAST_CHUNK_ELEMENTS = (
     1 << 20
 )  # the fast path's: four 4 MiB buffers, in the CPU's last-level cache; fewer kernel launches
 FLOAT64_MAX_ELEMENTS = 1 << 16
-# Row length of the row norms: a row is summed by at most this many rounded additions, within
-# tensor_stats.SUM_CHAIN_BOUND together with the square root's rounding.
-ROW_ELEMENTS = 128
 POLARIZATION_LIMIT = 4.0  # above: the dot product is summed from the products in a second pass
 STATUSES = ("identical", "close", "different", "incompatible", "nothing_to_compare")
 
@@ -119,8 +116,7 @@ def _fast_totals(flat_a, flat_b, rtol: float, atol: float) -> dict | None:
 
     Per chunk: b - a into a reused buffer while both chunks are in cache; the tolerance
     atol + rtol*|a| (torch.isclose's formula and rounding) into a second buffer; squared norms of
-    a, b and b - a as row norms (vector_norm over rows of ROW_ELEMENTS, no product written; each
-    row is at most ROW_ELEMENTS additions, so the chain stays within SUM_CHAIN_BOUND) summed in
+    a, b and b - a as row norms (tensor_stats.row_sum_of_squares, no product written) summed in
     float64; then |b - a| in place for its max, sum and the count outside tolerance (0/1 floats,
     exact below 2**24 per chunk). The dot product comes from the norms by polarization,
     a.b = (|a|**2 + |b|**2 - |b - a|**2) / 2, whose error relative to |a||b| grows with
@@ -143,7 +139,7 @@ def _fast_totals(flat_a, flat_b, rtol: float, atol: float) -> dict | None:
                 torch.mul(x, y, out=work).sum() for x, y in ((ca, ca), (cb, cb), (diff, diff), (ca, cb))
             ]
         else:
-            squares = [_sum_of_squares(ca), _sum_of_squares(cb), _sum_of_squares(diff)]
+            squares = [row_sum_of_squares(ca), row_sum_of_squares(cb), row_sum_of_squares(diff)]
         torch.abs(ca, out=work).mul_(rtol).add_(atol)  # torch.isclose's allowed error
         diff.abs_()
         n_not_close = torch.gt(diff, work, out=work).sum()
@@ -197,18 +193,6 @@ def _acc_chunks(flat_a, flat_b, acc, a_buf, b_buf):
             ca if ca.dtype == acc else a_buf[:length].copy_(ca),
             cb if cb.dtype == acc else b_buf[:length].copy_(cb),
         )
-
-
-def _sum_of_squares(chunk):
-    """Sum of squares of a chunk as a float64 scalar tensor on its device: norms of rows of
-    ROW_ELEMENTS (and of the shorter tail), squared and summed in float64."""
-    import torch
-
-    full = int(chunk.numel()) // ROW_ELEMENTS * ROW_ELEMENTS
-    norms = torch.linalg.vector_norm(chunk[:full].view(-1, ROW_ELEMENTS), dim=1)
-    if full < int(chunk.numel()):
-        norms = torch.cat([norms, torch.linalg.vector_norm(chunk[full:]).reshape(1)])
-    return norms.to(torch.float64).square().sum()
 
 
 def _float64_totals(flat_a, flat_b, rtol: float, atol: float) -> dict:
