@@ -54,11 +54,16 @@ def frobenius_norm(tensor) -> float:
         # cost twice the time (allocation and cache misses).
         dtype = torch.float64 if flat.dtype == torch.float64 else torch.float32
         buffer = torch.empty(min(n, CHUNK_ELEMENTS), dtype=dtype, device=flat.device)
+        same_type = flat.dtype == dtype
         for start in range(0, n, CHUNK_ELEMENTS):
             chunk = flat[start : start + CHUNK_ELEMENTS]
             values = buffer[: chunk.numel()]
-            values.copy_(chunk)
-            squares = float(torch.sum(values.mul_(values)))
+            if same_type:  # squared straight into the buffer: one pass over the weight, not two
+                torch.mul(chunk, chunk, out=values)
+            else:  # half types are widened first: their squares would round and overflow
+                values.copy_(chunk)
+                values.mul_(values)
+            squares = float(torch.sum(values))
             if not math.isfinite(squares):  # a square beyond float32's range (bf16/fp32 > 1.8e19)
                 squares = float(torch.sum(torch.square(chunk.to(torch.float64))))
             total += squares

@@ -23,6 +23,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..tensor_stats import one_cpu_thread
+
 LINEAR_CHEAP = ("lora", "diff")  # types whose cross inner products need no base weight
 
 
@@ -252,6 +254,11 @@ def weight_rows(
     cache: dict,
 ) -> list[dict[str, Any]]:
     """One row per weight: its patches' summed change, base norm and relative change."""
+    with one_cpu_thread("cpu"):  # small kernels on torch's thread pool: see analysis.patch_rows
+        return _weight_rows(added, rows_by_key, lookup, calculate, budget, cache)
+
+
+def _weight_rows(added, rows_by_key, lookup, calculate, budget, cache) -> list[dict[str, Any]]:
     out = []
     for key in sorted(added, key=str):
         rows, entries = rows_by_key[key], added[key]
