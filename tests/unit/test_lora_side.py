@@ -262,6 +262,19 @@ def test_placement_changes_compare_each_field():
     assert placement_changes({"other": 1}, {"other": 2}) == {}
 
 
+def test_clip_baseline_describes_the_clip_given_or_the_oldest_patcher():
+    base = Patcher(tiny_module())
+    clip = SimpleNamespace(patcher=base.clone(), cond_stage_model=base.model, tokenizer=None)
+    before = SimpleNamespace(patcher=base, cond_stage_model=base.model, tokenizer=None)
+    explicit = analyse_side("clip", clip, before=before)
+    assert explicit["mode"] == "explicit" and explicit["baseline"]["kind"] == "clip"
+    assert explicit["baseline"]["object_id"] == id(before)
+    walked = analyse_side("clip", clip)
+    assert walked["baseline"]["kind"] == "clip_patcher" and walked["baseline"]["object_id"] == id(base)
+    model_side = analyse_side("model", clip.patcher, before=base)
+    assert model_side["baseline"]["kind"] == "model" and model_side["after"]["kind"] == "model"
+
+
 def test_a_side_without_patches_is_not_analysed():
     result = analyse_side("model", SimpleNamespace(patches=None))
     assert result["analysed"] is True  # a patches attribute, even empty, is analysable
