@@ -17,9 +17,11 @@ from typing import Any
 
 MAX_CHANGES = 50  # listed per run; the rest is counted
 MAX_VALUE_CHARS = 80  # shown per value; the comparison uses the whole value
-MAX_INPUTS_PER_SNAPSHOT = 5000
-MAX_WORKFLOWS = 64  # workflows remembered, least recently run forgotten first
-_FULL_FINGERPRINT_CHARS = 512  # longer values are compared by their hash
+MAX_INPUTS_PER_SNAPSHOT = 2000
+MAX_WORKFLOWS = 32  # workflows remembered, least recently run forgotten first
+# Longer values are compared by their hash: what is kept stays a few hundred bytes per input
+# (at most MAX_WORKFLOWS * MAX_INPUTS_PER_SNAPSHOT inputs, about 20 MB; a usual graph, a few KB).
+_FULL_FINGERPRINT_CHARS = 64
 
 NO_NAME_REASON = (
     "the prompt's workflow carries no name (queued without the panel), so no earlier run to compare with"
