@@ -7,7 +7,8 @@ prompt goes through CLIPTextEncode into PipelineMonitorConditioning twice, once 
 connected (the family from the encoder's class) and once without (from the shape alone).
 TripleCLIPLoader (SD3) is not covered: it needs T5-XXL, whose fixed config is ~9.5 GB in fp16.
 
-These files are 0.2-1.4 GB each (~4 GB in all, written once per test session in ~30 s).
+These files are 0.2-1.4 GB each (~4 GB in all, written once per test session in ~30 s), so the
+prompts are marked slow; the layouts are checked against ComfyUI's detection without writing them.
 """
 
 import pytest
@@ -61,6 +62,28 @@ def encode_graph(keys, clip_type) -> dict:
     }
 
 
+TE_MODEL = {"clip_l": "CLIP_L", "clip_h": "CLIP_H", "clip_g": "CLIP_G", "t5_base": "T5_BASE"}
+
+
+@pytest.mark.parametrize("key", list(TE_MODEL))
+def test_layout_is_detected_as_its_family(comfy, key):
+    """The generated layout, as meta tensors, is what comfy.sd.detect_te_model expects."""
+    import comfy.sd
+    import torch
+
+    shapes = te.text_encoder_shapes(comfy, key)
+    meta = {name: torch.empty(shape, device="meta") for name, shape in shapes.items()}
+    assert comfy.sd.detect_te_model(meta) == getattr(comfy.sd.TEModel, TE_MODEL[key])
+
+
+def test_wan22_vae_layout_has_the_keys_comfyui_detects(comfy):
+    shapes = te.wan22_vae_shapes(comfy)
+    # comfy/sd.py VAE: the WAN family's key, then the one only the 2.2 VAE has.
+    assert "decoder.middle.0.residual.0.gamma" in shapes
+    assert "decoder.upsamples.0.upsamples.0.residual.2.weight" in shapes
+    assert shapes["conv1.weight"][0] == 2 * 48
+
+
 @pytest.fixture(scope="module")
 def text_encoder_files(server):
     return make_models.make_text_encoder_models(str(server.base))
@@ -78,6 +101,7 @@ def encode_runs(server, text_encoder_files):
     return runs
 
 
+@pytest.mark.slow
 def test_files_are_the_real_architectures(text_encoder_files):
     from safetensors import safe_open
 
@@ -93,6 +117,7 @@ def test_files_are_the_real_architectures(text_encoder_files):
         assert len(layers) == expected_layers[key], (key, sorted(layers))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case_id", list(CASES))
 def test_encoder_family_through_stock_loader(encode_runs, case_id):
     _keys, _type, encoder_class, family, tokens, hidden, pooled, shape_family, shape_confidence = CASES[
@@ -128,6 +153,7 @@ WAN22 = make_models.FAMILIES_BY_CLASS["WAN22_T2V"]
 TILES = {"tile_size": 512, "overlap": 64, "temporal_size": 64, "temporal_overlap": 8}
 
 
+@pytest.mark.slow
 def test_wan22_vae_with_the_wan22_family(server):
     make_models.make_family_models(str(server.base))
     make_models.make_wan22_vae(str(server.base))
