@@ -17,7 +17,7 @@ from comfy_api.latest import io
 from ..monitors.report import failed_step
 from ..monitors.vae.chain import REQUESTS, ChainOptions, run_chain
 from ..monitors.vae.errors import error_for
-from ..monitors.vae.geometry import TileSettings
+from ..monitors.vae.geometry import TileSettings, tiles_from_inputs
 from ..monitors.vae.report import STEP_KIND, build_vae_encode_step, log_findings
 from .memory_snapshot import loaded_models_snapshot
 from .node_support import hidden_inputs, record_step, run_monitor
@@ -152,15 +152,24 @@ class PipelineMonitorVAEEncode(io.ComfyNode):
                     tooltip="When every strategy runs out of memory, output zero latents (reported as an "
                     "error) instead of failing.",
                 ),
-                io.Int.Input("tile_size", default=512, min=64, max=4096, step=64),
+                io.Int.Input(
+                    "tile_size",
+                    default=512,
+                    min=0,
+                    max=4096,
+                    step=64,
+                    tooltip="Tiled strategy's tile in pixels. 0: ComfyUI's own retry tiling for this VAE "
+                    "(256 px for video VAEs, 512 px for image VAEs, overlap 64, no temporal tiling).",
+                ),
                 io.Int.Input("overlap", default=64, min=0, max=4096, step=32),
                 io.Int.Input(
                     "temporal_size",
                     default=64,
-                    min=8,
+                    min=0,
                     max=4096,
                     step=4,
-                    tooltip="Only used for video VAEs: frames to encode at a time when tiled.",
+                    tooltip="Only used for video VAEs: frames to encode at a time when tiled; 0: all frames at "
+                    "once, as ComfyUI's own retry does.",
                 ),
                 io.Int.Input(
                     "temporal_overlap",
@@ -188,7 +197,7 @@ class PipelineMonitorVAEEncode(io.ComfyNode):
         temporal_overlap=8,
     ) -> io.NodeOutput:
         node_id, _ = hidden_inputs(cls)
-        tiles = TileSettings(int(tile_size), int(overlap), int(temporal_size), int(temporal_overlap))
+        tiles = tiles_from_inputs(vae, tile_size, overlap, temporal_size, temporal_overlap)
         cleanup_errors: list[str] = []
         try:
             result = run_chain(vae, pixels, chain_options(vae, strategy, allow_dummy, tiles, cleanup_errors))

@@ -33,6 +33,7 @@ from .geometry import (
     Prediction,
     TileSettings,
     check_input,
+    comfy_retry_tiles,
     device_name,
     dummy_latent,
     predict,
@@ -120,7 +121,8 @@ class Attempt:
 class ChainOptions:
     strategy: str = "auto"
     allow_dummy: bool = False
-    tiles: TileSettings = field(default_factory=TileSettings)
+    # None: ComfyUI's own retry tiling for the VAE's dimensionality (comfy_retry_tiles)
+    tiles: TileSettings | None = field(default_factory=TileSettings)
     free_memory: Callable[[str], int | None] = read_free_memory  # device name -> free bytes
     cleanup: Callable[[], None] = release_memory
     cpu_encode: Callable[[Any, Any], Any] | None = None  # (vae, pixels) -> latent, run on the CPU
@@ -210,12 +212,12 @@ class VAEChain:
         self.vae = vae
         self.pixels = pixels
         self.options = options
-        self.result = ChainResult(requested=options.strategy, tiles=options.tiles)
+        self.result = ChainResult(requested=options.strategy, tiles=options.tiles or comfy_retry_tiles(vae))
 
     def run(self) -> ChainResult:
         result = self.result
         check = check_input(self.vae, self.pixels)
-        result.tiles, tile_findings = usable_tiles(self.vae, self.options.tiles)
+        result.tiles, tile_findings = usable_tiles(self.vae, result.tiles)
         result.input_findings, result.pixels_info = check.findings + tile_findings, check.pixels
         if check.fatal:
             result.error, result.error_kind = check.fatal, "bad_input"

@@ -93,7 +93,10 @@ def tile_input_shape(vae, pixels_shape, tiles) -> tuple[int, ...] | None:
     if len(full) == 5:
         batch, channels, frames, height, width = full
         down, up = _temporal(vae, "downscale_ratio"), _temporal(vae, "upscale_ratio")
-        tile_t = int(up(max(2, down(tiles.temporal_size)))) if down and up else tiles.temporal_size
+        if tiles.temporal_size is None:  # no temporal tiling: every frame in each tile
+            tile_t = frames
+        else:
+            tile_t = int(up(max(2, down(tiles.temporal_size)))) if down and up else tiles.temporal_size
         return (batch, channels, min(frames, tile_t), min(height, size), min(width, size))
     return None
 
@@ -130,21 +133,50 @@ def dummy_latent(vae, pixels):
 
 @dataclass(frozen=True)
 class TileSettings:
-    """Pixel units, ComfyUI's VAEEncodeTiled defaults."""
+    """Pixel units, ComfyUI's VAEEncodeTiled defaults. temporal_size None: no temporal tiling
+    (ComfyUI's own retry after out of memory); source says where the figures came from."""
 
     tile_size: int = 512
     overlap: int = 64
-    temporal_size: int = 64
-    temporal_overlap: int = 8
+    temporal_size: int | None = 64
+    temporal_overlap: int | None = 8
+    source: str = "inputs"
 
     def encode_kwargs(self) -> dict:
-        return {
-            "tile_x": self.tile_size,
-            "tile_y": self.tile_size,
-            "overlap": self.overlap,
-            "tile_t": self.temporal_size,
-            "overlap_t": self.temporal_overlap,
-        }
+        kwargs = {"tile_x": self.tile_size, "tile_y": self.tile_size, "overlap": self.overlap}
+        if self.temporal_size is not None:
+            kwargs["tile_t"] = self.temporal_size
+            if self.temporal_overlap is not None:
+                kwargs["overlap_t"] = self.temporal_overlap
+        return kwargs
+
+
+# What ComfyUI's VAE.encode retries with after running out of memory (comfy/sd.py): video VAEs
+# (latent_dim 3, one-frame images included) 256-pixel tiles, overlap 64, all frames at once;
+# image VAEs encode_tiled_'s defaults, 512-pixel tiles, overlap 64 (three passes, averaged).
+COMFY_RETRY_TILE_SIZE = {3: 256, 2: 512}
+COMFY_RETRY_OVERLAP = 64
+COMFY_RETRY_SOURCE = "comfyui_retry"
+
+
+def comfy_retry_tiles(vae) -> TileSettings:
+    """The tiling ComfyUI's own encode falls back to for this VAE's dimensionality."""
+    size = COMFY_RETRY_TILE_SIZE.get(getattr(vae, "latent_dim", 2), COMFY_RETRY_TILE_SIZE[2])
+    return TileSettings(size, COMFY_RETRY_OVERLAP, None, None, source=COMFY_RETRY_SOURCE)
+
+
+def tiles_from_inputs(
+    vae, tile_size: int, overlap: int, temporal_size: int, temporal_overlap: int
+) -> TileSettings:
+    """The node's tile inputs: tile_size 0 takes ComfyUI's own retry tiling for this VAE (spatial
+    tile and overlap); temporal_size 0 tiles no frames (all at once, as that retry does)."""
+    if int(tile_size) <= 0:
+        base = comfy_retry_tiles(vae)
+    else:
+        base = TileSettings(int(tile_size), int(overlap), None, None)
+    if int(temporal_size) <= 0:
+        return base
+    return dataclasses.replace(base, temporal_size=int(temporal_size), temporal_overlap=int(temporal_overlap))
 
 
 def usable_tiles(vae, tiles: TileSettings) -> tuple[TileSettings, tuple[Finding, ...]]:

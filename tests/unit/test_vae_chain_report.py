@@ -94,6 +94,7 @@ def test_video_step_has_type_shape_compression_sizes_and_rates():
         "overlap": 64,
         "temporal_size": 64,
         "temporal_overlap": 8,
+        "source": "inputs",
     }
     assert not tensors_in(step.summary) and not tensors_in(step.details), "steps hold plain data only"
 
