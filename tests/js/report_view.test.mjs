@@ -43,6 +43,16 @@ test("node rows flag the slowest and the most memory-hungry executed node", () =
   assert.equal(rows[1].label, "<img src=x onerror=alert(1)>", "titles are data; the DOM layer renders them as text");
 });
 
+test("a failed or interrupted node that was the slowest leaves no badge to a quick node that finished", () => {
+  const report = makeReport({ status: "interrupted" });
+  report.nodes[1] = { ...report.nodes[1], status: "interrupted", duration_s: 30, peak_rss_above_start_bytes: 500 * MiB };
+  const rows = nodeRows(report);
+  assert.deepEqual(rows.map((r) => [r.nodeId, r.slowest, r.hungriest]), [["1", false, false], ["2", false, false], ["3", false, false]]);
+  report.nodes[1] = { ...report.nodes[1], status: "error", duration_s: 0.013, peak_rss_above_start_bytes: 1 * MiB };
+  assert.deepEqual(nodeRows(report).map((r) => [r.nodeId, r.slowest, r.hungriest]), [["1", true, true], ["2", false, false], ["3", false, false]],
+    "a quick failing node is never badged; the finished node that was the top is");
+});
+
 test("GPU peaks decide memory-hungry when any node has one", () => {
   const report = makeReport();
   report.nodes[1].gpu_peaks = [{ device: "cuda:0", peak_allocated_bytes: 5 * MiB, peak_reserved_bytes: 6 * MiB,

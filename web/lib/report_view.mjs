@@ -184,19 +184,21 @@ export function nodeRows(report) {
     slowest: false,
     hungriest: false,
   }));
-  // Only nodes that ran to the end: a node that failed after 13 ms is neither slow nor hungry.
-  const executed = rows.filter((r) => !r.cached && r.status === "executed");
+  // The top node among every node that ran, badged only when it ran to the end: in a failed or
+  // interrupted run the node that stopped is often the slowest, and then a 0.6 ms node that
+  // finished must not be called "slowest".
+  const ran = rows.filter((r) => !r.cached);
   const top = (/** @type {(r: NodeRow) => number | null} */ get) => {
     let best = null;
-    for (const row of executed) {
+    for (const row of ran) {
       const v = get(row);
       if (v !== null && (best === null || v > /** @type {number} */ (get(best)))) best = row;
     }
-    return best;
+    return best?.status === "executed" ? best : null;
   };
   const slowest = top((r) => r.durationS);
   if (slowest) slowest.slowest = true;
-  const useGpu = executed.some((r) => r.gpuAddedBytes !== null);
+  const useGpu = ran.some((r) => r.gpuAddedBytes !== null);
   const added = (/** @type {NodeRow} */ r) => (useGpu ? r.gpuAddedBytes : r.rssAddedBytes);
   const hungriest = top(added);
   if (hungriest && /** @type {number} */ (added(hungriest)) > 0) hungriest.hungriest = true; // nobody added anything: no badge
