@@ -18,12 +18,15 @@ each case rescales against the measured peak of a direct encode:
   fit; auto goes straight to tiles, ComfyUI runs out partway and retries tiled;
 - estimate too low (0.5x), the same budget: auto predicts direct fits, runs out like ComfyUI and
   falls back to tiles.
- Variants, with 256-pixel tiles and a
-quarter overlap (ComfyUI's retry for video VAEs): comfy = `vae.encode(pixels)`; auto = the pack's
-chain, strategy auto; tiled = the chain with strategy tiled (the yardstick: what always works).
-Each repeat runs the three in rotating order after one untimed warm-up; per-pair ratios auto/comfy
-and auto/tiled give min/median/max. Target per case: auto no slower than ComfyUI's own behaviour
-(median auto/comfy <= 1.05); one verdict line each.
+Variants, the chain with its default tiles (ComfyUI's own retry tiling for the VAE's
+dimensionality: for this video VAE 256-pixel tiles, overlap 64, all frames at once): comfy =
+`vae.encode(pixels)`; auto = the pack's chain, strategy auto; tiled = the chain with strategy
+tiled (the yardstick: what always works). Each repeat runs the three in rotating order after one
+untimed warm-up; per-pair ratios auto/comfy and auto/tiled give min/median/max. Target per case:
+auto no slower than ComfyUI's own behaviour (median auto/comfy <= 1.05); one verdict line each.
+Before the cases, with no budget: the chain's tiled strategy against ComfyUI's own fallback
+tiling alone (VAE.encode's branch after out of memory), `repeats` pairs in alternating order,
+target median <= 1.05, with the latents' differences (tiled vs fallback, each vs direct).
 """
 
 from __future__ import annotations
@@ -161,19 +164,33 @@ def timed(fn) -> tuple[float, object]:
 def run(frames: int, size: int, repeats: int, cases=tuple(CASES), warm_up: bool = True) -> dict:
     import torch
 
-    from monitors.vae.chain import ChainOptions, TileSettings, run_chain
+    from monitors.vae.chain import ChainOptions, run_chain
     from monitors.vae.geometry import encode_input_shape
 
     with tempfile.TemporaryDirectory(prefix="pm_bench_vae_") as base:
         vae = load_tiny_wan_vae(base)
     pixels = torch.rand(frames, size, size, 3, generator=torch.Generator().manual_seed(0))
-    tiles = TileSettings(COMFY_FALLBACK_TILE, COMFY_FALLBACK_TILE // 4, 64, 8)
+    tiles = None  # the chain's default for library callers: ComfyUI's own retry tiling for this VAE
     if size <= COMFY_FALLBACK_TILE:
         sys.exit(f"--size {size} must exceed {COMFY_FALLBACK_TILE} so that tiles need less than direct")
 
     def comfy_way():
         with torch.inference_mode():
             return vae.encode(pixels)
+
+    def comfy_fallback_tiling():
+        """What VAE.encode runs after out of memory (comfy/sd.py, its do_tile branch), alone."""
+        with torch.inference_mode():
+            px = vae.vae_encode_crop_pixels(pixels).movedim(-1, 1)
+            if vae.latent_dim == 3:
+                px = px.unsqueeze(2) if vae.not_video else px.movedim(1, 0).unsqueeze(0)
+                overlap = COMFY_FALLBACK_TILE // 4
+                return vae.encode_tiled_3d(
+                    px, tile_x=COMFY_FALLBACK_TILE, tile_y=COMFY_FALLBACK_TILE, overlap=(1, overlap, overlap)
+                )
+            return vae.encode_tiled_(px)
+
+    chain_tiles = {}
 
     def chain_way(strategy, budget):
         options = ChainOptions(
@@ -182,14 +199,23 @@ def run(frames: int, size: int, repeats: int, cases=tuple(CASES), warm_up: bool 
         result = run_chain(vae, pixels, options)
         if result.samples is None:
             raise RuntimeError(f"{strategy} produced no latent: {result.attempts}")
+        chain_tiles.update(result.tiles.__dict__)
         return result.samples, result.strategy_used
 
     with AllocationBudget(vae, None) as measure:  # real peaks, no budget
-        direct_s, _ = timed(comfy_way)
+        direct_s, direct_latent = timed(comfy_way)
         direct_peak = measure.peak_bytes
         measure.peak_bytes = 0
-        tiled_s, _ = timed(lambda: chain_way("tiled", None))
+        tiled_s, (tiled_latent, _) = timed(lambda: chain_way("tiled", None))
         tile_peak = measure.peak_bytes
+        # the chain's tiled strategy against ComfyUI's own fallback tiling, side by side
+        fallback_latent = comfy_fallback_tiling()
+        tiling = {"tiled": [], "comfy_fallback": []}
+        for repeat in range(repeats):
+            order = ("tiled", "comfy_fallback") if repeat % 2 == 0 else ("comfy_fallback", "tiled")
+            for name in order:
+                fn = (lambda: chain_way("tiled", None)) if name == "tiled" else comfy_fallback_tiling
+                tiling[name].append(timed(fn)[0])
     original_estimate = vae.memory_used_encode(encode_input_shape(vae, pixels.shape), vae.vae_dtype)
     figures = {
         "frames": frames,
@@ -201,6 +227,14 @@ def run(frames: int, size: int, repeats: int, cases=tuple(CASES), warm_up: bool 
         "comfy_estimate_over_real": original_estimate / direct_peak,
         "direct_unbudgeted_s": direct_s,
         "tiled_unbudgeted_s": tiled_s,
+        "chain_tiles": dict(chain_tiles),
+        "tiling_seconds": tiling,
+        "tiled_over_comfy_fallback": [
+            t / c for t, c in zip(tiling["tiled"], tiling["comfy_fallback"], strict=True)
+        ],
+        "tiled_vs_comfy_fallback_max_abs_diff": float((tiled_latent - fallback_latent).abs().max()),
+        "tiled_vs_direct_max_abs_diff": float((tiled_latent - direct_latent).abs().max()),
+        "comfy_fallback_vs_direct_max_abs_diff": float((fallback_latent - direct_latent).abs().max()),
         "cases": {},
     }
     if tile_peak >= direct_peak:
@@ -244,7 +278,14 @@ def run(frames: int, size: int, repeats: int, cases=tuple(CASES), warm_up: bool 
 
 
 def verdicts(figures: dict) -> list[str]:
-    lines = []
+    lines = [
+        verdict_line(
+            spread(figures["tiled_over_comfy_fallback"])["median"] <= RATIO_TARGET,
+            f"tiled strategy/ComfyUI's fallback tiling <= {RATIO_TARGET} (no budget)",
+            f"{fmt_spread(figures['tiled_over_comfy_fallback'], '.3f')}; tiles {_tiles_text(figures)}; "
+            f"latents tiled vs fallback max abs diff {figures['tiled_vs_comfy_fallback_max_abs_diff']:.2e}",
+        )
+    ]
     for case, c in figures["cases"].items():
         lines.append(
             verdict_line(
@@ -256,6 +297,16 @@ def verdicts(figures: dict) -> list[str]:
             )
         )
     return lines
+
+
+def _tiles_text(figures: dict) -> str:
+    t = figures["chain_tiles"]
+    temporal = (
+        "all frames"
+        if t.get("temporal_size") is None
+        else f"{t['temporal_size']}/{t['temporal_overlap']} frames"
+    )
+    return f"{t.get('tile_size')} px overlap {t.get('overlap')}, {temporal} ({t.get('source')})"
 
 
 def main(argv=None) -> int:
@@ -279,6 +330,13 @@ def main(argv=None) -> int:
         f"ComfyUI's estimate {figures['comfy_estimate_bytes'] / mib:.0f} MiB "
         f"({figures['comfy_estimate_over_real']:.1f}x the real peak); unbudgeted direct "
         f"{figures['direct_unbudgeted_s']:.2f} s, tiled {figures['tiled_unbudgeted_s']:.2f} s"
+    )
+    print(
+        f"tiles: {_tiles_text(figures)}; tiled vs ComfyUI's fallback tiling (no budget, {figures['repeats']} pairs): "
+        f"{fmt_spread(figures['tiled_over_comfy_fallback'], '.3f')}; latents max abs diff tiled vs fallback "
+        f"{figures['tiled_vs_comfy_fallback_max_abs_diff']:.2e}, tiled vs direct "
+        f"{figures['tiled_vs_direct_max_abs_diff']:.2e}, fallback vs direct "
+        f"{figures['comfy_fallback_vs_direct_max_abs_diff']:.2e}"
     )
     print(
         f"{'case':<20}{'budget MiB':>11}{'OOMs':>6}{'auto used':>10}{'comfy s':>9}{'auto s':>8}{'tiled s':>9}"
