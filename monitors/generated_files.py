@@ -93,7 +93,12 @@ def js_text() -> str:
         "/** @type {Record<string, KindVocabulary>} */\n"
         f"export const VOCABULARY = {dump(data['kinds'])};\n\n"
         "/** Summary keys per kind, for code that reads a figure (so no key is spelled by hand). */\n"
-        f"export const KEYS = /** @type {{const}} */ ({dump(keys)});\n"
+        f"export const KEYS = /** @type {{const}} */ ({dump(keys)});\n\n"
+        "/** @typedef {{group: string | null, field: string, label: string, reason: string | null, "
+        "description: string}} MemoryRow */\n"
+        "/** The rows of a step's memory table (monitors/vocabulary.py MEMORY_ROWS). @type {MemoryRow[]} */\n"
+        f"export const MEMORY_ROWS = {dump(list(vocabulary.MEMORY_ROWS))};\n"
+        f"export const MEMORY_NOT_READ_REASON = {json.dumps(vocabulary.MEMORY_NOT_READ_REASON)};\n"
     )
 
 

@@ -73,6 +73,29 @@ def key(kind: str, name: str) -> str:
     return name
 
 
+# -- the memory picture of a step (monitors.span.memory_picture) ---------------------------------
+
+# The rows a step's "Memory" table shows, in order: where each figure sits in `details.memory`
+# (`group` None: at the top; "system_ram": under it; "gpu": in each entry of `gpus`, one row per
+# device), its label, and the reason key of `unknown_reasons` that explains it when unread. One
+# declaration for the panel (generated into web/lib/vocabulary.generated.mjs) and the HTML report.
+MEMORY_ROWS: tuple[dict[str, Any], ...] = (
+    {"group": None, "field": "process_rss_bytes", "label": "process RSS", "reason": None,
+     "description": "resident memory of this process"},
+    {"group": "system_ram", "field": "used_bytes", "label": "RAM used", "reason": "system_ram",
+     "description": "system RAM in use (all processes)"},
+    {"group": "system_ram", "field": "available_bytes", "label": "RAM available", "reason": "system_ram",
+     "description": "system RAM available; its extreme is the low point, not a peak"},
+    {"group": "gpu", "field": "allocated_bytes", "label": "allocated", "reason": None,
+     "description": "torch allocator: memory held by tensors"},
+    {"group": "gpu", "field": "reserved_bytes", "label": "reserved", "reason": None,
+     "description": "torch allocator: memory reserved by its caching allocator"},
+    {"group": "gpu", "field": "nvml_used_bytes", "label": "NVML used", "reason": "gpu_nvml",
+     "description": "device memory in use as NVML reports it (all processes)"},
+)
+MEMORY_NOT_READ_REASON = "not read by this span"
+
+
 # -- formatting (HTML report and node text; web/lib/format.mjs mirrors it) -------------------------
 
 

@@ -144,7 +144,9 @@ test("a models card has one row per object", () => {
   };
   const table = designedCard(step).sections[0];
   assert.ok(table.type === "table");
-  assert.deepEqual(table.rows.map((r) => r.cells), [["model", "WAN21", "cpu", "float32", "4.0 MiB", "50 ms"], ["vae", "WanVAE", "cpu", "float32", "1.0 MiB", "–"]]);
+  // four columns, two lines each, so it fits the 312 px sidebar
+  assert.equal(table.columns.length, 4);
+  assert.deepEqual(table.rows.map((r) => r.cells), [["model\nWAN21", "cpu\nfloat32", "4.0 MiB", "50 ms"], ["vae\nWanVAE", "cpu\nfloat32", "1.0 MiB", "–"]]);
 });
 
 test("details of an unexpected shape still give a card, which says why its layout is missing", () => {

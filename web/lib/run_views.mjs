@@ -210,12 +210,37 @@ export function blockView(block) {
       h("span", { class: "pm-bar-track" }, h("span", { class: "pm-bar", style: `width:${Math.max(2, Math.round(100 * b.fraction))}%` })),
       h("span", { class: "pm-num pm-bar-value", text: b.text })))), note);
   }
+  if (block.type === "memory") return memoryView(block, title, note);
   const heads = block.columns.some((c) => c.label);
   return h("div", { class: "pm-block pm-table-wrap" }, title,
     h("table", { class: `pm-table ${block.cls ?? ""}`.trim() },
       heads ? h("thead", {}, h("tr", {}, block.columns.map((c) => h("th", { class: c.num ? "pm-num" : null, text: c.label, title: c.title ?? null })))) : null,
       h("tbody", {}, block.rows.map((r) => h("tr", { class: r.tone ? `pm-row-${r.tone}` : null, title: r.title ?? null },
         r.cells.map((cell, i) => h("td", { class: block.columns[i]?.num ? "pm-num" : null, text: cell })))))), note);
+}
+
+/**
+ * The shared memory section: a compact table that fits the default sidebar width (the peak's
+ * time on a second line, a thin bar under each label from the start to the peak) and the scope.
+ * @param {import("./step_cards.mjs").MemoryBlock} block @param {HTMLElement | null} title @param {HTMLElement | null} note
+ */
+function memoryView(block, title, note) {
+  const scope = block.scope ? h("div", { class: "pm-muted pm-memory-scope", text: block.scope }) : null;
+  if (block.unknown !== null) {
+    return h("div", { class: "pm-block pm-memory" }, title,
+      h("div", {}, h("span", { class: "pm-memory-na", text: "n/a", title: block.unknown }), h("span", { class: "pm-muted", text: ` ${block.unknown}` })), scope);
+  }
+  const cell = (/** @type {import("./step_cards.mjs").MemoryCell} */ c) => h("td", { class: `pm-num${c.text === "n/a" ? " pm-memory-na" : ""}`, title: c.title ?? null },
+    c.text, c.sub ? h("div", { class: "pm-muted pm-memory-at", text: c.sub }) : null);
+  return h("div", { class: "pm-block pm-memory" }, title,
+    h("table", { class: "pm-table pm-memory-table" },
+      h("thead", {}, h("tr", {}, ["", "Start", "End", "Change", "Peak"].map((label, i) => h("th", { class: i ? "pm-num" : null, text: label,
+        title: i === 4 ? "the highest value during the step and when (from the step's start); for RAM available, the lowest" : null })))),
+      h("tbody", {}, block.rows.map((r) => h("tr", {},
+        h("td", { class: "pm-memory-label", title: r.title }, r.label,
+          r.bar ? h("div", { class: "pm-memory-track", title: "start → peak" }, h("span", { class: "pm-memory-bar", style: `left:${Math.round(100 * r.bar.from)}%;width:${Math.max(2, Math.round(100 * (r.bar.to - r.bar.from)))}%` })) : null),
+        r.cells.map(cell))))),
+    note, scope);
 }
 
 /** Save one step's JSON as a file (the card itself never shows JSON). @param {import("./report_view.mjs").StepReport} step */
@@ -231,10 +256,11 @@ function downloadStepJson(step) {
 /**
  * A step card: headline figures, the kind's designed blocks, one readable "details".
  * @param {import("./report_view.mjs").StepReport} step
- * @param {{stale?: string | null}} [options] stale: how the run ended when not in success ("failed", "interrupted"): later nodes did not run
+ * @param {{stale?: string | null, nodeClass?: (id: string) => string | null | undefined}} [options] stale: how the run
+ *   ended when not in success ("failed", "interrupted"): later nodes did not run; nodeClass: a node id's class
  */
 export function stepCardView(step, options = {}) {
-  const card = designedCard(step);
+  const card = designedCard(step, { nodeClass: options.nodeClass });
   const more = card.more.length
     ? h("details", { class: "pm-details" }, h("summary", { text: "Details" }), card.more.map(blockView))
     : null;
@@ -267,6 +293,8 @@ export function runView(report, runs, sort, actions) {
     others.map((r) => h("option", { value: r.prompt_id, selected: r.prompt_id === chosen,
       text: `${runName(r)} · ${formatTime(r.started_unix_s)} · ${formatSeconds(r.duration_s)} · ${runStatus(r).text}` })));
   const steps = report.steps ?? [];
+  const classes = new Map((report.nodes ?? []).map((n) => [String(n.node_id), n.class_type]));
+  const nodeClass = (/** @type {string} */ id) => classes.get(id);
   return h("section", { class: "pm-run", dataset: { promptId: report.prompt_id } },
     h("div", { class: "pm-toolbar" },
       h("button", { class: "pm-button pm-back", text: "← Runs", onclick: () => actions.back() }),
@@ -282,7 +310,7 @@ export function runView(report, runs, sort, actions) {
     h("h4", { text: "Errors and suggestions" }), problemsSection(report),
     h("h4", { text: "Nodes" }), nodesTable(report, sort, actions),
     h("h4", { text: `Monitor steps (${steps.length})` }),
-    steps.length ? h("div", { class: "pm-steps" }, steps.map((step) => stepCardView(step, { stale: report.status === "error" ? "failed" : report.status === "interrupted" ? "interrupted" : null })))
+    steps.length ? h("div", { class: "pm-steps" }, steps.map((step) => stepCardView(step, { stale: report.status === "error" ? "failed" : report.status === "interrupted" ? "interrupted" : null, nodeClass })))
       : h("p", { class: "pm-muted pm-no-steps", text: report.status === "success"
         ? "No monitor nodes in this prompt."
         : `No monitor step recorded: the run ${report.status === "interrupted" ? "was interrupted" : "failed"} before any monitor node finished.` }));

@@ -7,7 +7,7 @@
 // through the generated KEYS.
 import { MISSING, clip, formatBytes, formatSeconds, formatValue, isNumber, labelFromKey } from "./format.mjs";
 import { stepCard } from "./report_view.mjs";
-import { KEYS, VOCABULARY } from "./vocabulary.generated.mjs";
+import { KEYS, MEMORY_NOT_READ_REASON, MEMORY_ROWS, VOCABULARY } from "./vocabulary.generated.mjs";
 
 /**
  * @typedef {{label: string, value: string, title?: string, tone?: string}} Figure
@@ -18,7 +18,10 @@ import { KEYS, VOCABULARY } from "./vocabulary.generated.mjs";
  * @typedef {{type: "text", title: string, text: string, note?: string}} TextBlock
  * @typedef {{type: "sides", title?: string, sides: {title: string, text: string | null, note?: string}[]}} SidesBlock
  * @typedef {{type: "groups", title: string, groups: {label: string, items: string[]}[], note?: string}} GroupsBlock
- * @typedef {FiguresBlock | TableBlock | BarsBlock | TextBlock | SidesBlock | GroupsBlock} Block
+ * @typedef {{text: string, title?: string, sub?: string}} MemoryCell
+ * @typedef {{label: string, title: string, cells: MemoryCell[], bar: {from: number, to: number} | null}} MemoryRowView
+ * @typedef {{type: "memory", title: string, rows: MemoryRowView[], unknown: string | null, scope: string | null, note?: string}} MemoryBlock
+ * @typedef {FiguresBlock | TableBlock | BarsBlock | TextBlock | SidesBlock | GroupsBlock | MemoryBlock} Block
  * @typedef {import("./report_view.mjs").StepReport} StepReport
  */
 
@@ -295,9 +298,12 @@ function modelsBlocks(step) {
       type: "table",
       title: "Objects",
       cls: "pm-models",
-      columns: [{ label: "Input" }, { label: "Class" }, { label: "Device" }, { label: "Dtype" }, { label: "Size", num: true }, { label: "Load", num: true, title: "the loader node's time (from the profile)" }],
+      // Four columns, two lines each (input over its class, device over dtype), so the table fits
+      // the default sidebar width (312 px) instead of scrolling inside its card; the rest is in
+      // the row's title and under "Details".
+      columns: [{ label: "Object", title: "the monitor's input and the model's class" }, { label: "Device", title: "device and dtype" }, { label: "Size", num: true }, { label: "Load", num: true, title: "the loader node's time (from the profile)" }],
       rows: objects.map(([role, o]) => ({
-        cells: [role, String(o.module_class ?? o.class ?? MISSING), String(o.device ?? MISSING), String(o.dtype ?? MISSING), formatBytes(o.size_bytes), formatSeconds(obj(loaders[role]).duration_s)],
+        cells: [`${role}\n${String(o.module_class ?? o.class ?? MISSING)}`, `${String(o.device ?? MISSING)}\n${String(o.dtype ?? MISSING)}`, formatBytes(o.size_bytes), formatSeconds(obj(loaders[role]).duration_s)],
         title: `patcher ${o.patcher_class ?? "?"}, load ${o.load_device ?? "?"}, offload ${o.offload_device ?? "?"}, resident ${formatBytes(o.resident_bytes)}, ${o.n_patches ?? 0} patches`,
       })),
     }],
@@ -372,6 +378,82 @@ function compareBlocks(step) {
   return { sections, more };
 }
 
+// -- memory (every step with `details.memory`) ---------------------------------------------------
+
+/**
+ * "measured: LoraLoader #10, #11 · not run: #12" from a step's memory_scope; node ids grouped by
+ * their class when `nodeClass` knows it.
+ * @param {any} scope @param {(id: string) => string | null | undefined} [nodeClass]
+ */
+export function memoryScopeLine(scope, nodeClass) {
+  const s = obj(scope);
+  const named = (/** @type {unknown[]} */ ids) => {
+    /** @type {Map<string, string[]>} */
+    const byClass = new Map();
+    for (const id of ids.map(String)) {
+      const cls = nodeClass?.(id) ?? "";
+      if (!byClass.has(cls)) byClass.set(cls, []);
+      /** @type {string[]} */ (byClass.get(cls)).push(`#${id}`);
+    }
+    return [...byClass.entries()].map(([cls, list]) => `${cls ? `${cls} ` : ""}${list.join(", ")}`).join("; ");
+  };
+  const parts = [];
+  if (arr(s.measured_node_ids).length) parts.push(`measured: ${named(arr(s.measured_node_ids))}`);
+  if (arr(s.not_run_node_ids).length) parts.push(`not run (cached): ${named(arr(s.not_run_node_ids))}`);
+  return parts.length ? parts.join(" · ") : null;
+}
+
+/**
+ * One row of the memory table: start, end, change, peak (or low) with its time, and a bar from
+ * the start to the extreme on a scale of the extreme. Unknowns are "n/a" with the reason as title.
+ * @param {any} fig @param {string} reason
+ */
+function memoryCells(fig, reason) {
+  const f = obj(fig);
+  const low = "low" in f;
+  const extreme = low ? f.low : f.peak;
+  const at = low ? f.low_at_s : f.peak_at_s;
+  const na = { text: "n/a", title: reason };
+  const bytes = (/** @type {unknown} */ v) => (isNumber(v) ? { text: formatBytes(v) } : na);
+  const change = isNumber(f.change) ? { text: f.change === 0 ? "±0" : `${f.change > 0 ? "+" : "-"}${formatBytes(Math.abs(f.change))}` } : na;
+  const top = isNumber(extreme) ? { text: formatBytes(extreme), sub: isNumber(at) ? `@ ${formatSeconds(at)}` : undefined, title: low ? "lowest during the step" : "highest during the step" } : na;
+  const bar = !low && isNumber(extreme) && isNumber(f.baseline) && extreme > 0 ? { from: Math.max(0, Math.min(1, f.baseline / extreme)), to: 1 } : null;
+  return { cells: [bytes(f.baseline), bytes(f.end), change, top], bar };
+}
+
+/**
+ * The shared "Memory" section of a step that carries `details.memory` (monitors.span.memory_picture):
+ * process RSS, system RAM used/available and per GPU allocated/reserved/NVML used, each as start,
+ * end, change and peak @ time; or, when there is no picture, why. Null for steps without one.
+ * @param {StepReport} step @param {(id: string) => string | null | undefined} [nodeClass]
+ * @returns {MemoryBlock | null}
+ */
+export function memoryBlock(step, nodeClass) {
+  const d = obj(step.details);
+  if (!("memory" in d)) return null;
+  const scope = memoryScopeLine(d.memory_scope, nodeClass);
+  const m = d.memory;
+  if (!m || typeof m !== "object") {
+    return { type: "memory", title: "Memory", rows: [], unknown: String(d.memory_unknown_reason ?? "not measured"), scope };
+  }
+  const reasons = obj(m.unknown_reasons);
+  /** @type {MemoryRowView[]} */
+  const rows = [];
+  const add = (/** @type {any} */ decl, /** @type {any} */ fig, /** @type {string} */ label) => {
+    const reason = (decl.reason && reasons[decl.reason]) || MEMORY_NOT_READ_REASON;
+    rows.push({ label, title: decl.description, ...memoryCells(fig, reason) });
+  };
+  for (const decl of MEMORY_ROWS) {
+    if (decl.group === null) add(decl, m[decl.field], decl.label);
+    else if (decl.group === "system_ram") add(decl, obj(m.system_ram)[decl.field], decl.label);
+  }
+  for (const gpu of arr(m.gpus)) {
+    for (const decl of MEMORY_ROWS.filter((r) => r.group === "gpu")) add(decl, gpu[decl.field], `${gpu.device ?? "GPU"} ${decl.label}`);
+  }
+  const note = reasons.gpus ? `GPU: ${reasons.gpus}` : undefined;
+  return { type: "memory", title: `Memory${isNumber(m.duration_s) ? ` over ${formatSeconds(m.duration_s)}` : ""}`, rows, unknown: null, scope, note };
+}
+
 /** @type {Record<string, (step: StepReport) => {sections: Block[], more: Block[]}>} */
 const DESIGNS = {
   lora: loraBlocks,
@@ -394,8 +476,9 @@ const SHOWN_IN_BLOCKS = /** @type {Record<string, string[]>} */ ({
  * Everything a designed card shows: the base card (title, badges, findings), the headline figures
  * (declared headline order, known values), the kind's blocks, and the details blocks.
  * @param {StepReport} step
+ * @param {{nodeClass?: (id: string) => string | null | undefined}} [context] nodeClass: a node id's class, for the memory scope line
  */
-export function designedCard(step) {
+export function designedCard(step, context = {}) {
   const base = stepCard(step);
   const summary = base.summary;
   const skip = new Set(SHOWN_IN_BLOCKS[step.kind] ?? []);
@@ -412,6 +495,12 @@ export function designedCard(step) {
     // Details of an unexpected shape still give a card with its figures, and the card says why.
     monitorErrors.push(`card layout not shown: ${err instanceof Error ? `${err.name}: ${err.message}` : String(err)}`);
   }
+  let memory = null;
+  try {
+    memory = memoryBlock(step, context.nodeClass);
+  } catch (err) {
+    monitorErrors.push(`memory section not shown: ${err instanceof Error ? `${err.name}: ${err.message}` : String(err)}`);
+  }
   const verdict = step.kind === "tensor_compare" ? summary[KEYS.tensor_compare.verdict] : undefined;
   /** @type {Block[]} */
   const more = [];
@@ -423,7 +512,7 @@ export function designedCard(step) {
     // The compare verdict is the card's headline text; its finding would say it a second time.
     findings: base.findings.filter((f) => verdict === undefined || f.message !== verdict),
     headline: headlineKeys.map((k) => figure(step.kind, summary, k)),
-    sections: designed.sections,
+    sections: [...designed.sections, ...(memory ? [memory] : [])],
     more,
   };
 }

@@ -1272,3 +1272,51 @@ export const KEYS = /** @type {const} */ ({
   "model_parameter_bytes": "model_parameter_bytes"
  }
 });
+
+/** @typedef {{group: string | null, field: string, label: string, reason: string | null, description: string}} MemoryRow */
+/** The rows of a step's memory table (monitors/vocabulary.py MEMORY_ROWS). @type {MemoryRow[]} */
+export const MEMORY_ROWS = [
+ {
+  "group": null,
+  "field": "process_rss_bytes",
+  "label": "process RSS",
+  "reason": null,
+  "description": "resident memory of this process"
+ },
+ {
+  "group": "system_ram",
+  "field": "used_bytes",
+  "label": "RAM used",
+  "reason": "system_ram",
+  "description": "system RAM in use (all processes)"
+ },
+ {
+  "group": "system_ram",
+  "field": "available_bytes",
+  "label": "RAM available",
+  "reason": "system_ram",
+  "description": "system RAM available; its extreme is the low point, not a peak"
+ },
+ {
+  "group": "gpu",
+  "field": "allocated_bytes",
+  "label": "allocated",
+  "reason": null,
+  "description": "torch allocator: memory held by tensors"
+ },
+ {
+  "group": "gpu",
+  "field": "reserved_bytes",
+  "label": "reserved",
+  "reason": null,
+  "description": "torch allocator: memory reserved by its caching allocator"
+ },
+ {
+  "group": "gpu",
+  "field": "nvml_used_bytes",
+  "label": "NVML used",
+  "reason": "gpu_nvml",
+  "description": "device memory in use as NVML reports it (all processes)"
+ }
+];
+export const MEMORY_NOT_READ_REASON = "not read by this span";
