@@ -182,6 +182,7 @@ class PipelineMonitorVAEEncode(io.ComfyNode):
             ],
             outputs=[io.Latent.Output(display_name="LATENT")],
             hidden=[io.Hidden.unique_id],
+            is_output_node=True,  # reports even when its LATENT is not connected, as every monitor does
         )
 
     @classmethod

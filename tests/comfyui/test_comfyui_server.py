@@ -66,6 +66,14 @@ def test_packs_import_cleanly(server):
     info = server.get_json("/object_info/PipelineMonitorModels")["PipelineMonitorModels"]
     assert info["output_node"] is True
     assert info["output"] == ["MODEL", "CLIP", "VAE"]
+    # every monitor reports even when its outputs are not connected (README's promise)
+    pack_nodes = {
+        name: node
+        for name, node in server.get_json("/object_info").items()
+        if node.get("category") == "pipeline_monitor"
+    }
+    assert len(pack_nodes) >= 7, sorted(pack_nodes)
+    assert {name for name, node in pack_nodes.items() if node["output_node"] is not True} == set()
 
 
 def test_pipeline_succeeds_and_passes_the_same_objects(pipeline_runs):
