@@ -4,16 +4,24 @@ Works on API-format prompts ({node_id: {class_type, inputs}}): only literal valu
 links (`[node_id, output_index]`, ComfyUI's own link test). Values are kept as fingerprints plus a
 short text, so a long prompt text costs little memory and a change after its first characters is
 still seen. Framework-neutral: the recorder calls `snapshot` at a run's start and `InputHistory.compare`
-at its end, when the workflow's name is known.
+at its end, when the workflow's name is known. With `InputFiles` the last snapshot per workflow
+name also lives on disk (the report store's folder), so changes are known across a server restart.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
+import re
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from .report import write_json_atomic
+
+log = logging.getLogger(__name__)
 
 MAX_CHANGES = 50  # listed per run; the rest is counted
 MAX_VALUE_CHARS = 80  # shown per value; the comparison uses the whole value
@@ -124,12 +132,115 @@ def unknown(reason: str) -> dict:
     }
 
 
-class InputHistory:
-    """The last run's snapshot per workflow name, in memory (bounded): after a restart the first run
-    of each workflow counts as its first run."""
+INPUTS_FILE_VERSION = 1
+MAX_INPUTS_FILE_BYTES = 4 * 1024 * 1024  # a file past this is not ours (or damaged): not read
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
 
-    def __init__(self, max_workflows: int = MAX_WORKFLOWS):
+
+def inputs_file_name(workflow_name: str) -> str:
+    """A plain file name for a workflow name: its safe characters (for a person listing the folder)
+    and a hash of the whole name (so 'a/b' and 'a_b' never share a file)."""
+    stem = _UNSAFE_NAME_CHARS.sub("_", workflow_name).strip("_")[:48] or "workflow"
+    digest = hashlib.sha256(workflow_name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{stem}-{digest}.json"
+
+
+class InputFiles:
+    """The last run's snapshot per workflow name on disk, one small JSON per name in `directory`,
+    so the first run after a server restart still shows its real changes. Written atomically (by
+    `submit`, e.g. the report store's writer thread, so a prompt does not wait for the disk); the
+    oldest files beyond `max_files()` are removed after each write. Every failure is logged and
+    costs only the comparison, never the run."""
+
+    def __init__(
+        self,
+        directory: str,
+        max_files: Callable[[], int] | int = MAX_WORKFLOWS,
+        submit: Callable[[Callable[[], None]], None] | None = None,
+    ):
+        self.directory = directory
+        self._max_files = max_files
+        self._submit = submit
+
+    @property
+    def max_files(self) -> int:
+        value = self._max_files() if callable(self._max_files) else self._max_files
+        return max(1, int(value))
+
+    def path(self, workflow_name: str) -> str:
+        return os.path.join(self.directory, inputs_file_name(workflow_name))
+
+    def load(self, workflow_name: str) -> tuple[str, Snapshot] | None:
+        """(prompt id, snapshot) of the workflow's last recorded run, or None (no file, another
+        name under the same file name, or a file this version does not read)."""
+        path = self.path(workflow_name)
+        try:
+            if not os.path.isfile(path) or os.path.getsize(path) > MAX_INPUTS_FILE_BYTES:
+                return None
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            if (
+                not isinstance(data, dict)
+                or data.get("version") != INPUTS_FILE_VERSION
+                or data.get("workflow_name") != workflow_name
+                or not isinstance(data.get("prompt_id"), str)
+                or not isinstance(data.get("inputs"), list)
+            ):
+                return None
+            taken: Snapshot = {}
+            for entry in data["inputs"][:MAX_INPUTS_PER_SNAPSHOT]:
+                if (
+                    isinstance(entry, list)
+                    and len(entry) == 5
+                    and all(isinstance(v, str) for v in (entry[0], entry[1], entry[3], entry[4]))
+                    and (entry[2] is None or isinstance(entry[2], str))
+                ):
+                    taken[(entry[0], entry[1])] = (entry[2], entry[3], entry[4])
+            return data["prompt_id"], taken
+        except (OSError, ValueError) as exc:
+            log.warning("pipeline monitor: last inputs of workflow %r not read: %s", workflow_name, exc)
+            return None
+
+    def save(self, workflow_name: str, prompt_id: str, taken: Snapshot) -> None:
+        data = {
+            "version": INPUTS_FILE_VERSION,
+            "workflow_name": workflow_name,
+            "prompt_id": prompt_id,
+            "inputs": [[k[0], k[1], v[0], v[1], v[2]] for k, v in taken.items()],
+        }
+        if self._submit is None:
+            self._write(workflow_name, data)
+        else:
+            self._submit(lambda: self._write(workflow_name, data))
+
+    def _write(self, workflow_name: str, data: dict) -> None:
+        try:
+            write_json_atomic(self.path(workflow_name), data)
+            self._prune()
+        except Exception as exc:  # the comparison after a restart is lost, nothing else
+            log.warning("pipeline monitor: last inputs of workflow %r not written: %s", workflow_name, exc)
+
+    def _prune(self) -> None:
+        entries = []
+        with os.scandir(self.directory) as it:
+            for entry in it:
+                if entry.is_file() and entry.name.endswith(".json") and not entry.name.startswith("."):
+                    entries.append((entry.stat().st_mtime_ns, entry.path))
+        entries.sort()
+        for _, path in entries[: max(0, len(entries) - self.max_files)]:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+class InputHistory:
+    """The last run's snapshot per workflow name, in memory (bounded) and, with `files`, on disk:
+    after a restart a workflow's first run is compared with its last run before it."""
+
+    def __init__(self, max_workflows: int = MAX_WORKFLOWS, files: InputFiles | None = None):
         self.max_workflows = max_workflows
+        self.files = files
         self._last: OrderedDict[str, tuple[str, Snapshot]] = OrderedDict()
 
     def compare(
@@ -147,9 +258,13 @@ class InputHistory:
         if taken is None:
             return unknown(NOT_RECORDED_REASON)
         previous = self._last.pop(workflow_name, None)
+        if previous is None and self.files is not None:
+            previous = self.files.load(workflow_name)
         self._last[workflow_name] = (prompt_id, taken)
         while len(self._last) > self.max_workflows:
             self._last.popitem(last=False)
+        if self.files is not None:
+            self.files.save(workflow_name, prompt_id, taken)
         if previous is None and earlier_prompt_id is not None:
             return {
                 **unknown(

@@ -153,7 +153,8 @@ class RunRecorder:
         self._run: _RunRecord | None = None
         self._lock = threading.RLock()
         self._last_steps: OrderedDict[tuple, StepReport] = OrderedDict()
-        self._input_history = InputHistory()
+        # on disk beside the reports, so the first run after a restart still shows its changes
+        self._input_history = InputHistory(files=store.input_files() if hasattr(store, "input_files") else None)
         self.system_info: dict | None = None
 
     @property
