@@ -12,8 +12,9 @@ only the checkpoint loader is cached after the warm-up. The models monitor sits 
 re-runs only because the plain graph between two monitored runs drops it from the cache (printed:
 how often each monitor node executed). Prints the per-pair ratios of the prompt's duration
 (min/median/max; target <= 1.01), the LoRA loader's and the LoRA monitor's time from the per-node
-profile (and the step's own analysis time), and a verdict line. --quick: one pair at 1 step (checks
-that it runs; the first use generates the 2 GB files, about a minute).
+profile (and the step's own analysis time), the monitor nodes' own time over the pair's plain
+prompt (free of the sampler's noise, which the prompt ratio carries), and a verdict line. --quick:
+one pair at 1 step (checks that it runs; the first use generates the 2 GB files, about a minute).
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ def main(argv=None) -> int:
         run(server, with_seed(plain, 0, steps))  # warm-up: loads the checkpoint and the LoRA once
         ratios, lora_load_s, lora_monitor_s, lora_analysis_s, plain_s, n_keys = [], [], [], [], [], None
         executed = {nid: 0 for nid in monitor_ids}
+        monitors_s = []  # per monitored run: the monitor nodes' own time from the profile
         for i in range(pairs):
             durations = {}
             order = ("monitored", "plain") if i % 2 == 0 else ("plain", "monitored")
@@ -137,6 +139,9 @@ def main(argv=None) -> int:
                 if variant == "monitored":
                     for nid in monitor_ids:
                         executed[nid] += rows.get(nid, {}).get("status") == "executed"
+                    monitors_s.append(
+                        sum(rows[nid]["duration_s"] or 0.0 for nid in monitor_ids if nid in rows)
+                    )
                     assert rows[lora_monitor]["status"] == "executed", rows[lora_monitor]
                     lora_monitor_s.append(rows[lora_monitor]["duration_s"])
                     step = next(s for s in report["steps"] if s["kind"] == "lora")
@@ -160,6 +165,10 @@ def main(argv=None) -> int:
     print(f"  of which the lora step's analysis_s: {fmt_spread(lora_analysis_s, unit=' s')}")
     shares = [m / p for m, p in zip(lora_monitor_s, plain_s, strict=True)]
     print(f"  as a share of the plain prompt: {fmt_spread(shares, fmt='.4f')}")
+    # The prompt ratio carries the whole prompt's noise (the sampler's time varies by tens of
+    # percent on a shared CPU); the monitor nodes' own time over the pair's plain prompt does not.
+    own = [m / p for m, p in zip(monitors_s, plain_s, strict=True)]
+    print(f"monitor nodes' own time / the pair's plain prompt: {fmt_spread(own, fmt='.4f')}")
     print(
         "monitor nodes executed (not cached), of the monitored runs: "
         + ", ".join(f"{monitored[n]['class_type']} {executed[n]}/{pairs}" for n in monitor_ids)
