@@ -176,6 +176,18 @@ def test_run_list_run_view_and_step_cards(page, runs, shots):
     assert page.locator('.pm-step[data-kind="lora"] .pm-bar').count() >= 1
     assert page.locator('.pm-step[data-kind="vae_encode"] .pm-attempts tbody tr').count() >= 1
     assert page.locator('.pm-step[data-kind="models"] .pm-models tbody tr').count() == 2
+    # the LoRA loader ran in this first run: its card's memory section has a start and a peak time
+    memory = page.locator('.pm-step[data-kind="lora"] .pm-memory')
+    assert memory.count() == 1
+    headers = memory.locator("thead th").all_inner_texts()
+    assert "Start" in headers and "Peak" in headers, headers
+    rss = memory.locator("tbody tr").first.inner_text()
+    assert rss.startswith("process RSS") and "@ " in rss, rss
+    assert "measured: LoraLoaderModelOnly #2" in memory.inner_text()
+    # the memory table and the models table fit the card: nothing scrolls inside them
+    for selector in ('.pm-step[data-kind="lora"] .pm-memory', '.pm-step[data-kind="models"] .pm-models'):
+        overflow = page.eval_on_selector(selector, "e => e.closest('.pm-block').scrollWidth - e.closest('.pm-block').clientWidth")
+        assert overflow <= 1, (selector, overflow)
     assert page.locator(".pm-nodes tr.pm-slowest").count() == 1
     assert page.locator(".pm-nodes tr.pm-hungriest").count() == 1
     page.screenshot(path=str(shots / "4_run_top.png"))

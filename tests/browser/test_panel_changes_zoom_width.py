@@ -211,3 +211,23 @@ def test_node_table_fits_the_default_sidebar_width(page, two_runs, shots):
         assert "cached" in cached.inner_text()
     page.locator(".pm-nodes").screenshot(path=str(shots / "node_table_312px.png"))
     assert not page.errors, page.errors
+
+
+def test_memory_section_fits_the_default_sidebar_width(page, two_runs, shots):
+    """The conditioning card's memory section (the text encode node's span) at 312 px: a start and a
+    peak time, the scope line, and no table wider than its card."""
+    second = two_runs[1]
+    page.evaluate("(id) => window.__pipelineMonitor.show({name: 'run', id})", second)
+    memory = page.locator(f'.pm-run[data-prompt-id="{second}"] .pm-step[data-kind="conditioning"] .pm-memory')
+    memory.wait_for(timeout=10_000)
+    assert "Start" in memory.locator("thead").inner_text() and "Peak" in memory.locator("thead").inner_text()
+    assert "@ " in memory.locator("tbody tr").first.inner_text()
+    assert "measured: CLIPTextEncode #5" in memory.inner_text()
+    sizes = memory.evaluate(
+        """(e) => { const table = e.querySelector('table'), card = e.closest('.pm-step');
+             return {table: table.scrollWidth, block: e.clientWidth, card: card.scrollWidth, cardBox: card.clientWidth}; }"""
+    )
+    assert sizes["table"] <= sizes["block"] + 1 and sizes["card"] <= sizes["cardBox"] + 1, sizes
+    memory.scroll_into_view_if_needed()
+    memory.screenshot(path=str(shots / "memory_section_312px.png"))
+    assert not page.errors, page.errors

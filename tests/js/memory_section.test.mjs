@@ -1,7 +1,7 @@
 // The shared "Memory" section of a step card (details.memory from monitors.span.memory_picture).
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { designedCard, memoryBlock, memoryScopeLine } from "../../web/lib/step_cards.mjs";
+import { compactBytes, designedCard, memoryBlock, memoryScopeLine } from "../../web/lib/step_cards.mjs";
 import { MEMORY_ROWS } from "../../web/lib/vocabulary.generated.mjs";
 
 const MiB = 1024 ** 2;
@@ -49,7 +49,8 @@ test("a step with a memory picture gets one Memory section: start, end, change, 
   assert.equal(block.title, "Memory over 1.50 s");
   assert.deepEqual(block.rows.map((r) => r.label), ["process RSS", "RAM used", "RAM available", "cuda:0 allocated", "cuda:0 reserved", "cuda:0 NVML used"]);
   const rss = block.rows[0];
-  assert.deepEqual(rss.cells.map((c) => c.text), ["512.0 MiB", "768.0 MiB", "+256.0 MiB", "1.0 GiB"]);
+  assert.deepEqual(rss.cells.map((c) => c.text), ["512 MiB", "768 MiB", "+256 MiB", "1.0 GiB"]);
+  assert.equal(rss.cells[0].title, "536,870,912 bytes");
   assert.equal(rss.cells[3].sub, "@ 420 ms");
   assert.deepEqual(rss.bar, { from: 0.5, to: 1 });
   assert.equal(block.rows[3].cells[3].sub, "@ 1.25 s");
@@ -108,4 +109,6 @@ test("steps without a memory field get no section; a CPU-only picture has no GPU
 test("the rows come from the generated vocabulary", () => {
   assert.deepEqual(MEMORY_ROWS.map((r) => r.field), ["process_rss_bytes", "used_bytes", "available_bytes", "allocated_bytes", "reserved_bytes", "nvml_used_bytes"]);
   assert.equal(memoryScopeLine({}), null);
+  assert.deepEqual([compactBytes(920.2 * 1024 ** 2), compactBytes(20.8 * GiB), compactBytes(-123.4 * MiB), compactBytes(99.5 * MiB)],
+    ["920 MiB", "20.8 GiB", "-123 MiB", "99.5 MiB"]);
 });

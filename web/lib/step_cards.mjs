@@ -404,6 +404,15 @@ export function memoryScopeLine(scope, nodeClass) {
 }
 
 /**
+ * Bytes in binary units, without the decimal from 100 of a unit up ("920 MiB", "20.8 GiB"), so four
+ * figures fit in a row of the 312 px sidebar.
+ * @param {number} v
+ */
+export function compactBytes(v) {
+  return formatBytes(v).replace(/^(-?\d{3,})\.\d /, "$1 ");
+}
+
+/**
  * One row of the memory table: start, end, change, peak (or low) with its time, and a bar from
  * the start to the extreme on a scale of the extreme. Unknowns are "n/a" with the reason as title.
  * @param {any} fig @param {string} reason
@@ -414,9 +423,9 @@ function memoryCells(fig, reason) {
   const extreme = low ? f.low : f.peak;
   const at = low ? f.low_at_s : f.peak_at_s;
   const na = { text: "n/a", title: reason };
-  const bytes = (/** @type {unknown} */ v) => (isNumber(v) ? { text: formatBytes(v) } : na);
-  const change = isNumber(f.change) ? { text: f.change === 0 ? "±0" : `${f.change > 0 ? "+" : "-"}${formatBytes(Math.abs(f.change))}` } : na;
-  const top = isNumber(extreme) ? { text: formatBytes(extreme), sub: isNumber(at) ? `@ ${formatSeconds(at)}` : undefined, title: low ? "lowest during the step" : "highest during the step" } : na;
+  const bytes = (/** @type {unknown} */ v) => (isNumber(v) ? { text: compactBytes(v), title: `${v.toLocaleString("en")} bytes` } : na);
+  const change = isNumber(f.change) ? { text: f.change === 0 ? "±0" : `${f.change > 0 ? "+" : "-"}${compactBytes(Math.abs(f.change))}` } : na;
+  const top = isNumber(extreme) ? { text: compactBytes(extreme), sub: isNumber(at) ? `@ ${formatSeconds(at)}` : undefined, title: low ? "lowest during the step" : "highest during the step" } : na;
   const bar = !low && isNumber(extreme) && isNumber(f.baseline) && extreme > 0 ? { from: Math.max(0, Math.min(1, f.baseline / extreme)), to: 1 } : null;
   return { cells: [bytes(f.baseline), bytes(f.end), change, top], bar };
 }
