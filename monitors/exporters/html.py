@@ -244,7 +244,9 @@ def _memory_cells(fig: Any, reason: str) -> tuple[list[str], str]:
     change_text = (
         "±0" if change == 0 else f"{'+' if isinstance(change, (int, float)) and change > 0 else ''}{format_bytes(change)}"
     )
-    when = f'<br><span class="muted">@ {esc(format_seconds(at_s))}</span>' if isinstance(at_s, (int, float)) else ""
+    # the low point of available RAM says so: the column is headed "peak"
+    when = f"{'low ' if low else ''}@ {format_seconds(at_s)}" if isinstance(at_s, (int, float)) else "low" if low else ""
+    when = f'<br><span class="muted">{esc(when)}</span>' if when else ""
     top = (
         na
         if not isinstance(extreme, (int, float))

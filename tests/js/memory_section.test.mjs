@@ -82,6 +82,7 @@ test("available RAM shows its low point, without a bar", () => {
   const available = block?.rows.find((r) => r.label === "RAM available");
   assert.deepEqual(available?.cells.map((c) => c.text), ["8.0 GiB", "7.0 GiB", "-1.0 GiB", "6.0 GiB"]);
   assert.equal(available?.cells[3].title, "lowest during the step");
+  assert.equal(available?.cells[3].sub, "low @ 200 ms");
   assert.equal(available?.bar, null);
 });
 

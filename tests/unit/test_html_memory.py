@@ -68,7 +68,8 @@ def test_memory_gpu_rows_and_low_point():
     allocated = re.search(r"<tr><td[^>]*>cuda:0 allocated.*?</tr>", out).group(0)
     assert "3.0 GiB<br><span class=\"muted\">@ 1.25 s</span>" in allocated
     available = re.search(r"<tr><td[^>]*>RAM available.*?</tr>", out).group(0)
-    assert 'title="lowest during the step">6.0 GiB' in available and "-1.0 GiB" in available
+    assert 'title="lowest during the step">6.0 GiB<br><span class="muted">low @ 500 ms</span>' in available
+    assert "-1.0 GiB" in available
     assert "mbar" not in available  # a low point has no start-to-peak bar
 
 

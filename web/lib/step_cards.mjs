@@ -425,7 +425,7 @@ function memoryCells(fig, reason) {
   const na = { text: "n/a", title: reason };
   const bytes = (/** @type {unknown} */ v) => (isNumber(v) ? { text: compactBytes(v), title: `${v.toLocaleString("en")} bytes` } : na);
   const change = isNumber(f.change) ? { text: f.change === 0 ? "±0" : `${f.change > 0 ? "+" : "-"}${compactBytes(Math.abs(f.change))}` } : na;
-  const top = isNumber(extreme) ? { text: compactBytes(extreme), sub: isNumber(at) ? `@ ${formatSeconds(at)}` : undefined, title: low ? "lowest during the step" : "highest during the step" } : na;
+  const top = isNumber(extreme) ? { text: compactBytes(extreme), sub: isNumber(at) ? `${low ? "low " : ""}@ ${formatSeconds(at)}` : low ? "low" : undefined, title: low ? "lowest during the step" : "highest during the step" } : na;
   const bar = !low && isNumber(extreme) && isNumber(f.baseline) && extreme > 0 ? { from: Math.max(0, Math.min(1, f.baseline / extreme)), to: 1 } : null;
   return { cells: [bytes(f.baseline), bytes(f.end), change, top], bar };
 }
