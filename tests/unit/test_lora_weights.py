@@ -239,6 +239,34 @@ def test_summed_norm_of_loras_of_different_layouts_and_diffs():
     )
 
 
+class Products(torch.Tensor):
+    """A tensor that records the shape of every matrix product made from it."""
+
+    shapes: list = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        out = super().__torch_function__(func, types, args, kwargs or {})
+        if func in (torch.Tensor.__matmul__, torch.matmul, torch.Tensor.matmul):
+            cls.shapes.append(tuple(out.shape))
+        return out
+
+
+def test_loras_of_one_layout_never_build_the_m_x_n_change():
+    a = entry(lora(rand(8, 2, seed=1).as_subclass(Products), rand(2, 12, seed=2).as_subclass(Products)), 0.5)
+    b = entry(lora(rand(8, 3, seed=3).as_subclass(Products), rand(3, 12, seed=4).as_subclass(Products)), 1.5)
+    Products.shapes = []
+    total = summed_linear_norm([row(scale=0.5), row(scale=1.5)], [a, b])
+    made = list(Products.shapes)
+    assert total == pytest.approx(norm(change_of(a) + change_of(b)), rel=1e-12)
+    # rank x rank Gram products only (2 x 2, 2 x 3, 3 x 3), never an 8 x 12 change
+    assert made and max(r * c for r, c in made) <= 9
+    Products.shapes = []
+    c = entry(lora(rand(4, 2, seed=5).as_subclass(Products), rand(2, 24, seed=6).as_subclass(Products)), 1.0)
+    summed_linear_norm([row(scale=0.5), row()], [a, c])
+    assert (8, 12) in Products.shapes and (4, 24) in Products.shapes  # other layouts: materialised
+
+
 def test_summed_norm_by_hand():
     # two diffs of ones on a 2 x 2 weight, strengths 0.25 and 0.5: a change of 0.75 everywhere,
     # norm 1.5; minus one another: 0.25 everywhere, norm 0.5 (below 1: no floor at 1)
@@ -332,6 +360,25 @@ def test_materialise_fills_unknown_rows_and_spends_the_budget():
         pytest.approx(norm(target.double() - weight.double()), rel=1e-6),
         None,
     )
+
+
+def test_one_patch_needing_the_weight_is_patched_once():
+    calls = []
+
+    def counting(entries, weight, key):
+        calls.append(len(entries))
+        return calculate(entries, weight, key)
+
+    s = entry(("set", (torch.full((2, 2), 3.0),)))
+    total, _ = weight_total("k", [row("set", delta=None)], [s], torch.zeros(2, 2), counting, None, {})
+    assert total == pytest.approx(6.0) and calls == [1]
+    calls.clear()
+    d = entry(("diff", (torch.ones(2, 2),)))
+    rows = [row("set", delta=None), row("diff", delta=2.0)]
+    total, _ = weight_total("k", rows, [s, d], torch.zeros(2, 2), counting, None, {})
+    assert total == pytest.approx(8.0) and calls == [1, 2]  # the set alone, then both together
+    with pytest.raises(ValueError):
+        weight_total("k", [row(), row()], [s], None, None, None, {})
 
 
 def test_materialise_refuses_what_it_cannot_read():
