@@ -134,3 +134,14 @@ def test_specials_still_counted_in_float32_chunks(float32_chunks):
     a[3999] = float("inf")
     row = compare_pair(a, b, 1e-5, 1e-8)
     assert row["n_nan_mismatch"] == 0 and row["n_not_close"] == 2 and row["max_abs_diff"] == 0.0
+
+
+def test_strided_pairs_give_the_contiguous_figures(float32_chunks):
+    g = torch.Generator().manual_seed(14)
+    a, b = torch.randn(6000, generator=g), torch.randn(6000, generator=g)
+    got = compare_pair(a[::2], b[::2], 1e-3, 1e-5)
+    want = compare_pair(a[::2].clone(), b[::2].clone(), 1e-3, 1e-5)
+    exact = ("n_not_close", "max_abs_diff", "allclose", "equal", "shape_a", "n_elements")
+    assert {k: got[k] for k in exact} == {k: want[k] for k in exact}
+    for key in ("mean_abs_diff", "relative_error", "cosine_similarity"):  # summation order differs
+        assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-6)

@@ -55,3 +55,17 @@ def test_float16_specials_counted_over_chunks(float32_chunks):
     assert stats["n_nan"] == 2 and stats["n_inf"] == 1
     assert stats["min"] == float(finite.min()) and stats["max"] == float(finite.max())
     assert stats["mean"] == pytest.approx(float(finite.mean()), abs=1e-5)
+
+
+def test_strided_and_transposed_inputs_give_the_contiguous_figures(float32_chunks):
+    """Equal up to summation order: torch reduces strided memory in another order."""
+    base = torch.randn(6000, generator=torch.Generator().manual_seed(4))
+    square = base[:3600].reshape(60, 60)
+    for view, dense in ((base[::2], base[::2].clone()), (square.T, square.T.contiguous())):
+        got, want = value_stats(view), value_stats(dense)
+        assert {k: got[k] for k in ("min", "max", "n_nan", "n_inf")} == {
+            k: want[k] for k in ("min", "max", "n_nan", "n_inf")
+        }
+        assert got["mean"] == pytest.approx(want["mean"], abs=1e-6) and got["std"] == pytest.approx(
+            want["std"], rel=1e-6
+        )
