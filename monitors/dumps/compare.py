@@ -114,10 +114,10 @@ def _fast_totals(flat_a, flat_b, rtol: float, atol: float) -> dict | None:
     """One pass of kernels per chunk, results read back once per pair; None when a value is not
     finite (or an accumulation overflows), for the float64 path to handle.
 
-    Per chunk: b - a into a reused buffer while both chunks are in cache; the tolerance
-    atol + rtol*|a| (torch.isclose's formula and rounding) into a second buffer; squared norms of
-    a, b and b - a as row norms (tensor_stats.row_sum_of_squares, no product written) summed in
-    float64; then |b - a| in place for its max, sum and the count outside tolerance (0/1 floats,
+    Per chunk: b - a into a reused buffer while both chunks are in cache; squared norms of a, b
+    and b - a as row norms (tensor_stats.row_sum_of_squares, no product written) summed in
+    float64; the tolerance atol + rtol*|a| (torch.isclose's formula and rounding) into a second
+    buffer; then |b - a| in place for its max, sum and the count outside tolerance (0/1 floats,
     exact below 2**24 per chunk). The dot product comes from the norms by polarization,
     a.b = (|a|**2 + |b|**2 - |b - a|**2) / 2, whose error relative to |a||b| grows with
     (|a|**2 + |b|**2 + |b - a|**2) / (2|a||b|); above POLARIZATION_LIMIT (very unequal norms, or
