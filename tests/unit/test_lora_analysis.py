@@ -324,6 +324,8 @@ def test_by_block_by_hand():
     assert by_block(rows, weights) == {
         "b.0": {"n_keys": 1, "delta_norm": 8.0, "delta_norm_partial": False, "relative_change": 4.0}
     }
+    # blocks in name order, even where a key of the later block sorts first ("m.0.w" < "m.weight")
+    assert list(by_block([make_row("m.weight", 1.0), make_row("m.0.weight", 1.0)])) == ["m", "m.0"]
     unknown = by_block([make_row("c.w", None)])["c"]
     assert unknown["delta_norm"] is None and unknown["relative_change"] is None
     zero_base = by_block([make_row("c.w", 1.0, base=0.0)])["c"]
