@@ -1,0 +1,66 @@
+"""monitors/lora/norms.py at its stated limits (issue 18, survivors of the second mutation run): a
+float32 result whose error bound is exactly the tolerance is kept, and LoHa row blocks hold at most
+CHUNK_ELEMENTS elements of the change."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from monitors.lora import norms
+
+
+def test_a_bound_exactly_at_the_tolerance_keeps_the_float32_result(monkeypatch):
+    dtypes = []
+    original = norms._gram_trace
+
+    def recording(left, right):
+        dtypes.append(left.dtype)
+        return original(left, right)
+
+    monkeypatch.setattr(norms, "_gram_trace", recording)
+    # the bound is what it is compared with: only "exceeds" sends the Grams back to float64
+    monkeypatch.setattr(
+        norms,
+        "_gram_error_bound",
+        lambda left, right, m, n: norms.GRAM_SQUARED_TOLERANCE * original(left, right),
+    )
+    up, down = torch.ones(4, 2), torch.ones(2, 3)  # up @ down: 2 everywhere on 12 elements
+    assert norms.lora_norm(up, down) == pytest.approx(48**0.5)
+    assert dtypes == [torch.float32]
+    dtypes.clear()
+    monkeypatch.setattr(
+        norms,
+        "_gram_error_bound",
+        lambda left, right, m, n: 2 * norms.GRAM_SQUARED_TOLERANCE * original(left, right),
+    )
+    assert norms.lora_norm(up, down) == pytest.approx(48**0.5)
+    assert dtypes == [torch.float32, torch.float64]
+
+
+class Products(torch.Tensor):
+    """A tensor that records the shape of every matrix product made from it."""
+
+    shapes: list = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        out = super().__torch_function__(func, types, args, kwargs or {})
+        if func in (torch.Tensor.__matmul__, torch.matmul, torch.Tensor.matmul):
+            cls.shapes.append(tuple(out.shape))
+        return out
+
+
+def test_loha_row_blocks_hold_at_most_chunk_elements(monkeypatch):
+    monkeypatch.setattr(norms, "CHUNK_ELEMENTS", 8)
+    m, n, r = 6, 4, 3  # block path: (m + n) r^4 = 810 > m n 2r = 144
+    w1a, w1b, w2a, w2b = (
+        torch.randn(shape, generator=torch.Generator().manual_seed(i), dtype=torch.float64)
+        for i, shape in enumerate(((m, r), (r, n), (m, r), (r, n)))
+    )
+    reference = float(torch.linalg.matrix_norm((w1a @ w1b) * (w2a @ w2b)))
+    Products.shapes = []
+    got = norms.loha_norm(*(t.as_subclass(Products) for t in (w1a, w1b, w2a, w2b)))
+    assert got == pytest.approx(reference, rel=1e-12)
+    # 8 elements / 4 columns: blocks of 2 rows, two products per block
+    assert Products.shapes == [(2, n)] * 6
