@@ -60,3 +60,14 @@ def reports_valid_against_the_schema(tmp_path_factory):
     assert not problems, (
         "run reports that do not validate against the schema or carry false values:\n" + "\n".join(problems)
     )
+
+
+@pytest.fixture(autouse=True)
+def fresh_vae_calibration():
+    """The VAE chain's calibration table is per process: each test starts without what earlier
+    tests' encodes taught it, so `auto` decides from that test's own fakes."""
+    from monitors.vae.calibration import PROCESS_TABLE
+
+    PROCESS_TABLE.clear()
+    yield
+    PROCESS_TABLE.clear()

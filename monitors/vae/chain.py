@@ -8,8 +8,11 @@ cleanup, encoding on the CPU); tests pass fakes that raise out-of-memory at chos
 
 `auto` asks the VAE's own memory estimate for this input and the free memory of its device,
 and skips a strategy that cannot fit as long as a later one can still run, so a too-large input
-goes straight to tiled instead of failing once first. Every strategy is recorded as an Attempt:
-outcome, error, time, peak memory (a nested Span), the prediction and whether it held.
+goes straight to tiled instead of failing once first. The estimate is calibrated by what earlier
+attempts in this process measured for the same model, device type and dtype (calibration.py);
+without a measurement, auto skips only when even half the estimate would not fit. Every strategy
+is recorded as an Attempt: outcome, error, time, peak memory (a nested Span), the prediction and
+whether it held; every attempt that ran teaches the calibration.
 
 Only out-of-memory errors move on to the next strategy; anything else stops the chain. The chain
 never keeps an exception raised by an out-of-memory attempt: the error is turned into text and
@@ -29,9 +32,18 @@ from typing import Any
 from ..probes import DETAIL_FULL, DETAIL_LIGHT, Probes
 from ..report import Finding, format_bytes
 from ..span import Span, SpanResult
+from .calibration import (
+    MEASURED,
+    PROCESS_TABLE,
+    RAN_OUT,
+    UNCALIBRATED_OVERESTIMATE,
+    CalibrationTable,
+    calibration_key,
+)
 from .geometry import (
     Prediction,
     TileSettings,
+    _weights_to_load,
     check_input,
     comfy_retry_tiles,
     device_name,
@@ -129,6 +141,8 @@ class ChainOptions:
     watch_log_messages: tuple[str, ...] = ()  # e.g. ComfyUI's "retrying with tiled" warning
     probes: Probes | None = None
     memory_snapshot: Callable[[], dict] | None = None  # plain data on what is loaded, read at an OOM
+    # Measured/estimated ratios of earlier attempts (per process by default); None: the raw estimate.
+    calibration: CalibrationTable | None = field(default_factory=lambda: PROCESS_TABLE)
 
 
 @dataclass
@@ -198,6 +212,14 @@ def _peaks(result: SpanResult | None, device: str | None) -> dict:
     return peaks
 
 
+def _surely_too_large(prediction: Prediction) -> bool:
+    """Without a calibration: would even the estimate shrunk by UNCALIBRATED_OVERESTIMATE not fit?"""
+    if prediction.estimate_bytes is None or prediction.free_bytes is None:
+        return False
+    lowest = prediction.estimate_bytes / UNCALIBRATED_OVERESTIMATE + (prediction.weights_to_load_bytes or 0)
+    return lowest > prediction.free_bytes
+
+
 def _held(prediction: Prediction | None, outcome: str, notes: tuple[str, ...]) -> bool | None:
     if prediction is None or prediction.fits is None or outcome not in (OK, OOM):
         return None
@@ -232,7 +254,12 @@ class VAEChain:
         for strategy in ("direct", "tiled", "cpu"):
             try:
                 result.predictions[strategy] = predict(
-                    self.vae, shape, strategy, result.tiles, self.options.free_memory
+                    self.vae,
+                    shape,
+                    strategy,
+                    result.tiles,
+                    self.options.free_memory,
+                    self._calibration(strategy),
                 )
             except Exception as exc:  # a prediction is advice: never let it stop the encode
                 result.monitor_errors.append(f"prediction for {strategy}: {type(exc).__name__}: {exc}")
@@ -244,6 +271,51 @@ class VAEChain:
             result.free_after_bytes = self._free()
             result.span = span.stop()
         return result
+
+    def _device_of(self, strategy: str) -> str | None:
+        return "cpu" if strategy == "cpu" else self.result.device
+
+    def _calibration(self, strategy: str):
+        """The table's calibration for the device this strategy runs on, or why there is none."""
+        table = self.options.calibration
+        if table is None:
+            return "calibration is off (ChainOptions.calibration is None)"
+        key = calibration_key(self.vae, self._device_of(strategy))
+        if key is None:
+            return "the VAE has no device"
+        found = table.lookup(key)
+        if found is None:
+            return f"no earlier encode of {key[0]} on {key[1]} ({key[2]}) measured in this process"
+        return found
+
+    def _learn(self, strategy: str, outcome: str, notes, span_result, weights_loaded: int | None) -> None:
+        """One sample for the calibration table from an attempt that ran (see calibration.py)."""
+        table, prediction = self.options.calibration, self.result.predictions.get(strategy)
+        if table is None or prediction is None or not prediction.estimate_bytes or outcome not in (OK, OOM):
+            return
+        device = self._device_of(strategy)
+        gpu = device if device and device.startswith("cuda") else None
+        metric = "process_rss_bytes" if gpu is None else f"{gpu if ':' in gpu else 'cuda:0'}.allocated_bytes"
+        if gpu is None and not (device or "").startswith("cpu"):
+            return  # no peak counter for this device type (mps, xpu, ...)
+        rise = None if span_result is None else span_result.above_start(metric)
+        measured = None if rise is None else rise - (weights_loaded or 0)
+        ran_out = outcome == OOM or bool(notes)
+        if ran_out:
+            free = prediction.free_bytes
+            floor = None if free is None else free - (prediction.weights_to_load_bytes or 0)
+            known = [v for v in (measured, floor) if v is not None]
+            if known:
+                table.record(
+                    calibration_key(self.vae, device),
+                    max(known) / prediction.estimate_bytes,
+                    strategy,
+                    RAN_OUT,
+                )
+        elif measured is not None:
+            table.record(
+                calibration_key(self.vae, device), measured / prediction.estimate_bytes, strategy, MEASURED
+            )
 
     def _free(self) -> int | None:
         if self.result.device is None:
@@ -292,11 +364,19 @@ class VAEChain:
         prediction = self.result.predictions.get(strategy)
         if prediction is None or prediction.fits is not False:
             return None
+        calibrated = prediction.calibration_ratio is not None
+        if not calibrated and not _surely_too_large(prediction):
+            return None  # the raw estimate is cautious: one try teaches the calibration
         if not any(self._can_run(s) for s in later):
             return None  # last real strategy: try it even against the prediction
+        why = (
+            prediction.calibration_source
+            if calibrated
+            else f"uncalibrated: even {1 / UNCALIBRATED_OVERESTIMATE:g} of the VAE's estimate would not fit"
+        )
         return (
             f"predicted not to fit: needs {format_bytes(prediction.needed_bytes)}, "
-            f"{format_bytes(prediction.free_bytes)} free on {prediction.device}"
+            f"{format_bytes(prediction.free_bytes)} free on {prediction.device} ({why})"
         )
 
     def _can_run(self, strategy: str) -> bool:
@@ -326,6 +406,9 @@ class VAEChain:
         root = logging.getLogger()
         if watch is not None:
             root.addHandler(watch)
+        weights_loaded = None
+        if self.options.calibration is not None:  # what this attempt loads is no part of the encode's need
+            weights_loaded, _ = _weights_to_load(self.vae, self._device_of(strategy))
         span = Span(f"vae_encode {strategy}", probes=self.options.probes, detail=DETAIL_LIGHT).start()
         started = time.monotonic()
         samples, error_type, error_message, outcome, snapshot = None, None, None, OK, None
@@ -347,6 +430,10 @@ class VAEChain:
             if watch is not None:
                 root.removeHandler(watch)
         notes = tuple(watch.seen) if watch is not None else ()
+        try:
+            self._learn(strategy, outcome, notes, span_result, weights_loaded)
+        except Exception as exc:  # calibration is advice: never let it change the encode's outcome
+            self.result.monitor_errors.append(f"calibration: {type(exc).__name__}: {exc}")
         prediction = self.result.predictions.get(strategy)
         self._record(
             strategy,

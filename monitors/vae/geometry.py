@@ -205,6 +205,13 @@ class Prediction:
     estimate_bytes_unknown_reason: str | None = None
     weights_to_load_bytes_unknown_reason: str | None = None
     free_bytes_unknown_reason: str | None = None
+    # needed_bytes = weights + estimate x calibration_ratio x calibration_margin when earlier
+    # encodes measured this VAE (calibration.py); estimate_bytes stays the VAE's own figure.
+    calibration_ratio: float | None = None  # largest measured / estimated of the earlier attempts
+    calibration_margin: float | None = None
+    calibrated_estimate_bytes: int | None = None
+    calibration_source: str | None = None  # "calibrated from 3 earlier encode attempts of WanVAE on cuda ..."
+    calibration_unknown_reason: str | None = None  # why the raw estimate was used
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -235,8 +242,12 @@ def _weights_to_load(vae, device: str | None) -> tuple[int | None, str | None]:
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def predict(vae, pixels_shape, strategy: str, tiles: TileSettings, free_memory) -> Prediction:
-    """Memory the strategy needs (VAE estimate + weights to load) against the free memory."""
+def predict(
+    vae, pixels_shape, strategy: str, tiles: TileSettings, free_memory, calibration=None
+) -> Prediction:
+    """Memory the strategy needs (VAE estimate, calibrated when `calibration` is given, + weights
+    to load) against the free memory. `calibration`: a calibration.Calibration, or a text saying
+    why there is none."""
     device = "cpu" if strategy == "cpu" else device_name(vae)
     shape = tile_input_shape(vae, pixels_shape, tiles) if strategy == "tiled" else None
     shape = shape or encode_input_shape(vae, pixels_shape)
@@ -252,7 +263,13 @@ def predict(vae, pixels_shape, strategy: str, tiles: TileSettings, free_memory) 
             log.debug("pipeline monitor: memory_used_encode(%s) failed: %s", shape, exc)
             estimate_reason = f"memory_used_encode: {type(exc).__name__}: {exc}"
     weights, weights_reason = _weights_to_load(vae, device)
-    needed = None if estimate is None else estimate + (weights or 0)
+    calibrated, calibration_reason = None, None
+    if isinstance(calibration, str) or calibration is None:
+        calibration_reason, calibration = calibration or "no calibration table", None
+    elif estimate is not None:
+        calibrated = int(round(estimate * calibration.factor))
+    used_estimate = calibrated if calibrated is not None else estimate
+    needed = None if used_estimate is None else used_estimate + (weights or 0)
     free, free_reason = None, None
     if device is None:
         free_reason = "the VAE has no device"
@@ -266,7 +283,21 @@ def predict(vae, pixels_shape, strategy: str, tiles: TileSettings, free_memory) 
                 free_reason = f"no free-memory reading for {device}"
     fits = None if needed is None or free is None else needed <= free
     return Prediction(
-        strategy, device, estimate, weights, needed, free, fits, estimate_reason, weights_reason, free_reason
+        strategy,
+        device,
+        estimate,
+        weights,
+        needed,
+        free,
+        fits,
+        estimate_reason,
+        weights_reason,
+        free_reason,
+        calibration_ratio=None if calibration is None else calibration.ratio,
+        calibration_margin=None if calibration is None else calibration.margin,
+        calibrated_estimate_bytes=calibrated,
+        calibration_source=None if calibration is None else calibration.source,
+        calibration_unknown_reason=calibration_reason,
     )
 
 

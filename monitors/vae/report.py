@@ -167,7 +167,8 @@ def suggestions(
                 "info",
                 f"direct would need {format_bytes(prediction.needed_bytes)}, "
                 f"{format_bytes(prediction.free_bytes)} free: used {used}"
-                + ("; lower tile_size to save more" if used == "tiled" else ""),
+                + ("; lower tile_size to save more" if used == "tiled" else "")
+                + (f" ({prediction.calibration_source})" if prediction.calibration_source else ""),
                 "direct_predicted_too_large",
             )
         )
@@ -179,7 +180,10 @@ def suggestions(
                 f"{format_bytes(prediction.free_bytes)} free) said it fits, so for inputs this size choose tiled"
             )
         elif result.requested == "direct":
-            message += "; strategy auto skips direct when the VAE's estimate says it cannot fit"
+            message += (
+                "; strategy auto skips direct when the VAE's estimate, calibrated by earlier encodes, "
+                "says it cannot fit"
+            )
         found.append(Finding("warning", message + ".", "direct_out_of_memory"))
     if direct and direct.notes:
         found.append(
@@ -278,6 +282,11 @@ def build_step(
         "frames_per_s": None if throughput_reason else _ratio(frames, duration),
         "input_mb_per_s": None if throughput_reason else _ratio((pixels.get("bytes") or 0) / MB, duration),
         "direct_needed_bytes": None if direct_prediction is None else direct_prediction.needed_bytes,
+        "direct_estimate_bytes": None if direct_prediction is None else direct_prediction.estimate_bytes,
+        "direct_calibration_ratio": None if direct_prediction is None else direct_prediction.calibration_ratio,
+        "direct_calibration_source": None
+        if direct_prediction is None
+        else direct_prediction.calibration_source or direct_prediction.calibration_unknown_reason,
         "direct_free_bytes": None if direct_prediction is None else direct_prediction.free_bytes,
         "direct_predicted_to_fit": None if direct_prediction is None else direct_prediction.fits,
         "direct_prediction_held": None if direct_attempt is None else direct_attempt.prediction_held,

@@ -146,8 +146,31 @@ VAE_ENCODE = StepKindVocabulary(
             "direct_needed_bytes",
             "direct needs",
             "bytes",
-            "the VAE's own memory estimate for a direct encode",
+            "predicted need of a direct encode: the VAE's own estimate (calibrated when earlier encodes "
+            "measured this VAE) plus weights to load",
             "integer",
+        ),
+        SummaryField(
+            "direct_estimate_bytes",
+            "direct estimate",
+            "bytes",
+            "the VAE's own memory estimate for a direct encode (memory_used_encode), uncalibrated",
+            "integer",
+        ),
+        SummaryField(
+            "direct_calibration_ratio",
+            "direct calibration",
+            "ratio",
+            "measured / estimated memory of earlier encodes of this VAE in this process (the largest), "
+            "applied to the estimate with a safety margin; null: the raw estimate was used",
+            "number",
+        ),
+        SummaryField(
+            "direct_calibration_source",
+            "direct calibration source",
+            None,
+            "where the calibration came from, or why the raw estimate was used",
+            "string",
         ),
         SummaryField(
             "direct_free_bytes",

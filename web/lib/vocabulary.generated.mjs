@@ -582,7 +582,22 @@ export const VOCABULARY = {
    "direct_needed_bytes": {
     "label": "direct needs",
     "unit": "bytes",
-    "description": "the VAE's own memory estimate for a direct encode"
+    "description": "predicted need of a direct encode: the VAE's own estimate (calibrated when earlier encodes measured this VAE) plus weights to load"
+   },
+   "direct_estimate_bytes": {
+    "label": "direct estimate",
+    "unit": "bytes",
+    "description": "the VAE's own memory estimate for a direct encode (memory_used_encode), uncalibrated"
+   },
+   "direct_calibration_ratio": {
+    "label": "direct calibration",
+    "unit": "ratio",
+    "description": "measured / estimated memory of earlier encodes of this VAE in this process (the largest), applied to the estimate with a safety margin; null: the raw estimate was used"
+   },
+   "direct_calibration_source": {
+    "label": "direct calibration source",
+    "unit": null,
+    "description": "where the calibration came from, or why the raw estimate was used"
    },
    "direct_free_bytes": {
     "label": "free for direct",
@@ -1182,6 +1197,9 @@ export const KEYS = /** @type {const} */ ({
   "spatial_compression_ratio": "spatial_compression_ratio",
   "temporal_compression_ratio": "temporal_compression_ratio",
   "direct_needed_bytes": "direct_needed_bytes",
+  "direct_estimate_bytes": "direct_estimate_bytes",
+  "direct_calibration_ratio": "direct_calibration_ratio",
+  "direct_calibration_source": "direct_calibration_source",
   "direct_free_bytes": "direct_free_bytes",
   "direct_predicted_to_fit": "direct_predicted_to_fit",
   "direct_prediction_held": "direct_prediction_held",
