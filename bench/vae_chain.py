@@ -12,12 +12,14 @@ budget, wherever in the encode that happens. `auto` never sees this rule: it rea
 the device's free memory and predicts from the VAE's own estimate (`memory_used_encode`), which
 each case rescales against the measured peak of a direct encode:
 
-- estimate too high (2x the real peak), budget 1.25x the real direct peak: direct fits, but auto
-  predicts it does not and tiles needlessly;
+- estimate too high (2x the real peak), budget 1.25x the real direct peak: direct fits, and the
+  raw estimate says it does not;
 - estimate right (1x), budget halfway between a tile's real peak and direct's: direct does not
-  fit; auto goes straight to tiles, ComfyUI runs out partway and retries tiled;
-- estimate too low (0.5x), the same budget: auto predicts direct fits, runs out like ComfyUI and
-  falls back to tiles.
+  fit; ComfyUI runs out partway and retries tiled;
+- estimate too low (0.5x), the same budget: the raw estimate says direct fits; it runs out.
+`auto` calibrates the estimate by what its own earlier encodes measured (monitors/vae/calibration.py;
+on the CPU the measure is the process's RSS rise): each case starts it with an empty table, its
+untimed warm-up is its first, uncalibrated encode, and the output names the strategies it used.
 Variants, the chain with its default tiles (ComfyUI's own retry tiling for the VAE's
 dimensionality: for this video VAE 256-pixel tiles, overlap 64, all frames at once): comfy =
 `vae.encode(pixels)`; auto = the pack's chain, strategy auto; tiled = the chain with strategy
@@ -47,6 +49,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
 from bench.verdicts import add_quick_flag, fmt_spread, spread, verdict_line  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMFY_TILED_RETRY_WARNING = "Ran out of memory when regular VAE encoding"  # nodes/vae_encode_node.py
 COMFY_FALLBACK_TILE = 256  # what ComfyUI's VAE.encode retries video VAEs with (comfy/sd.py)
 RATIO_TARGET = 1.05
 CASES = {  # name -> (estimate / real direct peak, whether direct really fits the budget)
@@ -164,6 +167,7 @@ def timed(fn) -> tuple[float, object]:
 def run(frames: int, size: int, repeats: int, cases=tuple(CASES), warm_up: bool = True) -> dict:
     import torch
 
+    from monitors.vae.calibration import CalibrationTable
     from monitors.vae.chain import ChainOptions, run_chain
     from monitors.vae.geometry import encode_input_shape
 
@@ -191,15 +195,27 @@ def run(frames: int, size: int, repeats: int, cases=tuple(CASES), warm_up: bool 
             return vae.encode_tiled_(px)
 
     chain_tiles = {}
+    auto_log = []  # (strategy used, calibration source) of each auto run of the current case
 
-    def chain_way(strategy, budget):
+    def chain_way(strategy, budget, calibration=None):
         options = ChainOptions(
-            strategy=strategy, tiles=tiles, free_memory=lambda device: budget, cleanup=gc.collect
+            strategy=strategy,
+            tiles=tiles,
+            free_memory=lambda device: budget,
+            cleanup=gc.collect,
+            calibration=calibration,
+            # as the node does: a direct attempt that retried tiled inside ran out of memory
+            watch_log_messages=(COMFY_TILED_RETRY_WARNING,),
         )
         result = run_chain(vae, pixels, options)
         if result.samples is None:
             raise RuntimeError(f"{strategy} produced no latent: {result.attempts}")
         chain_tiles.update(result.tiles.__dict__)
+        if calibration is not None:
+            prediction = result.predictions.get("direct")
+            auto_log.append(
+                (result.strategy_used, None if prediction is None else prediction.calibration_source)
+            )
         return result.samples, result.strategy_used
 
     with AllocationBudget(vae, None) as measure:  # real peaks, no budget
@@ -245,10 +261,15 @@ def run(frames: int, size: int, repeats: int, cases=tuple(CASES), warm_up: bool 
         scale = estimate_factor * direct_peak / original_estimate
         times = {name: [] for name in VARIANTS}
         used, latents = {}, {}
+        # Each case models another VAE (its own estimate), so auto learns afresh from its own
+        # encodes only (the tiled yardstick and the unbudgeted runs teach it nothing); the warm-up
+        # is auto's first, uncalibrated encode.
+        table = CalibrationTable()
+        auto_log.clear()
         with ScaledEstimate(vae, scale), AllocationBudget(vae, budget) as budgeted:
             runs = {
                 "comfy": lambda: (comfy_way(), "comfy"),
-                "auto": lambda budget=budget: chain_way("auto", budget),
+                "auto": lambda budget=budget, table=table: chain_way("auto", budget, table),
                 "tiled": lambda budget=budget: chain_way("tiled", budget),
             }
             if warm_up:
@@ -268,6 +289,9 @@ def run(frames: int, size: int, repeats: int, cases=tuple(CASES), warm_up: bool 
             "budget_bytes": budget,
             "modelled_ooms": ooms,
             "auto_strategy": used["auto"],
+            "auto_first_strategy": auto_log[0][0],
+            "auto_strategies": [strategy for strategy, _ in auto_log],
+            "auto_last_calibration": auto_log[-1][1],
             "seconds": times,
             "auto_over_comfy": [a / c for a, c in zip(times["auto"], times["comfy"], strict=True)],
             "auto_over_tiled": [a / t for a, t in zip(times["auto"], times["tiled"], strict=True)],
@@ -293,10 +317,15 @@ def verdicts(figures: dict) -> list[str]:
                 f"{case}: auto/comfy <= {RATIO_TARGET}",
                 f"auto/comfy {fmt_spread(c['auto_over_comfy'], '.3f')}; auto/tiled-only "
                 f"{spread(c['auto_over_tiled'])['median']:.3f}, comfy/tiled-only "
-                f"{spread(c['comfy_over_tiled'])['median']:.3f}; auto used {c['auto_strategy']}",
+                f"{spread(c['comfy_over_tiled'])['median']:.3f}; auto used {_strategies_text(c)}",
             )
         )
     return lines
+
+
+def _strategies_text(c: dict) -> str:
+    counts = {s: c["auto_strategies"].count(s) for s in dict.fromkeys(c["auto_strategies"])}
+    return f"{', '.join(f'{s} x{n}' for s, n in counts.items())} (first, uncalibrated: {c['auto_first_strategy']})"
 
 
 def _tiles_text(figures: dict) -> str:
@@ -348,6 +377,8 @@ def main(argv=None) -> int:
             f"{med['comfy']:>9.2f}{med['auto']:>8.2f}{med['tiled']:>9.2f}"
             f"   (latents auto vs comfy max abs diff {c['latents_max_abs_diff_auto_comfy']:.2e})"
         )
+    for case, c in figures["cases"].items():
+        print(f"{case}: auto's last calibration: {c['auto_last_calibration'] or 'none'}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(figures, f, indent=1)

@@ -135,7 +135,8 @@ class PipelineMonitorVAEEncode(io.ComfyNode):
             category="pipeline_monitor",
             description="Encodes images or video frames like VAEEncode but survives running out of memory: "
             "direct -> tiled -> CPU (-> zero latents only if allowed). `auto` skips what the VAE's own "
-            "estimate says cannot fit. Reports the strategy, latent, memory and speed.",
+            "estimate, calibrated by earlier encodes, says cannot fit. Reports the strategy, latent, memory "
+            "and speed.",
             inputs=[
                 io.Image.Input("pixels"),
                 io.Vae.Input("vae"),
@@ -143,8 +144,9 @@ class PipelineMonitorVAEEncode(io.ComfyNode):
                     "strategy",
                     options=list(REQUESTS),
                     default="auto",
-                    tooltip="Where the chain starts. auto: direct unless the VAE's estimate says it cannot "
-                    "fit in free memory. Out of memory moves on: direct -> tiled -> cpu.",
+                    tooltip="Where the chain starts. auto: direct unless the VAE's estimate (calibrated by "
+                    "earlier encodes of this VAE) says it cannot fit in free memory. Out of memory moves "
+                    "on: direct -> tiled -> cpu.",
                 ),
                 io.Boolean.Input(
                     "allow_dummy",
