@@ -1,0 +1,19 @@
+"""Small tensors (up to FLOAT64_MAX_ELEMENTS) keep float64's precision (issue 18, a survivor of the
+mutation run): their squares are summed exactly as squares, so small integer values give exact
+statistics, as a reader comparing them by eye expects."""
+
+import math
+
+import pytest
+import torch
+
+from monitors.tensor_stats import value_stats
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16])
+def test_small_integer_values_give_exact_statistics(dtype):
+    # [1, 2]: mean 1.5, mean of squares 2.5, variance 0.25; [1, 2, 3, 4]: 2.5, 7.5, 1.25
+    two = value_stats(torch.tensor([1.0, 2.0], dtype=dtype))
+    assert (two["min"], two["max"], two["mean"], two["std"]) == (1.0, 2.0, 1.5, 0.5)
+    four = value_stats(torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=dtype))
+    assert (four["mean"], four["std"]) == (2.5, math.sqrt(1.25))
