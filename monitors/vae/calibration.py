@@ -17,6 +17,13 @@ What one attempt teaches:
 The largest sample is used, not the mean: one ratio that was too small costs a failed attempt,
 one too large only a needless tiling.
 
+A precedent beats the ratio: when an earlier attempt of the same strategy finished with an
+estimate at least as large and no more free memory than now, and no attempt ran out with an
+estimate no larger and at least as much free memory, the same encode repeated (the usual case: a
+workflow run again) fits as it did, so its own measured ratio is used without margin. That keeps
+an encode that survived close to the limit (the VAE's attention retries in slices when it runs
+out) from being tiled the next time because of the margin alone.
+
 The table is per process, bounded in keys and in samples per key, and shared by all chains; a
 chain can be given its own (tests, benches that model different VAEs with one object).
 """
@@ -26,6 +33,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+
+from ..report import format_bytes
 
 SAFETY_MARGIN = 1.2  # headroom over the largest measured ratio: allocator rounding, input-dependent peaks
 MAX_SAMPLES_PER_KEY = 8
@@ -43,6 +52,8 @@ class Sample:
     ratio: float  # measured (or, for ran_out, at least needed) bytes / the VAE's estimate
     strategy: str
     kind: str  # measured | ran_out
+    estimate_bytes: int | None = None  # the VAE's estimate for what the attempt encoded
+    free_bytes: int | None = None  # free memory the attempt was predicted against
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,33 @@ class Calibration:
     margin: float
     n_samples: int
     n_ran_out: int
+    samples: tuple[Sample, ...] = ()
+
+    def precedent(self, strategy: str, estimate_bytes: int | None, free_bytes: int | None) -> Sample | None:
+        """An earlier finished attempt of `strategy` that this one repeats at worst as easily (see
+        the module's docstring), unless an attempt that ran out contradicts it."""
+        if estimate_bytes is None or free_bytes is None:
+            return None
+        same = [s for s in self.samples if s.strategy == strategy and s.estimate_bytes is not None]
+        same = [s for s in same if s.free_bytes is not None]
+        if any(
+            s.kind == RAN_OUT and s.estimate_bytes <= estimate_bytes and s.free_bytes >= free_bytes
+            for s in same
+        ):
+            return None
+        fits = [
+            s
+            for s in same
+            if s.kind == MEASURED and s.estimate_bytes >= estimate_bytes and s.free_bytes <= free_bytes
+        ]
+        return max(fits, key=lambda s: s.ratio) if fits else None
+
+    def precedent_source(self, sample: Sample) -> str:
+        return (
+            f"a {sample.strategy} encode of {self.model} on {self.device_type} ({self.dtype}) in this process "
+            f"finished with an estimate as large ({format_bytes(sample.estimate_bytes)}) and no more free memory "
+            f"({format_bytes(sample.free_bytes)}): its measured/estimated {sample.ratio:.3g}, no margin"
+        )
 
     @property
     def factor(self) -> float:
@@ -97,13 +135,21 @@ class CalibrationTable:
         self._samples: OrderedDict[tuple, deque[Sample]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def record(self, key: tuple | None, ratio: float, strategy: str, kind: str = MEASURED) -> bool:
+    def record(
+        self,
+        key: tuple | None,
+        ratio: float,
+        strategy: str,
+        kind: str = MEASURED,
+        estimate_bytes: int | None = None,
+        free_bytes: int | None = None,
+    ) -> bool:
         """Keep one sample; False when there is nothing to learn (no key, no positive ratio)."""
         if key is None or not ratio > 0 or ratio == float("inf"):
             return False
         with self._lock:
             samples = self._samples.pop(key, None) or deque(maxlen=self.max_samples)
-            samples.append(Sample(float(ratio), strategy, kind))
+            samples.append(Sample(float(ratio), strategy, kind, estimate_bytes, free_bytes))
             self._samples[key] = samples
             while len(self._samples) > self.max_keys:
                 self._samples.popitem(last=False)
@@ -126,6 +172,7 @@ class CalibrationTable:
             margin=self.margin,
             n_samples=len(samples),
             n_ran_out=sum(1 for s in samples if s.kind == RAN_OUT),
+            samples=tuple(samples),
         )
 
     def samples(self, key: tuple) -> list[Sample]:

@@ -298,6 +298,8 @@ class VAEChain:
         metric = "process_rss_bytes" if gpu is None else f"{gpu if ':' in gpu else 'cuda:0'}.allocated_bytes"
         if gpu is None and not (device or "").startswith("cpu"):
             return  # no peak counter for this device type (mps, xpu, ...)
+        # Models ComfyUI unloads during the attempt lower the rise, so such a sample comes out low;
+        # the lower bound of a later attempt that runs out corrects it.
         rise = None if span_result is None else span_result.above_start(metric)
         measured = None if rise is None else rise - (weights_loaded or 0)
         ran_out = outcome == OOM or bool(notes)
@@ -311,10 +313,17 @@ class VAEChain:
                     max(known) / prediction.estimate_bytes,
                     strategy,
                     RAN_OUT,
+                    prediction.estimate_bytes,
+                    prediction.free_bytes,
                 )
         elif measured is not None:
             table.record(
-                calibration_key(self.vae, device), measured / prediction.estimate_bytes, strategy, MEASURED
+                calibration_key(self.vae, device),
+                measured / prediction.estimate_bytes,
+                strategy,
+                MEASURED,
+                prediction.estimate_bytes,
+                prediction.free_bytes,
             )
 
     def _free(self) -> int | None:

@@ -263,13 +263,6 @@ def predict(
             log.debug("pipeline monitor: memory_used_encode(%s) failed: %s", shape, exc)
             estimate_reason = f"memory_used_encode: {type(exc).__name__}: {exc}"
     weights, weights_reason = _weights_to_load(vae, device)
-    calibrated, calibration_reason = None, None
-    if isinstance(calibration, str) or calibration is None:
-        calibration_reason, calibration = calibration or "no calibration table", None
-    elif estimate is not None:
-        calibrated = int(round(estimate * calibration.factor))
-    used_estimate = calibrated if calibrated is not None else estimate
-    needed = None if used_estimate is None else used_estimate + (weights or 0)
     free, free_reason = None, None
     if device is None:
         free_reason = "the VAE has no device"
@@ -281,6 +274,18 @@ def predict(
         else:
             if free is None:
                 free_reason = f"no free-memory reading for {device}"
+    calibrated, calibration_reason, ratio, margin, source = None, None, None, None, None
+    if isinstance(calibration, str) or calibration is None:
+        calibration_reason = calibration or "no calibration table"
+    elif estimate is not None:
+        precedent = calibration.precedent(strategy, estimate, free)
+        if precedent is not None:
+            ratio, margin, source = precedent.ratio, 1.0, calibration.precedent_source(precedent)
+        else:
+            ratio, margin, source = calibration.ratio, calibration.margin, calibration.source
+        calibrated = int(round(estimate * ratio * margin))
+    used_estimate = calibrated if calibrated is not None else estimate
+    needed = None if used_estimate is None else used_estimate + (weights or 0)
     fits = None if needed is None or free is None else needed <= free
     return Prediction(
         strategy,
@@ -293,10 +298,10 @@ def predict(
         estimate_reason,
         weights_reason,
         free_reason,
-        calibration_ratio=None if calibration is None else calibration.ratio,
-        calibration_margin=None if calibration is None else calibration.margin,
+        calibration_ratio=ratio,
+        calibration_margin=margin,
         calibrated_estimate_bytes=calibrated,
-        calibration_source=None if calibration is None else calibration.source,
+        calibration_source=source,
         calibration_unknown_reason=calibration_reason,
     )
 

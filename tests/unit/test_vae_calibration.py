@@ -271,3 +271,40 @@ def test_a_calibrated_skip_names_the_calibration_in_its_suggestion():
     (message,) = [f.message for f in step.findings if f.code == "direct_predicted_too_large"]
     assert message.startswith("direct would need 3.7 GiB, 3.0 GiB free: used tiled")
     assert "(calibrated from 1 earlier encode attempt of MeasuredVAE" in message
+
+
+# -- precedents -----------------------------------------------------------------------------------
+
+
+def test_an_encode_repeated_with_as_much_free_memory_follows_its_precedent_without_margin():
+    probes, table = fake_probes("1 GPU"), CalibrationTable()
+    close = int(0.95 * 4 * GiB)  # survived close to the limit: x1.2 margin would say it cannot fit
+    first = chain(MeasuredVAE(probes, {"direct": close}), probes, 4 * GiB, table)
+    assert outcomes(first) == [("direct", OK)]
+    again = chain(MeasuredVAE(probes, {"direct": close}), probes, 4 * GiB, table)
+    assert outcomes(again) == [("direct", OK)]
+    direct = again.predictions["direct"]
+    assert direct.calibration_margin == 1.0 and direct.calibrated_estimate_bytes == pytest.approx(
+        close, abs=1
+    )
+    assert direct.fits is True and again.attempts[0].prediction_held is True
+    assert direct.calibration_source.startswith(
+        "a direct encode of MeasuredVAE on cuda (float32) in this process finished with an estimate as large"
+    )
+    # With less free memory than the precedent had, the margin applies again: tiles.
+    less = chain(MeasuredVAE(probes, {}), probes, 4 * GiB - 1, table)
+    assert outcomes(less) == [("direct", SKIPPED), ("tiled", OK)]
+    assert less.predictions["direct"].calibration_margin == SAFETY_MARGIN
+
+
+def test_a_later_out_of_memory_with_as_much_free_memory_overrules_the_precedent():
+    table = CalibrationTable()
+    table.record(KEY, 0.4, "direct", MEASURED, DIRECT_ESTIMATE, 3 * GiB)
+    calibration = table.lookup(KEY)
+    assert calibration.precedent("direct", DIRECT_ESTIMATE, 3 * GiB).ratio == 0.4
+    assert calibration.precedent("direct", DIRECT_ESTIMATE + 1, 3 * GiB) is None  # a larger input
+    assert calibration.precedent("tiled", DIRECT_ESTIMATE, 3 * GiB) is None  # another strategy
+    table.record(KEY, 0.5, "direct", RAN_OUT, DIRECT_ESTIMATE, 4 * GiB)
+    assert table.lookup(KEY).precedent("direct", DIRECT_ESTIMATE, 3 * GiB) is None
+    # With 5 GiB free the failure at 4 GiB does not contradict the success at 3 GiB.
+    assert table.lookup(KEY).precedent("direct", DIRECT_ESTIMATE, 5 * GiB).ratio == 0.4
