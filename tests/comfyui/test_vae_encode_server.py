@@ -89,7 +89,11 @@ def test_schema_matches_core_tiled_defaults(server):
     assert required["allow_dummy"][1]["default"] is False
     for name in TILES:
         for key in ("default", "min", "max", "step"):
-            assert required[name][1][key] == core["input"]["required"][name][1][key], (name, key)
+            expected = core["input"]["required"][name][1][key]
+            if key == "min" and name in ("tile_size", "temporal_size"):
+                expected = 0  # ours only: 0 asks for ComfyUI's own retry tiling (see the tooltips)
+            assert required[name][1][key] == expected, (name, key)
+    assert "0: ComfyUI's own retry tiling" in required["tile_size"][1]["tooltip"]
 
 
 def test_empty_batch_fails_with_a_clear_error_and_an_error_step(server):
