@@ -18,7 +18,7 @@ each case rescales against the measured peak of a direct encode:
   fit; ComfyUI runs out partway and retries tiled;
 - estimate too low (0.5x), the same budget: the raw estimate says direct fits; it runs out.
 `auto` calibrates the estimate by what its own earlier encodes measured (monitors/vae/calibration.py;
-on the CPU the measure is the process's RSS rise): each case starts it with an empty table, its
+its peaks are read from the modelled device's counters, see modelled_device_probes): each case starts it with an empty table, its
 untimed warm-up is its first, uncalibrated encode, and the output names the strategies it used.
 Variants, the chain with its default tiles (ComfyUI's own retry tiling for the VAE's
 dimensionality: for this video VAE 256-pixel tiles, overlap 64, all frames at once): comfy =
@@ -84,6 +84,9 @@ class AllocationBudget:
     def __init__(self, vae, budget_bytes: int | None):
         self.model, self.budget = vae.first_stage_model, budget_bytes
         self.peak_bytes, self.ooms = 0, 0
+        # The modelled device's allocator counters: live bytes and their high-water mark, which
+        # (like torch's allocator peak on a GPU) never counts an allocation that failed.
+        self.live_now_bytes, self.hwm_bytes = 0, 0
 
     def __enter__(self):
         self._original = self.model.encode
@@ -121,6 +124,7 @@ def _live_bytes_mode():
                 if key and key not in self.sizes:
                     self.sizes[key] = storage.nbytes()
                     self.live += self.sizes[key]
+                    self.owner.live_now_bytes += self.sizes[key]
                     self.peak = max(self.peak, self.live)
                     weakref.finalize(storage, self._freed, key)
             budget = self.owner.budget
@@ -129,16 +133,45 @@ def _live_bytes_mode():
                 raise torch.cuda.OutOfMemoryError(
                     f"modelled: {self.live / 2**20:.1f} MiB live > budget {budget / 2**20:.1f} MiB"
                 )
+            self.owner.hwm_bytes = max(self.owner.hwm_bytes, self.owner.live_now_bytes)
             return out
 
         def _freed(self, key):
-            self.live -= self.sizes.pop(key, 0)
+            size = self.sizes.pop(key, 0)
+            self.live -= size
+            self.owner.live_now_bytes -= size
 
     return LiveBytes
 
 
 def _LiveBytes(owner):  # noqa: N802 - reads as the class it builds
     return _live_bytes_mode()(owner)
+
+
+def modelled_device_probes(holder: dict):
+    """Probes whose RSS counters read the modelled device (holder["budget"], an AllocationBudget):
+    the chain measures each attempt's peak in the same bytes the out-of-memory rule counts, as
+    torch's allocator peak does on a GPU. (The process's real RSS rise on this CPU is about twice
+    those bytes: convolution workspaces and the allocator's own, which the model does not count.)"""
+    from monitors.probes import Probes
+    from monitors.probes.fake import FakeHost, FakeNvml, FakeTorchAllocator
+
+    class ModelledDevice(FakeHost):
+        def process_rss_bytes(self):
+            budget = holder.get("budget")
+            return 0 if budget is None else budget.live_now_bytes
+
+        def reset_peak_rss(self):
+            budget = holder.get("budget")
+            if budget is not None:
+                budget.hwm_bytes = budget.live_now_bytes
+            return True
+
+        def peak_rss_bytes(self):
+            budget = holder.get("budget")
+            return 0 if budget is None else budget.hwm_bytes
+
+    return Probes(host=ModelledDevice(), torch_alloc=FakeTorchAllocator(0), nvml=FakeNvml(0))
 
 
 class ScaledEstimate:
@@ -195,6 +228,8 @@ def run(frames: int, size: int, repeats: int, cases=tuple(CASES), warm_up: bool 
             return vae.encode_tiled_(px)
 
     chain_tiles = {}
+    modelled = {}  # "budget": the AllocationBudget the chain's probes read
+    device_probes = modelled_device_probes(modelled)
     auto_log = []  # (strategy used, calibration source) of each auto run of the current case
 
     def chain_way(strategy, budget, calibration=None):
@@ -204,6 +239,7 @@ def run(frames: int, size: int, repeats: int, cases=tuple(CASES), warm_up: bool 
             free_memory=lambda device: budget,
             cleanup=gc.collect,
             calibration=calibration,
+            probes=device_probes,
             # as the node does: a direct attempt that retried tiled inside ran out of memory
             watch_log_messages=(COMFY_TILED_RETRY_WARNING,),
         )
@@ -267,6 +303,7 @@ def run(frames: int, size: int, repeats: int, cases=tuple(CASES), warm_up: bool 
         table = CalibrationTable()
         auto_log.clear()
         with ScaledEstimate(vae, scale), AllocationBudget(vae, budget) as budgeted:
+            modelled["budget"] = budgeted
             runs = {
                 "comfy": lambda: (comfy_way(), "comfy"),
                 "auto": lambda budget=budget, table=table: chain_way("auto", budget, table),
