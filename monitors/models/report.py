@@ -46,10 +46,9 @@ def build_models_step(
         )
     loaders = {} if recorder is None else recorder.upstream_profiles(node_id, prompt, INPUT_KINDS)
     baseline = get_probes().snapshot().to_dict()
-    total = sum(o.get("size_bytes") or 0 for o in objects.values())
     summary = {
         "n_objects": len(objects),
-        "total_size_bytes": total if objects else None,
+        "total_size_bytes": sum_known(o.get("size_bytes") for o in objects.values()),
         "loaders_duration_s": sum_known(p.get("duration_s") for p in loaders.values()),
         "process_rss_bytes": baseline.get("process_rss_bytes"),
     }

@@ -136,6 +136,7 @@ def test_models_step_of_nothing_and_of_an_object_without_weights(probes_for):
     assert step.summary["total_size_bytes"] is None and codes(step) == ["nothing_connected"]
     step = build_models_step("9", {"vae": types.SimpleNamespace()})
     assert "no_weights" in codes(step, "warning") and step.summary["vae_class"] == "SimpleNamespace"
+    assert step.summary["total_size_bytes"] is None, "no object of known size: unknown, not 0"
 
 
 def test_models_step_with_its_loader_profile(probes_for, recorder):
