@@ -161,8 +161,9 @@ VAE_ENCODE = StepKindVocabulary(
             "direct_calibration_ratio",
             "direct calibration",
             "ratio",
-            "measured / estimated memory of earlier encodes of this VAE in this process (the largest), "
-            "applied to the estimate with a safety margin; null: the raw estimate was used",
+            "measured / estimated memory applied to the estimate: the largest of earlier encodes of this "
+            "VAE in this process (with a safety margin), or that of an earlier encode as large with no more "
+            "free memory (without); null: the raw estimate was used",
             "number",
         ),
         SummaryField(

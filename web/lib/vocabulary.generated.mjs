@@ -592,7 +592,7 @@ export const VOCABULARY = {
    "direct_calibration_ratio": {
     "label": "direct calibration",
     "unit": "ratio",
-    "description": "measured / estimated memory of earlier encodes of this VAE in this process (the largest), applied to the estimate with a safety margin; null: the raw estimate was used"
+    "description": "measured / estimated memory applied to the estimate: the largest of earlier encodes of this VAE in this process (with a safety margin), or that of an earlier encode as large with no more free memory (without); null: the raw estimate was used"
    },
    "direct_calibration_source": {
     "label": "direct calibration source",
