@@ -65,9 +65,16 @@ def reports_valid_against_the_schema(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def fresh_vae_calibration():
     """The VAE chain's calibration table is per process: each test starts without what earlier
-    tests' encodes taught it, so `auto` decides from that test's own fakes."""
-    from monitors.vae.calibration import PROCESS_TABLE
+    tests' encodes taught it (simulated out-of-memory errors teach that the need exceeded all free
+    memory), so `auto` decides from that test's own fakes. ComfyUI loads the pack as a package of
+    its own, so its copy of the module has a table of its own too."""
+    import sys
 
-    PROCESS_TABLE.clear()
+    def clear():
+        for name, module in list(sys.modules.items()):
+            if name.endswith("monitors.vae.calibration") and hasattr(module, "PROCESS_TABLE"):
+                module.PROCESS_TABLE.clear()
+
+    clear()
     yield
-    PROCESS_TABLE.clear()
+    clear()

@@ -170,12 +170,18 @@ def test_auto_goes_straight_to_tiled_when_the_estimate_does_not_fit(
     comfy, wan_vae, pack_runtime, monkeypatch
 ):
     node_module = comfy.pack_module("nodes.vae_encode_node")
-    # 64 MiB "free": WAN's estimate for 64x64 (94 MiB) does not fit, for 32x32 tiles (23 MiB) it does.
-    monkeypatch.setattr(node_module, "free_memory_reader", lambda vae: lambda device: 64 * 1024**2)
+    # 40 MiB "free": not even half WAN's estimate for 64x64 (94 MiB) fits, which is what auto asks
+    # before any encode calibrated the estimate; for 32x32 tiles (23 MiB) it does.
+    monkeypatch.setattr(node_module, "free_memory_reader", lambda vae: lambda device: 40 * 1024**2)
     pixels = noise_image(9, 64, 64, seed=6)
     output, step = run_node(comfy, pack_runtime, pixels=pixels, vae=wan_vae, tile_size=32, overlap=8)
     assert attempts(step) == [("direct", "skipped"), ("tiled", "ok")]
     assert step["summary"]["direct_predicted_to_fit"] is False
+    assert step["summary"]["direct_calibration_ratio"] is None
+    assert step["summary"]["direct_calibration_source"].startswith(
+        "no earlier encode of WanVAE on cpu (float32)"
+    )
+    assert "uncalibrated" in step["details"]["attempts"][0]["reason"]
     assert step["details"]["attempts"][1]["prediction_held"] is True
     assert "direct_predicted_too_large" in codes(step, "info")
     with torch.inference_mode():
