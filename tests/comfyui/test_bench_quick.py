@@ -15,3 +15,9 @@ def test_quick_run_ends_with_its_verdicts(name, server):
     # where tests/comfyui/test_full_size_pipeline.py finds them made already (or makes them once).
     args = ("--base", str(server.base)) if name == "full_size_pipeline" else ()
     run_quick(name, args=args)
+
+
+@pytest.mark.bench
+def test_monitor_nodes_quick_run_ends_with_its_verdict(server):
+    verdicts = run_quick("profile_overhead", args=("--monitor-nodes",))
+    assert any("every monitor node <= 1 %" in line for line in verdicts), verdicts
