@@ -112,6 +112,16 @@ def test_merge_keeps_the_earlier_extreme_and_a_sampled_method_when_any_span_samp
     assert merge_sequential("upstream", []) is None and merge_sequential("upstream", [None]) is None
 
 
+def test_merge_keeps_the_time_an_equal_extreme_was_first_reached_and_sub_second_gaps():
+    # the second span repeats the first one's peak and low: the earlier times stand
+    first = _result(0.0, 0.25, (100, 200), (900, 0.125), (4, 0.0625))
+    second = _result(0.5, 0.25, (200, 300), (900, 0.125), (4, 0.0625))
+    merged = merge_sequential("upstream", [first, second])
+    assert merged.peaks["process_rss_bytes"] == Peak(900, 0.125, METHOD_KERNEL_HWM)
+    assert merged.lows["ram_available_bytes"] == Peak(4, 0.0625, METHOD_SAMPLED)
+    assert merged.duration_s == 0.75  # 0.5 s between the starts + the last one's 0.25 s
+
+
 def test_upstream_memory_without_upstream_or_with_nothing_run_is_none_with_the_reason():
     first = _result(0.0, 1.0, (100, 200), (300, 0.5), (4, 0.1))
     none = upstream_memory([], {})
