@@ -62,3 +62,28 @@ def test_chain_without_tiles_runs_comfyuis_retry_tiling_and_reports_it(video):
     assert result.strategy_used == "tiled"
     assert vae.tiled_kwargs == dict(tile_x=size, tile_y=size, overlap=64, tile_t=None, overlap_t=None)
     assert result.tiles == TileSettings(size, 64, None, None, source=COMFY_RETRY_SOURCE)
+
+
+def test_a_vae_of_another_dimensionality_retries_with_the_image_tiles():
+    audio = FakeVAE()
+    audio.latent_dim = 1  # neither image (2) nor video (3): ComfyUI's encode_tiled default
+    assert comfy_retry_tiles(audio).tile_size == 512
+
+
+def test_only_zero_asks_for_comfyuis_own_tiling():
+    video = FakeVAE(video=True)
+    assert tiles_from_inputs(video, 1, 0, 1, 1) == TileSettings(1, 0, 1, 1)
+
+
+def test_a_prediction_without_calibration_says_why():
+    from monitors.vae.geometry import predict
+
+    def free(device):
+        return 10**9
+
+    shape, tiles = (1, 64, 64, 3), TileSettings()
+    given = predict(FakeVAE(), shape, "direct", tiles, free, calibration="calibration off for this node")
+    assert given.calibration_unknown_reason == "calibration off for this node"
+    assert (
+        predict(FakeVAE(), shape, "direct", tiles, free).calibration_unknown_reason == "no calibration table"
+    )
