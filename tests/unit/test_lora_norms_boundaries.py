@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from monitors.lora import norms
+from tests.unit.test_lora_weights import Products  # records every matrix product's shape
 
 
 def test_a_bound_exactly_at_the_tolerance_keeps_the_float32_result(monkeypatch):
@@ -36,19 +37,6 @@ def test_a_bound_exactly_at_the_tolerance_keeps_the_float32_result(monkeypatch):
     )
     assert norms.lora_norm(up, down) == pytest.approx(48**0.5)
     assert dtypes == [torch.float32, torch.float64]
-
-
-class Products(torch.Tensor):
-    """A tensor that records the shape of every matrix product made from it."""
-
-    shapes: list = []
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        out = super().__torch_function__(func, types, args, kwargs or {})
-        if func in (torch.Tensor.__matmul__, torch.matmul, torch.Tensor.matmul):
-            cls.shapes.append(tuple(out.shape))
-        return out
 
 
 def test_loha_row_blocks_hold_at_most_chunk_elements(monkeypatch):
