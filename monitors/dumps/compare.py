@@ -85,10 +85,11 @@ def compare_pair(a, b, rtol: float, atol: float) -> dict[str, Any]:
     flat_a, flat_b = a.detach().reshape(-1), b.detach().reshape(-1)
     if flat_b.device != flat_a.device:  # a dump (CPU) against a live GPU value: compare on the GPU
         flat_a = flat_a.to(flat_b.device)
-    with torch.no_grad(), one_cpu_thread(flat_a.device.type):
+    with torch.no_grad():
         totals = _fast_totals(flat_a, flat_b, rtol, atol)
         if totals is None:
-            totals = _float64_totals(flat_a, flat_b, rtol, atol)
+            with one_cpu_thread(flat_a.device.type):
+                totals = _float64_totals(flat_a, flat_b, rtol, atol)
     max_diff, sum_diff, n_finite_diff = totals["max_diff"], totals["sum_diff"], totals["n_finite_diff"]
     dot, norm_a2, norm_b2, diff2 = totals["dot"], totals["norm_a2"], totals["norm_b2"], totals["diff2"]
     n_not_close, n_nan_mismatch = totals["n_not_close"], totals["n_nan_mismatch"]
@@ -121,49 +122,38 @@ def _fast_totals(flat_a, flat_b, rtol: float, atol: float) -> dict | None:
     exact below 2**24 per chunk). The dot product comes from the norms by polarization,
     a.b = (|a|**2 + |b|**2 - |b - a|**2) / 2, whose error relative to |a||b| grows with
     (|a|**2 + |b|**2 + |b - a|**2) / (2|a||b|); above POLARIZATION_LIMIT (very unequal norms, or
-    nearly opposite tensors) a second pass sums the products instead."""
+    nearly opposite tensors) a second pass sums the products instead. On the CPU, once
+    fused_kernels has compiled them, full chunks take one fused kernel each (same figures, the
+    products summed instead of polarized)."""
     import torch
+
+    from ..fused_kernels import KERNELS
 
     n = int(flat_a.numel())
     wide = torch.float64 in (flat_a.dtype, flat_b.dtype) or n <= FLOAT64_MAX_ELEMENTS
     acc = torch.float64 if wide else torch.float32
-    size = min(n, FAST_CHUNK_ELEMENTS)
-    a_buf, b_buf, diff_buf, work_buf = (torch.empty(size, dtype=acc, device=flat_a.device) for _ in range(4))
-    parts = []
-    for ca, cb in _acc_chunks(flat_a, flat_b, acc, a_buf, b_buf):
-        length = int(ca.numel())
-        diff, work = diff_buf[:length], work_buf[:length]
-        torch.sub(cb, ca, out=diff)
-        if wide:  # float64 products summed by the cascade sum: small tensors are compared by eye
-            squares = [
-                torch.mul(x, y, out=work).sum() for x, y in ((ca, ca), (cb, cb), (diff, diff), (ca, cb))
-            ]
-        else:
-            squares = [row_sum_of_squares(ca), row_sum_of_squares(cb), row_sum_of_squares(diff)]
-        torch.abs(ca, out=work).mul_(rtol).add_(atol)  # torch.isclose's allowed error
-        diff.abs_()
-        n_not_close = torch.gt(diff, work, out=work).sum()
-        figures = [diff.amax(), diff.sum(), n_not_close]
-        parts.append(
-            torch.cat([torch.stack(figures).to(torch.float64), torch.stack(squares).to(torch.float64)])
+    # Full chunks by the fused kernels once compiled (fused_kernels.py); the rest here.
+    parts, fused_elements = ([], 0) if wide else KERNELS.compare_chunks(flat_a, flat_b, rtol, atol)
+    sums_products = wide or fused_elements > 0  # else the dot product is polarized from the norms
+    with one_cpu_thread(flat_a.device.type):
+        _add_eager_parts(
+            parts, flat_a[fused_elements:], flat_b[fused_elements:], acc, rtol, atol, sums_products
         )
-    columns = torch.stack(parts).T.tolist()  # the one read-back of the common case
-    max_s, sum_s, count_s, a2_s, b2_s, diff2_s = columns[:6]
-    if not all(map(math.isfinite, max_s + sum_s + a2_s + b2_s + diff2_s + (columns[6] if wide else []))):
-        return None
-    norm_a2, norm_b2, diff2 = math.fsum(a2_s), math.fsum(b2_s), math.fsum(diff2_s)
-    dot = math.fsum(columns[6]) if wide else (norm_a2 + norm_b2 - diff2) / 2
-    if (
-        not wide
-        and norm_a2 > 0
-        and norm_b2 > 0
-        and polarization_factor(norm_a2, norm_b2, diff2) > POLARIZATION_LIMIT
-    ):
-        dots = [
-            torch.mul(ca, cb, out=diff_buf[: int(ca.numel())]).sum()
-            for ca, cb in _acc_chunks(flat_a, flat_b, acc, a_buf, b_buf)
-        ]
-        dot = math.fsum(torch.stack(dots).to(torch.float64).tolist())
+        columns = torch.stack(parts).T.tolist()  # the one read-back of the common case
+        max_s, sum_s, count_s, a2_s, b2_s, diff2_s = columns[:6]
+        if not all(
+            map(math.isfinite, max_s + sum_s + a2_s + b2_s + diff2_s + (columns[6] if sums_products else []))
+        ):
+            return None
+        norm_a2, norm_b2, diff2 = math.fsum(a2_s), math.fsum(b2_s), math.fsum(diff2_s)
+        dot = math.fsum(columns[6]) if sums_products else (norm_a2 + norm_b2 - diff2) / 2
+        if (
+            not sums_products
+            and norm_a2 > 0
+            and norm_b2 > 0
+            and polarization_factor(norm_a2, norm_b2, diff2) > POLARIZATION_LIMIT
+        ):
+            dot = _summed_dot(flat_a, flat_b, acc)
     return {
         "max_diff": max(max_s),
         "sum_diff": math.fsum(sum_s),
@@ -175,6 +165,49 @@ def _fast_totals(flat_a, flat_b, rtol: float, atol: float) -> dict | None:
         "norm_b2": norm_b2,
         "diff2": diff2,
     }
+
+
+def _add_eager_parts(parts: list, flat_a, flat_b, acc, rtol: float, atol: float, sums_products: bool) -> None:
+    """The per-chunk figures by eager kernels, appended to `parts` as float64 tensors."""
+    import torch
+
+    n = int(flat_a.numel())
+    size = min(n, FAST_CHUNK_ELEMENTS)
+    a_buf, b_buf, diff_buf, work_buf = (torch.empty(size, dtype=acc, device=flat_a.device) for _ in range(4))
+    for start in range(0, n, FAST_CHUNK_ELEMENTS):
+        raw_a = flat_a[start : start + FAST_CHUNK_ELEMENTS]
+        raw_b = flat_b[start : start + FAST_CHUNK_ELEMENTS]
+        length = int(raw_a.numel())
+        ca = raw_a if raw_a.dtype == acc else a_buf[:length].copy_(raw_a)  # exact: half to float32
+        cb = raw_b if raw_b.dtype == acc else b_buf[:length].copy_(raw_b)
+        diff, work = diff_buf[:length], work_buf[:length]
+        torch.sub(cb, ca, out=diff)
+        if acc == torch.float64:  # products summed by the cascade sum: small tensors are compared by eye
+            squares = [torch.mul(x, y, out=work).sum() for x, y in ((ca, ca), (cb, cb), (diff, diff))]
+        else:
+            squares = [row_sum_of_squares(ca), row_sum_of_squares(cb), row_sum_of_squares(diff)]
+        if sums_products:
+            squares.append(torch.mul(ca, cb, out=work).sum())
+        torch.abs(ca, out=work).mul_(rtol).add_(atol)  # torch.isclose's allowed error
+        diff.abs_()
+        n_not_close = torch.gt(diff, work, out=work).sum()
+        figures = [diff.amax(), diff.sum(), n_not_close]
+        parts.append(
+            torch.cat([torch.stack(figures).to(torch.float64), torch.stack(squares).to(torch.float64)])
+        )
+
+
+def _summed_dot(flat_a, flat_b, acc) -> float:
+    """a.b summed from the products (chunks by torch.sum's cascade sum, then float64)."""
+    import torch
+
+    size = min(int(flat_a.numel()), FAST_CHUNK_ELEMENTS)
+    a_buf, b_buf, work = (torch.empty(size, dtype=acc, device=flat_a.device) for _ in range(3))
+    dots = [
+        torch.mul(ca, cb, out=work[: int(ca.numel())]).sum()
+        for ca, cb in _acc_chunks(flat_a, flat_b, acc, a_buf, b_buf)
+    ]
+    return math.fsum(torch.stack(dots).to(torch.float64).tolist())
 
 
 def polarization_factor(norm_a2: float, norm_b2: float, diff2: float) -> float:
