@@ -24,6 +24,7 @@ PIPELINE_MONITOR_FUSED_KERNELS=off keeps every computation on the eager kernels.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import logging
@@ -41,6 +42,7 @@ SETTING = "PIPELINE_MONITOR_FUSED_KERNELS"
 # The one chunk length kernels are compiled for (a new length would compile again): the chunks of
 # tensor_stats and dumps.compare; their shorter last chunk takes the eager kernels.
 FUSED_CHUNK_ELEMENTS = 1 << 20
+EXIT_WAIT_S = 120  # at interpreter exit, for a compile under way (3-15 s) to finish
 # Input dtypes with a float32 accumulation (float64 tensors keep the eager float64 path).
 FUSED_DTYPE_NAMES = ("float32", "float16", "bfloat16")
 
@@ -88,6 +90,7 @@ class FusedKernels:
         self._requested: set[tuple] = set()
         self._queue: queue.Queue = queue.Queue()
         self._worker: threading.Thread | None = None
+        self._exiting = False
         self.failure_reason: str | None = None if enabled else f"{SETTING}=off"
 
     def stats_chunks(self, flat) -> tuple[list, int]:
@@ -147,17 +150,26 @@ class FusedKernels:
                 self._queue.put(key)
                 if self._worker is None:
                     log.info("pipeline monitor: compiling fused statistics kernels in the background")
+                    atexit.register(self._finish_at_exit)
                     self._worker = threading.Thread(
                         target=self._compile_loop, name="pipeline-monitor-fused-kernels", daemon=True
                     )
                     self._worker.start()
         return None
 
+    def _finish_at_exit(self) -> None:
+        """An interpreter that exits in the middle of a compile aborts (the compiler's C++ threads
+        are torn down): let the compile under way finish, and start no other."""
+        self._exiting = True
+        self.wait_idle(EXIT_WAIT_S)
+
     def _compile_loop(self) -> None:
         while True:
             key = self._queue.get()
             try:
-                if self.failure_reason is None:
+                if self._exiting:
+                    self._requested.discard(key)
+                elif self.failure_reason is None:
                     self._ready[key] = self._compile(key)
                 else:
                     self._requested.discard(key)

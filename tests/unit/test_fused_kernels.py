@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 
 import pytest
@@ -303,3 +304,37 @@ def test_each_kernel_is_compiled_once_however_many_callers_ask():
     assert kernels.wait_idle(COMPILE_WATCHDOG_S)
     assert compiles == ["_stats_rows"]
     assert kernels.stats_chunks(values)[1] == FUSED_CHUNK_ELEMENTS
+
+
+def test_exit_waits_for_the_compile_under_way_and_starts_no_other(tmp_path):
+    """An interpreter exiting in the middle of a real compile aborts (exit code 134): atexit lets the
+    compile under way finish, and the next queued kernel is not started."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "exit_while_compiling.py"
+    script.write_text(
+        "import sys, time, torch\n"
+        "from monitors.fused_kernels import FUSED_CHUNK_ELEMENTS, FusedKernels\n"
+        "def slow(fn):\n"
+        "    time.sleep(1.0)\n"
+        "    print('compiled', fn.__name__, flush=True)\n"
+        "    return fn\n"
+        "kernels = FusedKernels(enabled=True, compile_fn=slow)\n"
+        "values = torch.zeros(FUSED_CHUNK_ELEMENTS)\n"
+        "kernels.stats_chunks(values)\n"
+        "kernels.compare_chunks(values, values, 0.0, 0.0)\n"
+        "print('exiting', flush=True)\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        capture_output=True,
+        text=True,
+        timeout=COMPILE_WATCHDOG_S,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["exiting", "compiled", "_stats_rows"]
