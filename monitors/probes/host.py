@@ -12,6 +12,7 @@ import psutil
 PROC_STATUS = "/proc/self/status"
 PROC_CLEAR_REFS = "/proc/self/clear_refs"
 PROC_STATM = "/proc/self/statm"
+PROC_MEMINFO = "/proc/meminfo"
 # Writing "5" to clear_refs resets the peak RSS (VmHWM) to the current RSS (Linux >= 4.0).
 RESET_PEAK_RSS_COMMAND = "5"
 
@@ -26,10 +27,12 @@ class HostBackend:
         proc_status: str = PROC_STATUS,
         proc_clear_refs: str = PROC_CLEAR_REFS,
         proc_statm: str = PROC_STATM,
+        proc_meminfo: str = PROC_MEMINFO,
     ):
         self._proc_status = proc_status
         self._proc_clear_refs = proc_clear_refs
         self._proc_statm = proc_statm
+        self._proc_meminfo = proc_meminfo
         self._process = psutil.Process(os.getpid())
         self._page_bytes = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         # Every profiled node reads these files twice: opening them each time cost ~4x the read
@@ -69,13 +72,31 @@ class HostBackend:
             return int(self._process.memory_info().rss)
 
     def system_memory(self) -> dict:
-        vm = psutil.virtual_memory()
+        try:
+            total, available = self._meminfo_total_available()
+        except (OSError, LookupError, ValueError):  # not Linux, or a kernel before MemAvailable
+            vm = psutil.virtual_memory()
+            total, available = int(vm.total), int(vm.available)
         return {
-            "total_bytes": int(vm.total),
-            "available_bytes": int(vm.available),
-            "used_bytes": int(vm.total - vm.available),
-            "used_pct": float(vm.percent),
+            "total_bytes": total,
+            "available_bytes": available,
+            "used_bytes": total - available,
+            "used_pct": round((total - available) / total * 100, 1),  # as psutil's percent
         }
+
+    def _meminfo_total_available(self) -> tuple[int, int]:
+        """MemTotal and MemAvailable, the figures psutil.virtual_memory() reports as total and
+        available, from the kept-open /proc/meminfo (its first lines): ~10x cheaper than psutil,
+        which parses every line; a step reads it at its start and end."""
+        text = self._pread(self._proc_meminfo, 512)
+        return self._meminfo_field(text, b"MemTotal:"), self._meminfo_field(text, b"\nMemAvailable:")
+
+    @staticmethod
+    def _meminfo_field(text: bytes, label: bytes) -> int:
+        start = text.find(label)
+        if start < 0:
+            raise LookupError(f"{label.strip().decode()} not in /proc/meminfo")
+        return int(text[start + len(label) : text.index(b"\n", start + 1)].split()[0]) * 1024
 
     def cpu_pct(self) -> float:
         # Non-blocking: percent since the previous call (the first call reads 0.0).

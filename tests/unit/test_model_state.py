@@ -88,3 +88,25 @@ def test_describe_plain_objects_and_broken_ones():
     assert (
         info["latent_channels"] == 4 and info["downscale_ratio"] == 8 and info["size_bytes"] == (12 + 4) * 4
     )
+
+
+def test_the_direct_walk_lists_what_parameters_and_buffers_list():
+    """module_memory's walk of the submodules gives torch's own lists, in order: shared modules and
+    shared tensors once, None entries skipped, a tensor both parameter and buffer in both."""
+    from monitors.models.state import _parameters_and_buffers
+
+    shared = torch.nn.Linear(3, 3)
+    model = torch.nn.Sequential(
+        torch.nn.Sequential(torch.nn.Linear(2, 2, bias=False), torch.nn.BatchNorm1d(2)),
+        shared,
+        torch.nn.Sequential(shared, torch.nn.Conv2d(1, 1, 1)),
+    )
+    model[2][1].weight = model[0][0].weight  # a parameter shared across modules
+    model[2].register_buffer("also_a_param", model[1].bias)
+    model[2].register_buffer("nothing", None)
+    model[0].add_module("absent", None)
+    expected = list(model.parameters()) + list(model.buffers())
+    walked = _parameters_and_buffers(model)
+    assert len(walked) == len(expected) and all(a is b for a, b in zip(walked, expected, strict=True))
+    memory = module_memory(model)
+    assert memory["n_elements"] == sum(t.numel() for t in expected)

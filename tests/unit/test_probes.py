@@ -1,6 +1,7 @@
 import logging
 import sys
 
+import psutil
 import pytest
 
 from monitors.probes import Probes
@@ -83,6 +84,44 @@ def test_real_host_backend_reads_rss_and_hwm():
     assert host.peak_rss_bytes() >= rss * 0.9
     memory = host.system_memory()
     assert memory["total_bytes"] >= memory["available_bytes"] > 0
+
+
+MEMINFO = (
+    b"MemTotal:       24684092 kB\nMemFree:        20000000 kB\nMemAvailable:   22000004 kB\n"
+    b"Buffers:          100000 kB\n"
+)
+
+
+def test_system_memory_from_meminfo_as_psutil_reports_it(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_bytes(MEMINFO)
+    memory = HostBackend(proc_meminfo=str(meminfo)).system_memory()
+    total, available = 24684092 * 1024, 22000004 * 1024
+    assert memory == {
+        "total_bytes": total,
+        "available_bytes": available,
+        "used_bytes": total - available,
+        "used_pct": 10.9,  # 2684088 / 24684092 = 10.87 %, rounded to 0.1 as psutil does
+    }
+
+
+@pytest.mark.parametrize("content", [b"MemTotal:       24684092 kB\nMemFree:        20000000 kB\n", None])
+def test_system_memory_falls_back_to_psutil_without_memavailable(tmp_path, content):
+    meminfo = tmp_path / "meminfo"
+    if content is not None:
+        meminfo.write_bytes(content)
+    memory = HostBackend(proc_meminfo=str(meminfo)).system_memory()
+    real = psutil.virtual_memory()
+    assert memory["total_bytes"] == real.total
+    assert memory["used_bytes"] == memory["total_bytes"] - memory["available_bytes"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/meminfo is Linux-only")
+def test_real_meminfo_agrees_with_psutil():
+    memory = HostBackend().system_memory()
+    real = psutil.virtual_memory()
+    assert memory["total_bytes"] == real.total
+    assert abs(memory["available_bytes"] - real.available) < 256 * 1024**2  # read moments apart
 
 
 def test_torch_backend_never_initialises_cuda():
