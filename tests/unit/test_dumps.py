@@ -378,3 +378,22 @@ def test_compare_dump_with_a_live_value(tmp_path):
     assert result["status"] == "close" and "dtypes differ" in result["verdict"]
     nothing = compare_dump_with(str(tmp_path), "ref.safetensors", {"cond.0.tensor": torch.zeros(1)}, 0, 0)
     assert nothing["status"] == "nothing_to_compare" and "no tensor names in common" in nothing["verdict"]
+
+
+def test_a_failed_rewrite_keeps_the_older_dump(tmp_path, monkeypatch):
+    from monitors.dumps import files
+
+    write_dump(str(tmp_path), "kept", collect_tensors(image=torch.zeros(1, 2, 2, 3)))
+
+    def disk_full(tensors, path, header):
+        with open(path, "wb") as f:
+            f.write(b"partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files, "_save_safetensors", disk_full)
+    with pytest.raises(OSError):
+        write_dump(str(tmp_path), "kept", collect_tensors(image=torch.ones(1, 2, 2, 3)))
+    monkeypatch.undo()
+    tensors, _ = load_dump(str(tmp_path), "kept.safetensors")
+    assert tensors["image"].sum() == 0
+    assert all_files(tmp_path) == ["kept.safetensors"]
