@@ -313,7 +313,12 @@ def main(argv=None) -> int:
         action="store_true",
         help="the configuration with every monitor node beside a >= 0.5 s work chain (see above)",
     )
-    parser.add_argument("--work-size", type=int, default=1024, help="--monitor-nodes: work image side")
+    parser.add_argument(
+        "--work-size",
+        type=int,
+        default=0,
+        help="--monitor-nodes: work image side (default 0: grown until the work chain takes >= 0.5 s)",
+    )
     add_quick_flag(parser)
     args = parser.parse_args(argv)
     if args.quick:
@@ -445,6 +450,29 @@ def work_chain(color: int, size: int, first_id: int = 100) -> dict:
     }
 
 
+WORK_CHAIN_TARGET_S = 0.6  # the work chain grown to this, so that it stays >= MIN_PROMPT_S under noise
+WORK_SIZE_START, WORK_SIZE_MAX = 1024, 8192
+
+
+def work_size_for(server, target_s: float) -> int:
+    """The work image side whose chain takes about target_s on this machine now: the blur's cost
+    grows with the pixels, so the side grows with the square root of the time still missing."""
+    size, color = WORK_SIZE_START, 7
+    while True:
+        seconds = []
+        for _ in range(3):
+            color = (color * 48271) % 0xFFFFFF or 1
+            prompt_id, history = server.run(work_chain(color, size))
+            if history["status"]["status_str"] != "success":
+                raise RuntimeError(f"work chain failed: {history['status']}")
+            seconds.append(server.get_json(f"/pipeline_monitor/runs/{prompt_id}")["duration_s"])
+        took = statistics.median(seconds)
+        if took >= target_s or size >= WORK_SIZE_MAX:
+            print(f"  work chain {size}x{size}: median {took:.3f} s of 3 (target {target_s:g} s)")
+            return size
+        size = min(WORK_SIZE_MAX, int(size * (target_s / took) ** 0.5 * 1.05) // 64 * 64 + 64)
+
+
 def monitor_nodes_main(args) -> int:
     comfyui = os.environ.get("COMFYUI_PATH")
     if not comfyui or not os.path.isfile(os.path.join(comfyui, "main.py")):
@@ -467,8 +495,8 @@ def monitor_nodes_main(args) -> int:
         timeout=300,
     )
     test_soak.write_lora(base)
-    size = 64 if args.quick else args.work_size
     server = ComfyServer(base, free_port(), base / "server.log").start()
+    size = 64 if args.quick else args.work_size or work_size_for(server, WORK_CHAIN_TARGET_S)
     durations = {"monitored": [], "plain": []}
     monitor_s, encode_s, ratios = [], [], []
     overhead_shares: list[float] = []  # (monitors' own time - their VAE encodes) / plain prompt

@@ -29,11 +29,11 @@ import contextlib
 import itertools
 import logging
 import os
-import queue
 import threading
 import types
 from collections.abc import Callable
 
+from .background import BackgroundWorker
 from .tensor_stats import ROW_ELEMENTS
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ SETTING = "PIPELINE_MONITOR_FUSED_KERNELS"
 # The one chunk length kernels are compiled for (a new length would compile again): the chunks of
 # tensor_stats and dumps.compare; their shorter last chunk takes the eager kernels.
 FUSED_CHUNK_ELEMENTS = 1 << 20
+WORKER_IDLE_EXIT_S = 5.0  # the compiling thread ends once idle (the pack leaves no idle thread)
 EXIT_WAIT_S = 120  # at interpreter exit, for a compile under way (3-15 s) to finish
 # Input dtypes with a float32 accumulation (float64 tensors keep the eager float64 path).
 FUSED_DTYPE_NAMES = ("float32", "float16", "bfloat16")
@@ -88,9 +89,9 @@ class FusedKernels:
         self._lock = threading.Lock()
         self._ready: dict[tuple, Callable] = {}
         self._requested: set[tuple] = set()
-        self._queue: queue.Queue = queue.Queue()
-        self._worker: threading.Thread | None = None
+        self._worker = BackgroundWorker("pipeline-monitor-fused-kernels", WORKER_IDLE_EXIT_S)
         self._exiting = False
+        self._atexit_registered = False
         self.failure_reason: str | None = None if enabled else f"{SETTING}=off"
 
     def stats_chunks(self, flat) -> tuple[list, int]:
@@ -147,14 +148,11 @@ class FusedKernels:
         with self._lock:
             if key not in self._requested:
                 self._requested.add(key)
-                self._queue.put(key)
-                if self._worker is None:
+                if not self._atexit_registered:
                     log.info("pipeline monitor: compiling fused statistics kernels in the background")
                     atexit.register(self._finish_at_exit)
-                    self._worker = threading.Thread(
-                        target=self._compile_loop, name="pipeline-monitor-fused-kernels", daemon=True
-                    )
-                    self._worker.start()
+                    self._atexit_registered = True
+                self._worker.submit(lambda: self._compile_one(key))
         return None
 
     def _finish_at_exit(self) -> None:
@@ -163,25 +161,19 @@ class FusedKernels:
         self._exiting = True
         self.wait_idle(EXIT_WAIT_S)
 
-    def _compile_loop(self) -> None:
-        while True:
-            key = self._queue.get()
-            try:
-                if self._exiting:
-                    self._requested.discard(key)
-                elif self.failure_reason is None:
-                    self._ready[key] = self._compile(key)
-                else:
-                    self._requested.discard(key)
-            except Exception as exc:  # no compiler, an unsupported platform: eager from now on
-                self._requested.discard(key)
-                self.failure_reason = f"torch.compile failed: {type(exc).__name__}: {str(exc)[:300]}"
-                log.warning(
-                    "pipeline monitor: fused statistics kernels unavailable, eager kernels used (%s)",
-                    self.failure_reason,
-                )
-            finally:
-                self._queue.task_done()
+    def _compile_one(self, key: tuple) -> None:
+        if self._exiting or self.failure_reason is not None:
+            self._requested.discard(key)
+            return
+        try:
+            self._ready[key] = self._compile(key)
+        except Exception as exc:  # no compiler, an unsupported platform: eager from now on
+            self._requested.discard(key)
+            self.failure_reason = f"torch.compile failed: {type(exc).__name__}: {str(exc)[:300]}"
+            log.warning(
+                "pipeline monitor: fused statistics kernels unavailable, eager kernels used (%s)",
+                self.failure_reason,
+            )
 
     def _compile(self, key: tuple) -> Callable:
         """Compile by running the kernel on zeros in every variant callers run it in: the same grad
@@ -214,14 +206,7 @@ class FusedKernels:
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Tests and benches: wait until every requested kernel is compiled (or failed)."""
-        import time
-
-        deadline = time.monotonic() + timeout_s
-        while self._queue.unfinished_tasks:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)
-        return True
+        return self._worker.wait_idle(timeout_s)
 
     def status(self) -> dict:
         def names(keys):

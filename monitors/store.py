@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import re
 import threading
 from collections import OrderedDict
 
+from .background import BackgroundWorker
 from .input_changes import MAX_WORKFLOWS, InputFiles
 from .report import RunReport, format_run_summary, run_summary, write_json_atomic
 
@@ -48,8 +48,7 @@ class RunStore:
         self._lock = threading.Lock()
         self.write_errors: list[str] = []
         self._background_writes = background_writes
-        self._write_queue: queue.Queue = queue.Queue()
-        self._writer: threading.Thread | None = None
+        self._writer = BackgroundWorker("pipeline-monitor-report-writer", WRITER_IDLE_EXIT_S)
         self._listeners: list = []  # called with each added RunReport (e.g. the metrics route)
 
     def add(self, report: RunReport) -> str | None:
@@ -74,8 +73,7 @@ class RunStore:
             return self._write(report.prompt_id, data)
         path = self._path(report.prompt_id)
         if path is not None:
-            self._write_queue.put((report.prompt_id, data))
-            self._ensure_writer()
+            self._writer.submit(lambda: self._write(report.prompt_id, data))
         return path
 
     def add_listener(self, callback) -> None:
@@ -89,44 +87,13 @@ class RunStore:
             if callback in self._listeners:
                 self._listeners.remove(callback)
 
-    def _ensure_writer(self) -> None:
-        with self._lock:
-            if self._writer is None or not self._writer.is_alive():
-                self._writer = threading.Thread(
-                    target=self._write_loop, name="pipeline-monitor-report-writer", daemon=True
-                )
-                self._writer.start()
-
-    def _write_loop(self) -> None:
-        while True:
-            try:
-                run_id, data = self._write_queue.get(timeout=WRITER_IDLE_EXIT_S)
-            except queue.Empty:
-                # Idle: end the thread (no thread left behind); add() starts a new one. Decided
-                # under the lock add()'s _ensure_writer takes, so no report is ever stranded.
-                with self._lock:
-                    if self._write_queue.empty():
-                        self._writer = None
-                        return
-                continue
-            try:
-                if run_id is None:
-                    data()  # a task of submit()
-                else:
-                    self._write(run_id, data)
-            except Exception as exc:  # a failed side task must not end the writer
-                log.warning("pipeline monitor: background write failed: %s: %s", type(exc).__name__, exc)
-            finally:
-                self._write_queue.task_done()
-
     def submit(self, task) -> None:
         """Run `task()` where reports are written: on the writer thread with background writes
         (after the reports queued before it), else now."""
         if not self._background_writes:
             task()
             return
-        self._write_queue.put((None, task))
-        self._ensure_writer()
+        self._writer.submit(task)
 
     @property
     def inputs_dir(self) -> str | None:
@@ -143,7 +110,7 @@ class RunStore:
 
     def flush(self) -> None:
         """Wait until every queued report is on disk."""
-        self._write_queue.join()
+        self._writer.join()
 
     def _path(self, run_id: str) -> str | None:
         if self.reports_dir is None or not is_valid_run_id(run_id):

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from ..background import BackgroundWorker
 from ..report import format_bytes
 from .collect import CollectedTensors
 
@@ -286,25 +287,46 @@ def _save_npy(array, path) -> None:
 
 def _write_atomic(path: str, write) -> None:
     """Write to a temporary file beside `path`, then rename it there: a reader never sees a partial
-    file. An older file of that name is removed first instead of renamed over: renaming over a file
-    makes ext4 (auto_da_alloc) write the new data out before the rename returns, 0.2-1 ms or more,
-    most of a small dump's time in the prompt's path. Between the two a reader finds no file."""
+    file. An older file of that name is first renamed aside and deleted on a background thread:
+    renaming over it makes ext4 (auto_da_alloc) write the new data out before the rename returns,
+    and deleting it frees its pages, each 0.2-1 ms or more, most of a small dump's time in the
+    prompt's path. Between the two renames a reader finds no file."""
     directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.splitext(path)[1], dir=directory)
+    suffix = os.path.splitext(path)[1]
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=directory)
     os.close(fd)
+    aside = None
     try:
         write(tmp)
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        if os.path.lexists(path):
+            # mkstemp's random part has no ".": no other temporary file can have this name
+            aside = tmp[: -len(suffix)] + ".replaced" + suffix if suffix else tmp + ".replaced"
+            os.rename(path, aside)
         os.rename(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink_quietly(tmp)
+        if aside is not None and not os.path.lexists(path):
+            os.rename(aside, path)  # the older file back where it was
+            aside = None
         raise
+    if aside is not None:
+        _DELETER.submit(lambda: _unlink_quietly(aside))
+
+
+# Deletes the older files of rewritten dumps off the prompt's path.
+_DELETER = BackgroundWorker("pipeline-monitor-dump-delete")
+
+
+def finish_deletions() -> None:
+    """Wait until the older files of rewritten dumps are deleted (tests)."""
+    _DELETER.join()
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 # -- finding and reading -------------------------------------------------------------------------

@@ -144,6 +144,7 @@ def test_rewrite_replaces_atomically(tmp_path):
     assert result.replaced
     tensors, _ = load_dump(str(tmp_path), "same.safetensors")
     assert tensors["image"].sum() == 12
+    dumps.finish_deletions()  # the older file is deleted off the caller's path
     assert all_files(tmp_path) == ["same.safetensors"]
 
 
@@ -394,6 +395,25 @@ def test_a_failed_rewrite_keeps_the_older_dump(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         write_dump(str(tmp_path), "kept", collect_tensors(image=torch.ones(1, 2, 2, 3)))
     monkeypatch.undo()
+    tensors, _ = load_dump(str(tmp_path), "kept.safetensors")
+    assert tensors["image"].sum() == 0
+    assert all_files(tmp_path) == ["kept.safetensors"]
+
+
+def test_a_rewrite_that_cannot_take_the_name_puts_the_older_dump_back(tmp_path, monkeypatch):
+    write_dump(str(tmp_path), "kept", collect_tensors(image=torch.zeros(1, 2, 2, 3)))
+    real_rename = os.rename
+
+    def refuse_the_new_file(source, target):
+        if os.path.basename(source).startswith(".tmp-") and not source.endswith(".replaced.safetensors"):
+            raise PermissionError(13, "Permission denied")
+        real_rename(source, target)
+
+    monkeypatch.setattr(os, "rename", refuse_the_new_file)
+    with pytest.raises(PermissionError):
+        write_dump(str(tmp_path), "kept", collect_tensors(image=torch.ones(1, 2, 2, 3)))
+    monkeypatch.undo()
+    dumps.finish_deletions()
     tensors, _ = load_dump(str(tmp_path), "kept.safetensors")
     assert tensors["image"].sum() == 0
     assert all_files(tmp_path) == ["kept.safetensors"]

@@ -217,7 +217,7 @@ def test_tensor_subclasses_take_the_eager_kernels():
     wrapped = torch.zeros(FUSED_CHUNK_ELEMENTS).as_subclass(Wrapped)
     assert kernels.stats_chunks(wrapped) == ([], 0)
     assert kernels.compare_chunks(wrapped, torch.zeros(FUSED_CHUNK_ELEMENTS), 0.0, 0.0) == ([], 0)
-    assert kernels._worker is None
+    assert kernels._worker.thread is None
 
 
 def test_a_ready_kernel_covers_every_full_chunk_and_leaves_the_rest():
@@ -272,7 +272,7 @@ def test_off_never_starts_a_thread(monkeypatch):
     kernels = FusedKernels(compile_fn=lambda fn: pytest.fail("nothing should compile"))
     assert kernels.enabled is False
     assert kernels.stats_chunks(torch.zeros(FUSED_CHUNK_ELEMENTS)) == ([], 0)
-    assert kernels._worker is None
+    assert kernels._worker.thread is None
     assert kernels.status() == {
         "enabled": False,
         "ready": [],
@@ -338,3 +338,17 @@ def test_exit_waits_for_the_compile_under_way_and_starts_no_other(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["exiting", "compiled", "_stats_rows"]
+
+
+def test_the_compiling_thread_ends_once_idle_and_comes_back(monkeypatch):
+    monkeypatch.setattr(fused_kernels, "WORKER_IDLE_EXIT_S", 0.05)
+    kernels = FusedKernels(enabled=True, compile_fn=_instant)
+    values = torch.zeros(FUSED_CHUNK_ELEMENTS)
+    kernels.stats_chunks(values)
+    first = kernels._worker.thread
+    assert first is not None and first.name == "pipeline-monitor-fused-kernels"
+    first.join(COMPILE_WATCHDOG_S)
+    assert not first.is_alive() and kernels._worker.thread is None
+    kernels.compare_chunks(values, values, 0.0, 0.0)
+    assert kernels.wait_idle(COMPILE_WATCHDOG_S)
+    assert kernels.status()["ready"] == ["compare float32 float32", "stats float32"]

@@ -1,0 +1,56 @@
+"""monitors/background.py: tasks in order on one thread that ends once idle and comes back."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from monitors.background import BackgroundWorker
+
+WATCHDOG_S = 30  # a hang watchdog only
+
+
+def test_tasks_run_in_order_off_the_callers_thread():
+    worker = BackgroundWorker("pipeline-monitor-test", idle_exit_s=5)
+    ran = []
+    for i in range(5):
+        worker.submit(lambda i=i: ran.append((i, threading.current_thread().name)))
+    worker.join()
+    assert ran == [(i, "pipeline-monitor-test") for i in range(5)]
+
+
+def test_a_failing_task_is_logged_and_the_next_still_runs(caplog):
+    worker = BackgroundWorker("pipeline-monitor-test", idle_exit_s=5)
+    ran = []
+
+    def broken():
+        raise OSError("disk gone")
+
+    with caplog.at_level(logging.WARNING, logger="monitors.background"):
+        worker.submit(broken)
+        worker.submit(lambda: ran.append("next"))
+        worker.join()
+    assert ran == ["next"]
+    assert "pipeline-monitor-test task failed: OSError: disk gone" in caplog.text
+
+
+def test_the_thread_ends_once_idle_and_the_next_task_starts_another():
+    worker = BackgroundWorker("pipeline-monitor-test", idle_exit_s=0.05)
+    assert worker.thread is None
+    worker.submit(lambda: None)
+    first = worker.thread
+    assert first is not None and first.daemon
+    first.join(WATCHDOG_S)
+    assert not first.is_alive() and worker.thread is None
+    done = threading.Event()
+    worker.submit(done.set)
+    assert done.wait(WATCHDOG_S) and worker.thread is not first
+
+
+def test_wait_idle_says_when_tasks_are_still_pending():
+    worker = BackgroundWorker("pipeline-monitor-test", idle_exit_s=5)
+    release = threading.Event()
+    worker.submit(lambda: release.wait(WATCHDOG_S))
+    assert worker.wait_idle(0.05) is False
+    release.set()
+    assert worker.wait_idle(WATCHDOG_S) is True
