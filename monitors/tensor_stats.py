@@ -126,21 +126,24 @@ def value_stats(tensor) -> dict[str, Any]:
     small = n <= FLOAT64_MAX_ELEMENTS
     acc = torch.float64 if small or flat.dtype == torch.float64 else torch.float32
     with torch.no_grad():
-        # Full chunks by the fused kernels once compiled (fused_kernels.py); the rest here.
-        fused_parts, fused_elements = KERNELS.stats_chunks(flat) if acc == torch.float32 else ([], 0)
-        with one_cpu_thread(flat.device.type):
-            mins, maxs, sums, sums_sq = _chunk_reductions(flat[fused_elements:], acc)
-        for part in fused_parts:
-            for figure, figures in zip(part, (mins, maxs, sums, sums_sq), strict=True):
-                figures.append(figure)
-        lo_s, hi_s, sum_s, sq_s = torch.stack(
-            [
-                torch.stack(mins).to(torch.float64),
-                torch.stack(maxs).to(torch.float64),
-                torch.stack(sums).to(torch.float64),
-                torch.stack(sums_sq).to(torch.float64),
-            ]
-        ).tolist()  # the one read-back of the common case
+        if small:  # one chunk in float64, in as few calls as can be: a monitor step describes several
+            lo_s, hi_s, sum_s, sq_s = ([x] for x in _small_reductions(flat))
+        else:
+            # Full chunks by the fused kernels once compiled (fused_kernels.py); the rest here.
+            fused_parts, fused_elements = KERNELS.stats_chunks(flat) if acc == torch.float32 else ([], 0)
+            with one_cpu_thread(flat.device.type):
+                mins, maxs, sums, sums_sq = _chunk_reductions(flat[fused_elements:], acc)
+            for part in fused_parts:
+                for figure, figures in zip(part, (mins, maxs, sums, sums_sq), strict=True):
+                    figures.append(figure)
+            lo_s, hi_s, sum_s, sq_s = torch.stack(
+                [
+                    torch.stack(mins).to(torch.float64),
+                    torch.stack(maxs).to(torch.float64),
+                    torch.stack(sums).to(torch.float64),
+                    torch.stack(sums_sq).to(torch.float64),
+                ]
+            ).tolist()  # the one read-back of the common case
         n_finite = n
         if not all(map(math.isfinite, lo_s + hi_s)):
             with one_cpu_thread(flat.device.type):
@@ -160,6 +163,17 @@ def value_stats(tensor) -> dict[str, Any]:
     variance = max(0.0, math.fsum(sq_s) / n_finite - mean * mean)
     stats.update(min=lo, max=hi, mean=mean, std=math.sqrt(variance))
     return stats
+
+
+def _small_reductions(flat) -> list[float]:
+    """min, max, sum and sum of squares of a tensor of at most FLOAT64_MAX_ELEMENTS (one chunk: the
+    kernels of _chunk_reductions' float64 path, the same figures), with one read-back. Under
+    torch's grain size (32 Ki elements) each kernel runs on one thread anyway."""
+    import torch
+
+    values = flat.to(torch.float64)
+    lo, hi = torch.aminmax(values)
+    return torch.stack([lo, hi, values.sum(), (values * values).sum()]).tolist()
 
 
 def _chunk_reductions(flat, acc):

@@ -14,6 +14,7 @@ import logging
 import torch
 from comfy_api.latest import io
 
+from ..monitors.probes import get_probes
 from ..monitors.report import failed_step
 from ..monitors.vae.chain import REQUESTS, ChainOptions, run_chain
 from ..monitors.vae.errors import error_for
@@ -39,9 +40,12 @@ def free_memory_reader(vae):
         import comfy.model_management as mm
 
         device = torch.device(device_name)
-        free = int(mm.get_free_memory(device))
         if device.type == "cpu":
-            return free
+            # ComfyUI's figure for the CPU is the system's available memory (psutil's, which parses
+            # all of /proc/meminfo): the probe reads the same MemAvailable from its kept-open file.
+            memory = get_probes().system_memory()
+            return int(memory["available_bytes"]) if memory else int(mm.get_free_memory(device))
+        free = int(mm.get_free_memory(device))
         patcher = getattr(vae, "patcher", None)
         reclaimable = sum(
             loaded.model_loaded_memory()

@@ -166,6 +166,17 @@ def test_cpu_strategy_leaves_the_vae_unmoved_and_not_duplicated(
 # -- auto and out of memory on real VAEs ----------------------------------------------------------
 
 
+def test_the_cpu_free_memory_is_comfyuis_own_figure(comfy, tiny):
+    """On the CPU the chain's free memory comes from the probe (MemAvailable from a kept-open file),
+    not ComfyUI's get_free_memory, which parses all of /proc/meminfo through psutil: the same figure."""
+    import comfy.model_management as mm
+
+    node_module = comfy.pack_module("nodes.vae_encode_node")
+    ours = node_module.free_memory_reader(tiny.vae)("cpu")
+    comfyui = int(mm.get_free_memory(torch.device("cpu")))
+    assert abs(ours - comfyui) < 256 * 1024**2  # read moments apart
+
+
 def test_auto_goes_straight_to_tiled_when_the_estimate_does_not_fit(
     comfy, wan_vae, pack_runtime, monkeypatch
 ):

@@ -156,7 +156,7 @@ def test_cpu_chunks_run_on_one_intra_op_thread_and_the_count_is_restored(monkeyp
         return original(flat, acc)
 
     monkeypatch.setattr(tensor_stats, "_chunk_reductions", spy)
-    value_stats(torch.randn(100))
+    value_stats(torch.randn(tensor_stats.FLOAT64_MAX_ELEMENTS + 1))  # chunked (small ones are not)
     assert seen == [1] and torch.get_num_threads() == before
 
     def boom(flat, acc):
@@ -164,5 +164,5 @@ def test_cpu_chunks_run_on_one_intra_op_thread_and_the_count_is_restored(monkeyp
 
     monkeypatch.setattr(tensor_stats, "_chunk_reductions", boom)
     with pytest.raises(RuntimeError):
-        value_stats(torch.randn(100))
+        value_stats(torch.randn(tensor_stats.FLOAT64_MAX_ELEMENTS + 1))
     assert torch.get_num_threads() == before

@@ -38,17 +38,26 @@ def test_underflow_scale_is_the_smallest_normal_over_the_unit_roundoff():
 def spy(monkeypatch):
     """The accumulation type of each chunked pass, and whether the exact float64 path ran."""
     seen = {"acc": [], "exact": 0}
-    chunked, exact = tensor_stats._chunk_reductions, tensor_stats._exact_float64_stats
+    chunked, small, exact = (
+        tensor_stats._chunk_reductions,
+        tensor_stats._small_reductions,
+        tensor_stats._exact_float64_stats,
+    )
 
     def chunk_reductions(flat, acc):
         seen["acc"].append(acc)
         return chunked(flat, acc)
+
+    def small_reductions(flat):  # the one float64 chunk of a small tensor
+        seen["acc"].append(torch.float64)
+        return small(flat)
 
     def exact_stats(flat, stats):
         seen["exact"] += 1
         return exact(flat, stats)
 
     monkeypatch.setattr(tensor_stats, "_chunk_reductions", chunk_reductions)
+    monkeypatch.setattr(tensor_stats, "_small_reductions", small_reductions)
     monkeypatch.setattr(tensor_stats, "_exact_float64_stats", exact_stats)
     return seen
 

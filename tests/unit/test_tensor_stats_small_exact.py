@@ -17,3 +17,12 @@ def test_small_integer_values_give_exact_statistics(dtype):
     assert (two["min"], two["max"], two["mean"], two["std"]) == (1.0, 2.0, 1.5, 0.5)
     four = value_stats(torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=dtype))
     assert (four["mean"], four["std"]) == (2.5, math.sqrt(1.25))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_the_small_path_gives_the_chunked_float64_figures_exactly(dtype):
+    from monitors import tensor_stats
+
+    flat = (torch.randn(4099, generator=torch.Generator().manual_seed(3)) * 5 + 1).to(dtype)
+    chunked = [float(parts[0]) for parts in tensor_stats._chunk_reductions(flat, torch.float64)]
+    assert tensor_stats._small_reductions(flat) == chunked
