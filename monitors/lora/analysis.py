@@ -18,6 +18,7 @@ from typing import Any
 
 from ..tensor_stats import one_cpu_thread
 from .norms import frobenius_norm, kron_norm, loha_norm, lora_norm
+from .state_dicts import state_dict_of
 from .weights import delta_shape_mismatch, weight_rows
 
 MAX_HOPS = 64  # parent-chain walk limit: far more than any real stack of loaders
@@ -271,7 +272,7 @@ def parent_chain(patcher, max_hops: int = MAX_HOPS) -> list:
 def base_weight_lookup(patcher) -> Callable[[str], Any]:
     """key -> the unpatched weight: the patcher's backup while weights are patched, else the module's."""
     model = getattr(patcher, "model", None)
-    state = model.state_dict() if hasattr(model, "state_dict") else {}
+    state = state_dict_of(model) if hasattr(model, "state_dict") else {}
     backup = getattr(patcher, "backup", None) or {}
 
     def lookup(key: str):

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..report import Finding
+from .state_dicts import state_dict_of
 
 LORA_LOADER_CLASSES = ("LoraLoader", "LoraLoaderModelOnly")
 MAX_WALK = 256  # nodes visited per input walk
@@ -169,7 +170,7 @@ def key_coverage(file_keys: Iterable[str], consumed: set[str]) -> dict[str, Any]
 
 
 def _state_keys(module) -> set[str]:
-    return set(module.state_dict().keys()) if module is not None and hasattr(module, "state_dict") else set()
+    return set(state_dict_of(module).keys()) if module is not None and hasattr(module, "state_dict") else set()
 
 
 def coverage_from_patches(

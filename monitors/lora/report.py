@@ -17,6 +17,7 @@ from ..upstream_memory import step_memory
 from .coverage import attribute_hops, loader_findings, merge_loaders, upstream_loaders
 from .file import lora_file_status
 from .side import analyse_side
+from .state_dicts import with_shared_state_dicts
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,7 @@ def _no_file(name: str | None) -> None:
     return None
 
 
+@with_shared_state_dicts
 def build_lora_step(
     node_id: str | None,
     prompt: Mapping | None,

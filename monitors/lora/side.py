@@ -23,6 +23,7 @@ from .analysis import (
     patches_of,
     weights_of,
 )
+from .state_dicts import state_dict_of
 from .weights import leaf_parameter_rule
 
 MAX_LISTED_NAMES = 200  # state-dict key names listed per change kind
@@ -202,7 +203,7 @@ def _state_dict(patcher) -> tuple[dict | None, str | None]:
     if not hasattr(module, "state_dict"):
         return None, f"{type(module).__name__} has no state_dict"
     try:
-        return module.state_dict(), None
+        return state_dict_of(module), None
     except Exception as exc:
         return None, f"state_dict unreadable: {type(exc).__name__}: {exc}"
 
