@@ -47,11 +47,30 @@ def module_memory(module) -> dict[str, Any]:
     }
 
 
+def _walks_like_torch(module) -> bool:
+    """A torch module whose parameters(), buffers() and the walk under them are torch's own: the
+    direct walk gives what they give. Anything else is asked through its methods."""
+    import torch
+
+    kind = type(module)
+    return isinstance(module, torch.nn.Module) and all(
+        getattr(kind, name) is getattr(torch.nn.Module, name)
+        for name in (
+            "parameters",
+            "buffers",
+            "named_parameters",
+            "named_buffers",
+            "named_modules",
+            "_named_members",
+        )
+    )
+
+
 def _parameters_and_buffers(module) -> list:
     """module.parameters() then module.buffers(), each tensor once per list as torch gives them, by a
     direct walk of the submodules: torch's generators build every qualified name on the way, about
     3x the cost, and a model monitor walks a whole checkpoint's modules each run."""
-    if not (hasattr(module, "_modules") and hasattr(module, "_parameters") and hasattr(module, "_buffers")):
+    if not _walks_like_torch(module):
         tensors = []
         if hasattr(module, "parameters"):
             tensors.extend(module.parameters())
