@@ -19,18 +19,7 @@ per-round wall difference monitored - no_pack, median over rounds, within 0.5 + 
 verdict line (last) gives it with min/median/max and the per-round ratio. --quick: 2 prompts
 after 1 warm-up (checks that it runs).
 
---monitor-nodes: every monitor node (models, LoRA, conditioning, VAE encode `auto`, latent, tensor
-dump and compare, on the tests' tiny models and testing pack) beside a work chain of at least
-0.5 s (EmptyImage -> ImageBlur -> ImageInvert -> PreviewImage, --work-size), against the work
-chain with the VAE encode the monitor does done by core VAEEncode (same VAE, same noise image, to
-PreviewAny), on one server with the pack, in interleaved pairs with a new seed and colour each
-prompt. Target (issue 14): the monitor nodes cost <= 1 % of the prompt. The verdict is on the
-monitors' overhead per pair: their own time from the per-node profile, less the VAE encode
-attempts the VAE monitor ran (the encode core VAEEncode does in the plain prompt), over the plain
-prompt's duration. The whole-prompt ratio with / without is printed too, but on this scale it is
-dominated by ComfyUI reloading the VAE in one prompt and not the next (0.05 s or 0.6 s for the
-same encode, with or without the pack's node), so it cannot decide 1 %. Each monitor's own time
-is printed per class.
+Every monitor node beside a >= 0.5 s work chain: bench/monitor_nodes.py.
 """
 
 from __future__ import annotations
@@ -308,23 +297,10 @@ def main(argv=None) -> int:
     parser.add_argument("--startup-timeout", type=float, default=120.0)
     parser.add_argument("--keep", action="store_true", help="keep the temporary base directories and logs")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    parser.add_argument(
-        "--monitor-nodes",
-        action="store_true",
-        help="the configuration with every monitor node beside a >= 0.5 s work chain (see above)",
-    )
-    parser.add_argument(
-        "--work-size",
-        type=int,
-        default=0,
-        help="--monitor-nodes: work image side (default 0: grown until the work chain takes >= 0.5 s)",
-    )
     add_quick_flag(parser)
     args = parser.parse_args(argv)
     if args.quick:
         args.prompts, args.warmup = 2, 1
-    if args.monitor_nodes:
-        return monitor_nodes_main(args)
 
     comfyui = os.environ.get("COMFYUI_PATH")
     if not comfyui or not os.path.isfile(os.path.join(comfyui, "main.py")):
@@ -430,148 +406,6 @@ def main(argv=None) -> int:
         )
     )
     return 0 if ok else 1
-
-
-MONITOR_NODES_TARGET_SHARE = 0.01
-MIN_PROMPT_S = 0.5
-
-
-def work_chain(color: int, size: int, first_id: int = 100) -> dict:
-    """A prompt's real work (>= 0.5 s at the default size on a 2-core CPU), ending in an output."""
-    a, b, c, d = (str(first_id + i) for i in range(4))
-    return {
-        a: {
-            "class_type": "EmptyImage",
-            "inputs": {"width": size, "height": size, "batch_size": 1, "color": color},
-        },
-        b: {"class_type": "ImageBlur", "inputs": {"image": [a, 0], "blur_radius": 8, "sigma": 4.0}},
-        c: {"class_type": "ImageInvert", "inputs": {"image": [b, 0]}},
-        d: {"class_type": "PreviewImage", "inputs": {"images": [c, 0]}},
-    }
-
-
-WORK_CHAIN_TARGET_S = 0.6  # the work chain grown to this, so that it stays >= MIN_PROMPT_S under noise
-WORK_SIZE_START, WORK_SIZE_MAX = 1024, 8192
-
-
-def work_size_for(server, target_s: float) -> int:
-    """The work image side whose chain takes about target_s on this machine now: the blur's cost
-    grows with the pixels, so the side grows with the square root of the time still missing."""
-    size, color = WORK_SIZE_START, 7
-    while True:
-        seconds = []
-        for _ in range(3):
-            color = (color * 48271) % 0xFFFFFF or 1
-            prompt_id, history = server.run(work_chain(color, size))
-            if history["status"]["status_str"] != "success":
-                raise RuntimeError(f"work chain failed: {history['status']}")
-            seconds.append(server.get_json(f"/pipeline_monitor/runs/{prompt_id}")["duration_s"])
-        took = statistics.median(seconds)
-        if took >= target_s or size >= WORK_SIZE_MAX:
-            print(f"  work chain {size}x{size}: median {took:.3f} s of 3 (target {target_s:g} s)")
-            return size
-        size = min(WORK_SIZE_MAX, int(size * (target_s / took) ** 0.5 * 1.05) // 64 * 64 + 64)
-
-
-def monitor_nodes_main(args) -> int:
-    comfyui = os.environ.get("COMFYUI_PATH")
-    if not comfyui or not os.path.isfile(os.path.join(comfyui, "main.py")):
-        print("COMFYUI_PATH must point to a ComfyUI 0.8 checkout; not measuring.", file=sys.stderr)
-        return 2
-    from pathlib import Path
-
-    from tests.comfyui import test_soak
-    from tests.comfyui.conftest import HERE, ComfyServer, free_port
-
-    base = Path(tempfile.mkdtemp(prefix="pm-monitor-nodes-"))
-    for sub in ("custom_nodes", "models", "input", "output", "user"):
-        (base / sub).mkdir(parents=True, exist_ok=True)
-    (base / "custom_nodes" / "pipeline-monitor").symlink_to(REPO_ROOT, target_is_directory=True)
-    (base / "custom_nodes" / "pm_testing_pack").symlink_to(HERE / "testing_pack", target_is_directory=True)
-    subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "scripts", "make_tiny_models.py"), str(base)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    test_soak.write_lora(base)
-    server = ComfyServer(base, free_port(), base / "server.log").start()
-    size = 64 if args.quick else args.work_size or work_size_for(server, WORK_CHAIN_TARGET_S)
-    durations = {"monitored": [], "plain": []}
-    monitor_s, encode_s, ratios = [], [], []
-    overhead_shares: list[float] = []  # (monitors' own time - their VAE encodes) / plain prompt
-    per_monitor_s: dict[str, list[float]] = {}  # class -> own time per monitored prompt (0 when cached)
-    try:
-        color = 1
-        for r in range(args.warmup + args.prompts):
-            order = ("monitored", "plain") if r % 2 == 0 else ("plain", "monitored")
-            pair = {}
-            for variant in order:
-                color = (color * 48271) % 0xFFFFFF or 1  # a new colour and seed: nothing cached
-                prompt = work_chain(color, size)
-                monitored = test_soak.soak_prompt(color)
-                if variant == "monitored":
-                    prompt.update(monitored)
-                else:  # the encode the monitor does, by core VAEEncode
-                    prompt.update({k: monitored[k] for k in ("2", "8")})
-                    prompt["20"] = {
-                        "class_type": "VAEEncode",
-                        "inputs": {"pixels": ["8", 0], "vae": ["2", 0]},
-                    }
-                    prompt["21"] = {"class_type": "PreviewAny", "inputs": {"source": ["20", 0]}}
-                prompt_id, history = server.run(prompt)
-                if history["status"]["status_str"] != "success":
-                    raise RuntimeError(f"{variant} prompt failed: {history['status']}")
-                report = server.get_json(f"/pipeline_monitor/runs/{prompt_id}")
-                pair[variant] = report["duration_s"]
-                if variant == "monitored" and r >= args.warmup:
-                    monitor_rows = [
-                        n for n in report["nodes"] if str(n.get("class_type")).startswith("PipelineMonitor")
-                    ]
-                    monitor_s.append(sum(n.get("duration_s") or 0.0 for n in monitor_rows))
-                    encode_s.append(
-                        sum(
-                            a.get("duration_s") or 0.0
-                            for step in report["steps"]
-                            if step["kind"] == "vae_encode"
-                            for a in (step.get("details") or {}).get("attempts") or []
-                        )
-                    )
-                    for n in monitor_rows:
-                        per_monitor_s.setdefault(n["class_type"], []).append(n.get("duration_s") or 0.0)
-            if r >= args.warmup:
-                for variant, value in pair.items():
-                    durations[variant].append(value)
-                ratios.append(pair["monitored"] / pair["plain"])
-                overhead_shares.append((monitor_s[-1] - encode_s[-1]) / pair["plain"])
-    finally:
-        server.stop()
-        if not args.keep:
-            shutil.rmtree(base, ignore_errors=True)
-    plain_median = statistics.median(durations["plain"])
-    print(
-        f"every monitor node beside a {size}x{size} work chain, {len(ratios)} pairs on one server with the pack"
-    )
-    print(f"  prompt duration, work chain alone: {fmt_spread(durations['plain'], '.3f', ' s')}")
-    print(f"  prompt duration, with monitors:    {fmt_spread(durations['monitored'], '.3f', ' s')}")
-    print(f"  monitor nodes' own time (profile): {fmt_spread(monitor_s, '.4f', ' s')}")
-    for class_type, values in sorted(per_monitor_s.items()):
-        print(f"    {class_type:<34} {fmt_spread(values, '.4f', ' s')}")
-    long_enough = plain_median >= MIN_PROMPT_S
-    if not long_enough:
-        print(f"  the work chain took under {MIN_PROMPT_S} s: raise --work-size for a meaningful figure")
-    print(f"  of which the VAE monitor's encodes:  {fmt_spread(encode_s, '.4f', ' s')}")
-    print(
-        f"  whole prompt, with / without:       {fmt_spread(ratios, '.4f')} (ComfyUI's VAE reloads decide it)"
-    )
-    print(
-        verdict_line(
-            long_enough and statistics.median(overhead_shares) <= MONITOR_NODES_TARGET_SHARE,
-            f"every monitor node <= 1 % of a >= {MIN_PROMPT_S:g} s prompt",
-            "monitors' overhead / prompt " + fmt_spread(overhead_shares, ".4f"),
-        )
-    )
-    return 0
 
 
 if __name__ == "__main__":

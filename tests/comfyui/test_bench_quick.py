@@ -19,5 +19,5 @@ def test_quick_run_ends_with_its_verdicts(name, server):
 
 @pytest.mark.bench
 def test_monitor_nodes_quick_run_ends_with_its_verdict(server):
-    verdicts = run_quick("profile_overhead", args=("--monitor-nodes",))
-    assert any("every monitor node <= 1 %" in line for line in verdicts), verdicts
+    verdicts = run_quick("monitor_nodes")
+    assert any("monitor nodes <= 1 %" in line for line in verdicts), verdicts
