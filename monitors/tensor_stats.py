@@ -127,7 +127,8 @@ def value_stats(tensor) -> dict[str, Any]:
     acc = torch.float64 if small or flat.dtype == torch.float64 else torch.float32
     with torch.no_grad():
         if small:  # one chunk in float64, in as few calls as can be: a monitor step describes several
-            lo_s, hi_s, sum_s, sq_s = ([x] for x in _small_reductions(flat))
+            with one_cpu_thread(flat.device.type):
+                lo_s, hi_s, sum_s, sq_s = ([x] for x in _small_reductions(flat))
         else:
             # Full chunks by the fused kernels once compiled (fused_kernels.py); the rest here.
             fused_parts, fused_elements = KERNELS.stats_chunks(flat) if acc == torch.float32 else ([], 0)
@@ -167,8 +168,7 @@ def value_stats(tensor) -> dict[str, Any]:
 
 def _small_reductions(flat) -> list[float]:
     """min, max, sum and sum of squares of a tensor of at most FLOAT64_MAX_ELEMENTS (one chunk: the
-    kernels of _chunk_reductions' float64 path, the same figures), with one read-back. Under
-    torch's grain size (32 Ki elements) each kernel runs on one thread anyway."""
+    kernels of _chunk_reductions' float64 path, the same figures), with one read-back."""
     import torch
 
     values = flat.to(torch.float64)
