@@ -121,14 +121,14 @@ def monitors_cost(report: dict) -> tuple[float, float, dict[str, float]]:
     return sum(per_class.values()), encodes, per_class
 
 
-def setup_base() -> Path:
+def setup_base(pack: str) -> Path:
     from tests.comfyui import test_soak
     from tests.comfyui.conftest import HERE
 
     base = Path(tempfile.mkdtemp(prefix="pm-monitor-nodes-"))
     for sub in ("custom_nodes", "models", "input", "output", "user"):
         (base / sub).mkdir(parents=True, exist_ok=True)
-    (base / "custom_nodes" / "pipeline-monitor").symlink_to(REPO_ROOT, target_is_directory=True)
+    (base / "custom_nodes" / "pipeline-monitor").symlink_to(pack, target_is_directory=True)
     (base / "custom_nodes" / "pm_testing_pack").symlink_to(HERE / "testing_pack", target_is_directory=True)
     subprocess.run(
         [sys.executable, os.path.join(REPO_ROOT, "scripts", "make_tiny_models.py"), str(base)],
@@ -143,7 +143,7 @@ def setup_base() -> Path:
 def measure(args) -> dict:
     from tests.comfyui.conftest import ComfyServer, free_port
 
-    base = setup_base()
+    base = setup_base(os.path.abspath(args.pack))
     server = ComfyServer(base, free_port(), base / "server.log").start()
     figures = {
         "duration_s": {v: [] for v in VARIANTS},
@@ -189,6 +189,11 @@ def main(argv=None) -> int:
         type=int,
         default=0,
         help="work image side (default 0: grown until the work chain takes >= 0.5 s)",
+    )
+    parser.add_argument(
+        "--pack",
+        default=REPO_ROOT,
+        help="the pack folder the server loads (default: this checkout; an older one for a before/after)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary base directory and log")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
