@@ -3,7 +3,7 @@
 Run from the repo root:
 
     python -m bench.tensor_stats [--elements 67108864] [--pairs 11] [--quick] [--json out.json]
-        [--yardstick-threads variant|default]
+        [--yardstick-threads variant|default] [--fused on|off|auto]
 
 Yardsticks (each timed in the same pairs as the variant, in rotating order, after one untimed
 warm-up of each; the ratio variant/yardstick per pair and the throughput, bytes of the input
@@ -172,15 +172,24 @@ def main(argv=None) -> int:
         default="variant",
         help="yardsticks on the variant's one intra-op thread (default) or torch's default count",
     )
+    parser.add_argument(
+        "--fused",
+        choices=("on", "off", "auto"),
+        default="on",
+        help="PIPELINE_MONITOR_FUSED_KERNELS for the variant (default on: compiled at its first call)",
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     add_quick_flag(parser)
     args = parser.parse_args(argv)
+    os.environ["PIPELINE_MONITOR_FUSED_KERNELS"] = args.fused  # read when monitors is first imported
     if args.quick:
         args.elements, args.pairs = 1 << 16, 1
     result = measure(args.elements, args.pairs, args.yardstick_threads)
+    from monitors.fused_kernels import KERNELS
+
     print(
         f"{result['elements']} elements per tensor, {result['pairs']} pairs; variant on 1 CPU thread, "
-        f"yardsticks on {result['yardstick_threads']}"
+        f"yardsticks on {result['yardstick_threads']}; fused kernels {KERNELS.status()}"
     )
     print(
         f"{'case':<24}{'yardstick':<30}{'variant ms':>11}{'yardstick ms':>13}{'ratio':>7}{'GB/s':>7}   (medians)"

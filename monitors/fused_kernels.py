@@ -12,14 +12,16 @@ summed in float64; min, max and the count outside tolerance exact (Inductor comp
 floating-point contraction, so atol + rtol*|a| is rounded as torch.isclose rounds it). The
 comparison sums the products a*b directly instead of polarizing the norms.
 
-Compiling takes 3-15 s of one CPU core and needs a C++ compiler, so it never happens in the
-caller's path: the first request for a kernel starts a background thread that compiles it (once per
-process and per input dtype; Inductor keeps its cache on disk), and until it is ready, or where it
-cannot be (no compiler, a failure: logged once, with the reason in `status()`), callers use the
-eager kernels. CPU only: on a GPU the eager kernels already stream at memory speed, and Triton
+Compiling takes 3-15 s of one CPU core, about 220 MB of memory for the compiler, and a C++
+compiler, so it never happens in the caller's path and only where it pays: in mode `auto` (the
+default) once the eager kernels have reduced COMPILE_AFTER_EAGER_ELEMENTS the fused ones could
+have, in mode `on` at the first such tensor. A request starts a background thread that compiles the
+kernel (once per process and per input dtype; Inductor keeps its cache on disk), and until it is
+ready, or where it cannot be (no compiler, a failure: logged once, with the reason in `status()`),
+callers use the eager kernels. CPU only: on a GPU the eager kernels already stream at memory speed, and Triton
 contracts multiply-adds, which would change the tolerance count's rounding.
 
-PIPELINE_MONITOR_FUSED_KERNELS=off keeps every computation on the eager kernels.
+PIPELINE_MONITOR_FUSED_KERNELS=auto|on|off; off keeps every computation on the eager kernels.
 """
 
 from __future__ import annotations
@@ -44,6 +46,12 @@ SETTING = "PIPELINE_MONITOR_FUSED_KERNELS"
 FUSED_CHUNK_ELEMENTS = 1 << 20
 WORKER_IDLE_EXIT_S = 5.0  # the compiling thread ends once idle (the pack leaves no idle thread)
 EXIT_WAIT_S = 120  # at interpreter exit, for a compile under way (3-15 s) to finish
+MODES = ("auto", "on", "off")
+# Mode auto compiles once the eager kernels have reduced this many elements the fused ones could
+# have (16 GB of float32, a second or more of eager work): the compiler costs 3-15 s of one core and
+# about 220 MB of memory once per process, worth it for a process that keeps reducing large CPU
+# tensors, not for one that meets a few.
+COMPILE_AFTER_EAGER_ELEMENTS = 1 << 32
 # Input dtypes with a float32 accumulation (float64 tensors keep the eager float64 path).
 FUSED_DTYPE_NAMES = ("float32", "float16", "bfloat16")
 
@@ -81,10 +89,14 @@ class FusedKernels:
     """Compiled kernels by input dtypes and thread count, compiled one at a time on a background
     thread; `stats_chunks` and `compare_chunks` run them over a tensor's full chunks."""
 
-    def __init__(self, enabled: bool | None = None, compile_fn: Callable | None = None):
-        if enabled is None:
-            enabled = os.environ.get(SETTING, "auto").strip().lower() not in ("off", "0", "false", "no")
-        self.enabled = enabled
+    def __init__(self, mode: str | None = None, compile_fn: Callable | None = None):
+        if mode is None:
+            mode = os.environ.get(SETTING, "auto").strip().lower()
+        if mode not in MODES:
+            log.warning("pipeline monitor: %s=%r is not one of %s: auto", SETTING, mode, "|".join(MODES))
+            mode = "auto"
+        self.mode = mode
+        self.eager_elements = 0  # eligible elements reduced by the eager kernels so far (mode auto)
         self._compile_fn = compile_fn
         self._lock = threading.Lock()
         self._ready: dict[tuple, Callable] = {}
@@ -92,7 +104,7 @@ class FusedKernels:
         self._worker = BackgroundWorker("pipeline-monitor-fused-kernels", WORKER_IDLE_EXIT_S)
         self._exiting = False
         self._atexit_registered = False
-        self.failure_reason: str | None = None if enabled else f"{SETTING}=off"
+        self.failure_reason: str | None = None if mode != "off" else f"{SETTING}=off"
 
     def stats_chunks(self, flat) -> tuple[list, int]:
         """value_stats' figures of each full chunk of the 1-D tensor `flat` (min, max, sum, sum of
@@ -145,6 +157,9 @@ class FusedKernels:
         kernel = self._ready.get(key)
         if kernel is not None:
             return kernel
+        if self.mode == "auto" and self.eager_elements < COMPILE_AFTER_EAGER_ELEMENTS:
+            self.eager_elements += int(tensors[0].numel())  # not yet worth the compiler's cost
+            return None
         with self._lock:
             if key not in self._requested:
                 self._requested.add(key)
@@ -213,7 +228,7 @@ class FusedKernels:
             return sorted(" ".join(map(str, key[:-1])) for key in keys)
 
         return {
-            "enabled": self.enabled,
+            "mode": self.mode,
             "ready": names(self._ready),
             "compiling": names(self._requested - set(self._ready)),
             "failure_reason": self.failure_reason,

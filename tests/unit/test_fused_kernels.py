@@ -30,7 +30,7 @@ N = 2 * FUSED_CHUNK_ELEMENTS + 4099
 @pytest.fixture(scope="module")
 def compiled():
     """Real torch.compile kernels for float32 and float16, ready before the tests use them."""
-    kernels = FusedKernels(enabled=True)
+    kernels = FusedKernels(mode="on")
     for dtype in (torch.float32, torch.float16):
         values = torch.zeros(FUSED_CHUNK_ELEMENTS, dtype=dtype)
         assert kernels.stats_chunks(values) == ([], 0)  # requested, compiled in the background
@@ -49,7 +49,7 @@ def fused(compiled, monkeypatch):
 
 @pytest.fixture
 def eager(monkeypatch):
-    monkeypatch.setattr(fused_kernels, "KERNELS", FusedKernels(enabled=False))
+    monkeypatch.setattr(fused_kernels, "KERNELS", FusedKernels(mode="off"))
 
 
 def _random(dtype, seed=0, scale=1.0, shift=0.0):
@@ -64,7 +64,7 @@ def test_the_callers_chunks_are_the_length_the_kernels_are_compiled_for():
 
 def test_compiled_status_lists_each_kernel_ready(compiled):
     status = compiled.status()
-    assert status["enabled"] is True and status["failure_reason"] is None and status["compiling"] == []
+    assert status["mode"] == "on" and status["failure_reason"] is None and status["compiling"] == []
     assert status["ready"] == [
         "compare float16 float16",
         "compare float16 float32",
@@ -91,7 +91,7 @@ def test_value_stats_fused_within_the_documented_bound(fused, dtype, shift):
 
 def test_value_stats_fused_and_eager_agree_to_the_bound(compiled, monkeypatch):
     values = _random(torch.float32, seed=3)
-    monkeypatch.setattr(fused_kernels, "KERNELS", FusedKernels(enabled=False))
+    monkeypatch.setattr(fused_kernels, "KERNELS", FusedKernels(mode="off"))
     eager_stats = value_stats(values)
     monkeypatch.setattr(fused_kernels, "KERNELS", compiled)
     fused_stats = value_stats(values)
@@ -191,7 +191,7 @@ def _instant(fn):
 
 
 def test_requests_only_for_plain_float32_and_half_tensors_with_a_full_chunk_on_the_cpu(monkeypatch):
-    kernels = FusedKernels(enabled=True, compile_fn=_instant)
+    kernels = FusedKernels(mode="on", compile_fn=_instant)
     monkeypatch.setattr(fused_kernels, "KERNELS", kernels)
     full = torch.randn(FUSED_CHUNK_ELEMENTS)
     value_stats(torch.randn(FUSED_CHUNK_ELEMENTS - 1))  # no full chunk
@@ -213,7 +213,7 @@ def test_tensor_subclasses_take_the_eager_kernels():
     class Wrapped(torch.Tensor):
         pass
 
-    kernels = FusedKernels(enabled=True, compile_fn=lambda fn: pytest.fail("nothing should compile"))
+    kernels = FusedKernels(mode="on", compile_fn=lambda fn: pytest.fail("nothing should compile"))
     wrapped = torch.zeros(FUSED_CHUNK_ELEMENTS).as_subclass(Wrapped)
     assert kernels.stats_chunks(wrapped) == ([], 0)
     assert kernels.compare_chunks(wrapped, torch.zeros(FUSED_CHUNK_ELEMENTS), 0.0, 0.0) == ([], 0)
@@ -221,7 +221,7 @@ def test_tensor_subclasses_take_the_eager_kernels():
 
 
 def test_a_ready_kernel_covers_every_full_chunk_and_leaves_the_rest():
-    kernels = FusedKernels(enabled=True, compile_fn=_instant)
+    kernels = FusedKernels(mode="on", compile_fn=_instant)
     values = torch.arange(N, dtype=torch.float32)
     assert kernels.stats_chunks(values) == ([], 0)
     assert kernels.wait_idle(COMPILE_WATCHDOG_S)
@@ -236,7 +236,7 @@ def test_a_ready_kernel_covers_every_full_chunk_and_leaves_the_rest():
 
 
 def test_a_kernel_per_thread_count_of_its_callers():
-    kernels = FusedKernels(enabled=True, compile_fn=_instant)
+    kernels = FusedKernels(mode="on", compile_fn=_instant)
     values = torch.zeros(FUSED_CHUNK_ELEMENTS)
     kernels.stats_chunks(values)
     assert kernels.wait_idle(COMPILE_WATCHDOG_S)
@@ -255,7 +255,7 @@ def test_a_failed_compile_leaves_the_eager_kernels_with_the_reason(monkeypatch, 
     def no_compiler(fn):
         raise RuntimeError("no C++ compiler found")
 
-    kernels = FusedKernels(enabled=True, compile_fn=no_compiler)
+    kernels = FusedKernels(mode="on", compile_fn=no_compiler)
     monkeypatch.setattr(fused_kernels, "KERNELS", kernels)
     values = _random(torch.float32, seed=10)
     expected = value_stats(values)
@@ -270,20 +270,40 @@ def test_a_failed_compile_leaves_the_eager_kernels_with_the_reason(monkeypatch, 
 def test_off_never_starts_a_thread(monkeypatch):
     monkeypatch.setenv(fused_kernels.SETTING, "off")
     kernels = FusedKernels(compile_fn=lambda fn: pytest.fail("nothing should compile"))
-    assert kernels.enabled is False
+    assert kernels.mode == "off"
     assert kernels.stats_chunks(torch.zeros(FUSED_CHUNK_ELEMENTS)) == ([], 0)
     assert kernels._worker.thread is None
     assert kernels.status() == {
-        "enabled": False,
+        "mode": "off",
         "ready": [],
         "compiling": [],
         "failure_reason": "PIPELINE_MONITOR_FUSED_KERNELS=off",
     }
 
 
-def test_auto_is_the_default(monkeypatch):
+def test_auto_is_the_default_and_an_unknown_mode_means_auto(monkeypatch, caplog):
     monkeypatch.delenv(fused_kernels.SETTING, raising=False)
-    assert FusedKernels().enabled is True
+    assert FusedKernels().mode == "auto"
+    monkeypatch.setenv(fused_kernels.SETTING, "fast")
+    with caplog.at_level(logging.WARNING, logger="monitors.fused_kernels"):
+        assert FusedKernels().mode == "auto"
+    assert "PIPELINE_MONITOR_FUSED_KERNELS='fast' is not one of auto|on|off" in caplog.text
+
+
+def test_auto_compiles_only_once_the_eager_kernels_did_enough_work(monkeypatch):
+    monkeypatch.setattr(fused_kernels, "COMPILE_AFTER_EAGER_ELEMENTS", 3 * FUSED_CHUNK_ELEMENTS)
+    kernels = FusedKernels(mode="auto", compile_fn=_instant)
+    small_enough = torch.zeros(FUSED_CHUNK_ELEMENTS - 1)
+    values = torch.zeros(2 * FUSED_CHUNK_ELEMENTS)
+    assert kernels.stats_chunks(small_enough) == ([], 0)  # not eligible: not counted
+    assert kernels.stats_chunks(values) == ([], 0)
+    assert kernels.eager_elements == 2 * FUSED_CHUNK_ELEMENTS and kernels.status()["compiling"] == []
+    assert kernels.compare_chunks(values, values, 0.0, 0.0) == ([], 0)  # 4 Mi: the threshold is passed
+    assert kernels.eager_elements == 4 * FUSED_CHUNK_ELEMENTS and kernels.status()["compiling"] == []
+    assert kernels.stats_chunks(values) == ([], 0)  # requested now
+    assert kernels.wait_idle(COMPILE_WATCHDOG_S)
+    assert kernels.status()["ready"] == ["stats float32"]
+    assert kernels.stats_chunks(values)[1] == 2 * FUSED_CHUNK_ELEMENTS
 
 
 def test_each_kernel_is_compiled_once_however_many_callers_ask():
@@ -295,7 +315,7 @@ def test_each_kernel_is_compiled_once_however_many_callers_ask():
         release.wait(5)
         return fn
 
-    kernels = FusedKernels(enabled=True, compile_fn=counting)
+    kernels = FusedKernels(mode="on", compile_fn=counting)
     values = torch.zeros(FUSED_CHUNK_ELEMENTS)
     for _ in range(3):
         assert kernels.stats_chunks(values) == ([], 0)
@@ -321,7 +341,7 @@ def test_exit_waits_for_the_compile_under_way_and_starts_no_other(tmp_path):
         "    time.sleep(1.0)\n"
         "    print('compiled', fn.__name__, flush=True)\n"
         "    return fn\n"
-        "kernels = FusedKernels(enabled=True, compile_fn=slow)\n"
+        "kernels = FusedKernels(mode='on', compile_fn=slow)\n"
         "values = torch.zeros(FUSED_CHUNK_ELEMENTS)\n"
         "kernels.stats_chunks(values)\n"
         "kernels.compare_chunks(values, values, 0.0, 0.0)\n"
@@ -342,7 +362,7 @@ def test_exit_waits_for_the_compile_under_way_and_starts_no_other(tmp_path):
 
 def test_the_compiling_thread_ends_once_idle_and_comes_back(monkeypatch):
     monkeypatch.setattr(fused_kernels, "WORKER_IDLE_EXIT_S", 0.05)
-    kernels = FusedKernels(enabled=True, compile_fn=_instant)
+    kernels = FusedKernels(mode="on", compile_fn=_instant)
     values = torch.zeros(FUSED_CHUNK_ELEMENTS)
     kernels.stats_chunks(values)
     first = kernels._worker.thread
