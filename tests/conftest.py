@@ -3,9 +3,10 @@ from pathlib import Path
 
 import pytest
 
-# The fused statistics kernels compile in the background at the first large tensor, and their
-# figures differ from the eager kernels' in the last bits: a test would see one or the other by
-# timing. Off for every test, its servers included; tests/unit/test_fused_kernels.py turns them on.
+# The fused statistics kernels compile in the background once enough large tensors were reduced,
+# and their figures differ from the eager kernels' in the last bits: a test would see one or the
+# other by timing. Off for every test, its servers included; tests/unit/test_fused_kernels.py
+# makes its own.
 os.environ.setdefault("PIPELINE_MONITOR_FUSED_KERNELS", "off")
 
 # Imported here, before any test imports ComfyUI in-process: ComfyUI has a `tests` package of its
