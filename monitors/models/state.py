@@ -28,12 +28,12 @@ def _str_or_none(value) -> str | None:
 
 def module_memory(module) -> dict[str, Any]:
     """Bytes of parameters and buffers, in total and per device, plus the dominant dtype."""
-    by_kind: Counter[tuple] = Counter()  # (device, dtype) -> bytes: strings made once per kind
+    by_kind: dict[tuple, int] = {}  # (device, dtype) -> bytes: strings made once per kind
     n_params = 0
     for tensor in _parameters_and_buffers(module):
-        n_elements = tensor.numel()
-        by_kind[(tensor.device, tensor.dtype)] += n_elements * tensor.element_size()
-        n_params += n_elements
+        kind = (tensor.device, tensor.dtype)
+        by_kind[kind] = by_kind.get(kind, 0) + tensor.nbytes
+        n_params += tensor.numel()
     by_device: Counter[str] = Counter()
     by_dtype: Counter[str] = Counter()
     for (device, dtype), n_bytes in by_kind.items():
@@ -77,23 +77,24 @@ def _parameters_and_buffers(module) -> list:
         if hasattr(module, "buffers"):
             tensors.extend(module.buffers())
         return tensors
-    modules, seen_modules, stack = [], set(), [module]
+    parameters: dict[int, Any] = {}  # id -> tensor, in the order torch lists them
+    buffers: dict[int, Any] = {}
+    seen_modules: set[int] = set()
+    stack = [module]
     while stack:  # depth first, in registration order, as named_modules()
         current = stack.pop()
-        if id(current) in seen_modules:
+        if current is None or id(current) in seen_modules:
             continue
         seen_modules.add(id(current))
-        modules.append(current)
-        stack.extend(child for child in reversed(current._modules.values()) if child is not None)
-    tensors = []
-    for attribute in ("_parameters", "_buffers"):
-        seen: set[int] = set()
-        for current in modules:
-            for tensor in getattr(current, attribute).values():
-                if tensor is not None and id(tensor) not in seen:
-                    seen.add(id(tensor))
-                    tensors.append(tensor)
-    return tensors
+        for tensor in current._parameters.values():
+            if tensor is not None:
+                parameters.setdefault(id(tensor), tensor)
+        for tensor in current._buffers.values():
+            if tensor is not None:
+                buffers.setdefault(id(tensor), tensor)
+        if current._modules:
+            stack.extend(reversed(current._modules.values()))
+    return [*parameters.values(), *buffers.values()]
 
 
 def describe_patcher(patcher, reasons: dict[str, str] | None = None) -> dict[str, Any]:
