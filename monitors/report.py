@@ -337,14 +337,18 @@ def max_gpu_peak(nodes) -> int | None:
     return max(values) if values else None
 
 
-def write_json_atomic(path: str, data: Mapping[str, Any]) -> None:
-    """Write JSON so readers see either the old file or the whole new one, never a partial file."""
+def write_json_atomic(path: str, data: Mapping[str, Any], compact: bool = False) -> None:
+    """Write JSON so readers see either the old file or the whole new one, never a partial file.
+    `compact`: one line, by the json module's C encoder (an indented file takes its pure-Python
+    encoder, several times the time, holding the GIL the prompt's threads need: the run store's
+    background writes are compact)."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
+    text = json.dumps(to_jsonable(data), indent=None if compact else 1, allow_nan=False)
     fd, tmp_path = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(to_jsonable(data), f, indent=1, allow_nan=False)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_path, path)

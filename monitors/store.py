@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 DEFAULT_MAX_RUNS = 50
 DEFAULT_MAX_FILES = 500
+PRUNE_SLACK_DIVISOR = 10  # a pruned folder keeps max_files - max_files // 10 reports
 WRITER_IDLE_EXIT_S = 5.0
 INPUTS_DIR_NAME = ".last_inputs"
 
@@ -49,6 +50,7 @@ class RunStore:
         self.write_errors: list[str] = []
         self._background_writes = background_writes
         self._writer = BackgroundWorker("pipeline-monitor-report-writer", WRITER_IDLE_EXIT_S)
+        self._files_on_disk: int | None = None  # reports on disk as last listed, plus those written since
         self._listeners: list = []  # called with each added RunReport (e.g. the metrics route)
 
     def add(self, report: RunReport) -> str | None:
@@ -122,7 +124,7 @@ class RunStore:
         if path is None:
             return None
         try:
-            write_json_atomic(path, data)
+            write_json_atomic(path, data, compact=True)
             self._prune_disk()
             return path
         except Exception as exc:
@@ -132,19 +134,28 @@ class RunStore:
             return None
 
     def _prune_disk(self) -> None:
+        """Keep at most max_files reports on disk, oldest removed first. The folder is listed (a stat
+        per file, up to max_files of them) only when the count of files written since the last
+        listing may have passed max_files, and then pruned a tenth below it: a server at its cap
+        lists the folder once every tenth report, not after each one."""
+        self._files_on_disk = None if self._files_on_disk is None else self._files_on_disk + 1
+        if self._files_on_disk is not None and self._files_on_disk <= self.max_files:
+            return
         entries = []
         with os.scandir(self.reports_dir) as it:
             for entry in it:
                 if entry.is_file() and entry.name.endswith(".json") and not entry.name.startswith("."):
                     entries.append((entry.stat().st_mtime, entry.path))
-        if len(entries) <= self.max_files:
-            return
-        entries.sort()
-        for _, path in entries[: len(entries) - self.max_files]:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        keep = len(entries)
+        if keep > self.max_files:
+            keep = self.max_files - self.max_files // PRUNE_SLACK_DIVISOR
+            entries.sort()
+            for _, path in entries[: len(entries) - keep]:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+        self._files_on_disk = keep
 
     def load_from_disk(self) -> int:
         """Fill the list with the newest reports on disk (at most max_runs), so a restarted server
@@ -191,6 +202,7 @@ class RunStore:
                     self._summaries.pop(old_id, None)
             if max_files is not None:
                 self.max_files = max(1, int(max_files))
+                self._files_on_disk = None  # list the folder at the next write
 
     def summaries(self, limit: int | None = None) -> list[dict]:
         """Newest first."""

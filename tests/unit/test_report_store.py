@@ -124,6 +124,35 @@ def test_store_keeps_last_n_in_memory_and_prunes_disk(tmp_path):
     assert store.get("p0") is None
 
 
+def test_a_store_at_its_cap_lists_the_folder_once_every_tenth_report(tmp_path, monkeypatch):
+    import monitors.store as store_module
+
+    listings = []
+    real_scandir = os.scandir
+
+    def counting_scandir(path):
+        listings.append(path)
+        return real_scandir(path)
+
+    (tmp_path / "written-by-another-server.json").write_text("{}")
+    os.utime(tmp_path / "written-by-another-server.json", (0, 0))
+    monkeypatch.setattr(store_module.os, "scandir", counting_scandir)
+    store = RunStore(str(tmp_path), max_files=20)
+    for i in range(20):
+        store.add(make_report(f"p{i}"))
+        os.utime(tmp_path / f"p{i}.json", (i + 1, i + 1))
+    assert len(listings) == 2  # the first write, then the one that passed 20 with the other file
+    assert len(os.listdir(tmp_path)) == 18 and not (tmp_path / "written-by-another-server.json").exists()
+    for i in range(20, 23):
+        store.add(make_report(f"p{i}"))
+        os.utime(tmp_path / f"p{i}.json", (i + 1, i + 1))
+    assert len(listings) == 3 and len(os.listdir(tmp_path)) == 18  # 21 on disk: pruned to 18 again
+    assert set(os.listdir(tmp_path)) == {f"p{i}.json" for i in range(5, 23)}  # the oldest went first
+    store.configure(max_files=5)
+    store.add(make_report("p23"))
+    assert len(listings) == 4 and len(os.listdir(tmp_path)) == 5  # a new cap lists at once
+
+
 @pytest.mark.parametrize(
     "bad_id", ["../x", "..", "a/b", "%2e%2e", "x.json", "", "a" * 200, "a\x00b", None, 5]
 )
