@@ -105,7 +105,10 @@ def on_prompt_end(executor, extra_data=None) -> None:
         status, error, cached_node_ids=cached_node_ids(messages), workflow=workflow_from_extra_data(extra_data)
     )
     if report is not None:
-        announce_run(report.summary_dict())
+        # Where reports are written (the store's background worker in a server): the announcement
+        # is encoded and sent after ComfyUI's own end-of-prompt messages instead of ahead of them,
+        # and when it arrives the report is on disk too.
+        runtime.store.submit(lambda: announce_run(report.summary_dict()))
 
 
 def announce_run(summary: dict) -> None:
