@@ -73,12 +73,21 @@ def free_ports(start: int, end: int, count: int) -> list[int]:
 
 
 class Server:
-    def __init__(self, name: str, comfyui: str, root: str, port: int, with_pack: bool, env_extra: dict):
+    def __init__(
+        self,
+        name: str,
+        comfyui: str,
+        root: str,
+        port: int,
+        with_pack: bool,
+        env_extra: dict,
+        pack: str = REPO_ROOT,
+    ):
         self.name, self.port, self.with_pack = name, port, with_pack
         self.base = os.path.join(root, name)
         os.makedirs(os.path.join(self.base, "custom_nodes"))
         if with_pack:
-            os.symlink(REPO_ROOT, os.path.join(self.base, "custom_nodes", PACK_DIR_NAME))
+            os.symlink(pack, os.path.join(self.base, "custom_nodes", PACK_DIR_NAME))
         self.log_path = os.path.join(root, f"{name}.log")
         env = dict(os.environ)
         env.pop("PIPELINE_MONITOR_PROFILE", None)  # the caller's setting must not leak into a config
@@ -295,6 +304,11 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--port-base", type=int, default=8470, help="first port to try (ports up to 8499)")
     parser.add_argument("--startup-timeout", type=float, default=120.0)
+    parser.add_argument(
+        "--pack",
+        default=REPO_ROOT,
+        help="the pack folder the servers load (default: this checkout; an older one for a before/after)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary base directories and logs")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     add_quick_flag(parser)
@@ -321,7 +335,9 @@ def main(argv=None) -> int:
     t_start = time.monotonic()
     try:
         for (name, with_pack, env_extra), port in zip(CONFIGS, ports, strict=True):
-            servers.append(Server(name, comfyui, root, port, with_pack, env_extra))
+            servers.append(
+                Server(name, comfyui, root, port, with_pack, env_extra, os.path.abspath(args.pack))
+            )
         print(f"starting {len(servers)} servers on ports {ports} (logs in {root})...", file=sys.stderr)
         for server in servers:
             server.wait_ready(args.startup_timeout)
