@@ -299,14 +299,14 @@ def test_auto_is_the_default_and_an_unknown_mode_means_auto(monkeypatch, caplog)
 
 
 def test_auto_compiles_only_once_the_eager_kernels_did_enough_work(monkeypatch):
-    monkeypatch.setattr(fused_kernels, "COMPILE_AFTER_EAGER_ELEMENTS", 3 * FUSED_CHUNK_ELEMENTS)
+    monkeypatch.setattr(fused_kernels, "COMPILE_AFTER_EAGER_ELEMENTS", 4 * FUSED_CHUNK_ELEMENTS)
     kernels = FusedKernels(mode="auto", compile_fn=_instant)
     small_enough = torch.zeros(FUSED_CHUNK_ELEMENTS - 1)
     values = torch.zeros(2 * FUSED_CHUNK_ELEMENTS)
     assert kernels.stats_chunks(small_enough) == ([], 0)  # not eligible: not counted
     assert kernels.stats_chunks(values) == ([], 0)
     assert kernels.eager_elements == 2 * FUSED_CHUNK_ELEMENTS and kernels.status()["compiling"] == []
-    assert kernels.compare_chunks(values, values, 0.0, 0.0) == ([], 0)  # 4 Mi: the threshold is passed
+    assert kernels.compare_chunks(values, values, 0.0, 0.0) == ([], 0)  # 4 Mi: the threshold is reached
     assert kernels.eager_elements == 4 * FUSED_CHUNK_ELEMENTS and kernels.status()["compiling"] == []
     assert kernels.stats_chunks(values) == ([], 0)  # requested now
     assert kernels.wait_idle(COMPILE_WATCHDOG_S)
@@ -380,3 +380,50 @@ def test_the_compiling_thread_ends_once_idle_and_comes_back(monkeypatch):
     kernels.compare_chunks(values, values, 0.0, 0.0)
     assert kernels.wait_idle(COMPILE_WATCHDOG_S)
     assert kernels.status()["ready"] == ["compare float32 float32", "stats float32"]
+
+
+def test_after_a_failed_compile_the_kernels_queued_behind_it_are_not_compiled(caplog):
+    """One failure means the platform cannot compile: the others are dropped, not tried one by one."""
+    calls = []
+    release = threading.Event()
+
+    def fails_once(fn):
+        calls.append(fn.__name__)
+        release.wait(5)
+        if len(calls) == 1:
+            raise RuntimeError("no C++ compiler found " + "x" * 500)
+        return fn
+
+    kernels = FusedKernels(mode="on", compile_fn=fails_once)
+    values = torch.zeros(FUSED_CHUNK_ELEMENTS)
+    with caplog.at_level(logging.INFO, logger="monitors.fused_kernels"):
+        kernels.stats_chunks(values)
+        kernels.compare_chunks(values, values, 0.0, 0.0)
+        release.set()
+        assert kernels.wait_idle(COMPILE_WATCHDOG_S)
+    assert (
+        calls == ["_stats_rows"] and kernels.status()["ready"] == [] and kernels.status()["compiling"] == []
+    )
+    assert kernels.failure_reason.startswith("torch.compile failed: RuntimeError: no C++ compiler found xxx")
+    assert len(kernels.failure_reason) == len("torch.compile failed: RuntimeError: ") + 300  # the message cut
+    assert caplog.text.count("compiling fused statistics kernels in the background") == 1
+
+
+def test_a_kernel_asked_for_on_one_thread_is_compiled_for_one_thread(compiled, monkeypatch):
+    """value_stats on a caller limited to one intra-op thread: the kernel is compiled (on the
+    background thread, whose own count differs) for one thread, and runs there without compiling
+    again in the caller's path."""
+    kernels = FusedKernels(mode="on")
+    values = _random(torch.float32, seed=11)
+    # The compiling thread first works on the process's own count (a thread started while the
+    # count is 1 would inherit it), then gets the one-thread request.
+    assert kernels.stats_chunks(values.half()) == ([], 0)
+    assert kernels.wait_idle(COMPILE_WATCHDOG_S) and kernels._worker.thread is not None
+    with one_cpu_thread("cpu"):
+        assert kernels.stats_chunks(values) == ([], 0)
+    assert kernels.wait_idle(COMPILE_WATCHDOG_S) and kernels.failure_reason is None
+    with torch.compiler.set_stance("fail_on_recompile"), one_cpu_thread("cpu"):
+        parts, done = kernels.stats_chunks(values)
+    assert done == 2 * FUSED_CHUNK_ELEMENTS and float(parts[0][1]) == float(
+        values[:FUSED_CHUNK_ELEMENTS].max()
+    )
