@@ -230,4 +230,18 @@ def test_memory_section_fits_the_default_sidebar_width(page, two_runs, shots):
     assert sizes["table"] <= sizes["block"] + 1 and sizes["card"] <= sizes["cardBox"] + 1, sizes
     memory.scroll_into_view_if_needed()
     memory.screenshot(path=str(shots / "memory_section_312px.png"))
+    # The widest figures a run can give (a loaded machine: four-digit sizes, long peak times) still
+    # fit: a value wraps between number and unit rather than widen the card.
+    widest = memory.evaluate(
+        """(e) => {
+             for (const td of e.querySelectorAll('td.pm-num')) {
+               td.firstChild.textContent = '+1,023.9 MiB';
+               const at = td.querySelector('.pm-memory-at');
+               if (at) at.textContent = 'low @ 1,234.56 s';
+             }
+             const table = e.querySelector('table'), card = e.closest('.pm-step');
+             return {table: table.scrollWidth, block: e.clientWidth, card: card.scrollWidth, cardBox: card.clientWidth}; }"""
+    )
+    assert widest["table"] <= widest["block"] + 1 and widest["card"] <= widest["cardBox"] + 1, widest
+    memory.screenshot(path=str(shots / "memory_section_312px_widest.png"))
     assert not page.errors, page.errors
