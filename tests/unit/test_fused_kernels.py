@@ -427,3 +427,16 @@ def test_a_kernel_asked_for_on_one_thread_is_compiled_for_one_thread(compiled, m
     assert done == 2 * FUSED_CHUNK_ELEMENTS and float(parts[0][1]) == float(
         values[:FUSED_CHUNK_ELEMENTS].max()
     )
+    # The compiling thread's own count is put back once the one-thread kernel is compiled.
+    seen = []
+    kernels._worker.submit(lambda: seen.append(torch.get_num_threads()))
+    assert kernels.wait_idle(COMPILE_WATCHDOG_S) and seen == [torch.get_num_threads()]
+
+
+def test_auto_by_default_leaves_a_few_large_tensors_to_the_eager_kernels():
+    kernels = FusedKernels(mode="auto", compile_fn=lambda fn: pytest.fail("nothing should compile"))
+    values = torch.zeros(2 * FUSED_CHUNK_ELEMENTS)
+    for _ in range(3):
+        assert kernels.stats_chunks(values) == ([], 0)
+    assert kernels.eager_elements == 6 * FUSED_CHUNK_ELEMENTS and kernels._worker.thread is None
+    assert fused_kernels.COMPILE_AFTER_EAGER_ELEMENTS == 4 * 1024**3  # 16 GB of float32, as documented
