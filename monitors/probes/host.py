@@ -86,8 +86,8 @@ class HostBackend:
 
     def _meminfo_total_available(self) -> tuple[int, int]:
         """MemTotal and MemAvailable, the figures psutil.virtual_memory() reports as total and
-        available, from the kept-open /proc/meminfo (its first lines): ~10x cheaper than psutil,
-        which parses every line; a step reads it at its start and end."""
+        available, from the kept-open /proc/meminfo (its first lines): 8 us where psutil takes 25,
+        parsing every line; a step reads it at its start and end."""
         text = self._pread(self._proc_meminfo, 512)
         return self._meminfo_field(text, b"MemTotal:"), self._meminfo_field(text, b"\nMemAvailable:")
 
