@@ -206,8 +206,9 @@ def run(frames: int, size: int, repeats: int, cases=tuple(CASES), warm_up: bool 
     import torch
 
     from monitors.vae.calibration import CalibrationTable
-    from monitors.vae.chain import ChainOptions, run_chain
+    from monitors.vae.chain import run_chain
     from monitors.vae.geometry import encode_input_shape
+    from monitors.vae.outcomes import ChainOptions
 
     with tempfile.TemporaryDirectory(prefix="pm_bench_vae_") as base:
         vae = load_tiny_wan_vae(base)

@@ -16,9 +16,10 @@ from comfy_api.latest import io
 
 from ..monitors.probes import get_probes
 from ..monitors.report import failed_step
-from ..monitors.vae.chain import REQUESTS, ChainOptions, run_chain
+from ..monitors.vae.chain import run_chain
 from ..monitors.vae.errors import error_for
 from ..monitors.vae.geometry import TileSettings, tiles_from_inputs
+from ..monitors.vae.outcomes import REQUESTS, ChainOptions
 from ..monitors.vae.report import STEP_KIND, build_vae_encode_step, log_findings
 from .memory_snapshot import loaded_models_snapshot
 from .node_support import hidden_inputs, record_step, run_monitor

@@ -22,27 +22,20 @@ cleanup runs after the except block, so tensors the exception's frames hold can 
 from __future__ import annotations
 
 import dataclasses
-import gc
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
-from ..probes import DETAIL_FULL, DETAIL_LIGHT, Probes
-from ..report import Finding, format_bytes
+from ..probes import DETAIL_FULL, DETAIL_LIGHT
+from ..report import format_bytes
 from ..span import Span, SpanResult
 from .calibration import (
     MEASURED,
-    PROCESS_TABLE,
     RAN_OUT,
     UNCALIBRATED_OVERESTIMATE,
-    CalibrationTable,
     calibration_key,
 )
 from .geometry import (
     Prediction,
-    TileSettings,
     _weights_to_load,
     check_input,
     comfy_retry_tiles,
@@ -51,131 +44,20 @@ from .geometry import (
     predict,
     usable_tiles,
 )
+from .outcomes import (
+    ERROR,
+    MAX_ERROR_MESSAGE_CHARS,
+    OK,
+    OOM,
+    SKIPPED,
+    Attempt,
+    ChainOptions,
+    ChainResult,
+    is_out_of_memory,
+    strategy_plan,
+)
 
 log = logging.getLogger(__name__)
-
-STRATEGIES = ("direct", "tiled", "cpu", "dummy")
-REQUESTS = ("auto", "direct", "tiled", "cpu")  # what the user can choose; auto starts at direct
-OK, OOM, ERROR, SKIPPED = "ok", "oom", "error", "skipped"
-# RuntimeError texts of allocators that ran out (CPU: "DefaultCPUAllocator: can't allocate memory",
-# Windows: "not enough memory"; MPS/XPU/older CUDA builds: "... out of memory").
-OOM_MESSAGE_MARKERS = ("can't allocate memory", "not enough memory", "out of memory")
-MAX_ERROR_MESSAGE_CHARS = 1000
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """CUDA's OutOfMemoryError, Python's MemoryError, or a RuntimeError from an allocator that ran out."""
-    import torch
-
-    oom_types = tuple(
-        t
-        for t in (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None))
-        if isinstance(t, type)
-    )
-    if isinstance(exc, (MemoryError, *oom_types)):
-        return True
-    return isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in OOM_MESSAGE_MARKERS)
-
-
-def read_free_memory(device) -> int | None:
-    """Free bytes of a device as the process can use them: available RAM, or CUDA free + cached.
-    None for other devices; a failed read raises, so that the chain records why."""
-    name = str(device)
-    if name.startswith("cuda"):
-        import torch
-
-        index = int(name.split(":")[1]) if ":" in name else torch.cuda.current_device()
-        free, _total = torch.cuda.mem_get_info(index)
-        cached = torch.cuda.memory_reserved(index) - torch.cuda.memory_allocated(index)
-        return int(free + max(0, cached))
-    if name.startswith("cpu"):
-        import psutil
-
-        return int(psutil.virtual_memory().available)
-    return None
-
-
-def release_memory() -> None:
-    """Default cleanup between attempts: collect garbage and return cached CUDA blocks."""
-    gc.collect()
-    try:
-        import torch
-
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.empty_cache()
-    except Exception as exc:
-        log.debug("pipeline monitor: empty_cache failed: %s", exc)
-
-
-@dataclass(frozen=True)
-class Attempt:
-    strategy: str
-    outcome: str  # ok | oom | error | skipped
-    reason: str | None = None
-    error_type: str | None = None
-    error_message: str | None = None
-    duration_s: float | None = None
-    peaks: dict = field(default_factory=dict)  # metric -> {"value", "at_s"}: RSS, GPU allocated/reserved
-    prediction: Prediction | None = None
-    prediction_held: bool | None = None
-    cleanup_reclaimed_bytes: int | None = None
-    notes: tuple[str, ...] = ()  # log lines seen during the attempt that matter (watch_log_messages)
-    memory_snapshot: dict | None = None  # what was loaded when it ran out of memory (options.memory_snapshot)
-
-    def to_dict(self) -> dict:
-        data = dict(self.__dict__)
-        data["prediction"] = None if self.prediction is None else self.prediction.to_dict()
-        data["notes"] = list(self.notes)
-        return data
-
-
-@dataclass
-class ChainOptions:
-    strategy: str = "auto"
-    allow_dummy: bool = False
-    # None: ComfyUI's own retry tiling for the VAE's dimensionality (comfy_retry_tiles)
-    tiles: TileSettings | None = field(default_factory=TileSettings)
-    free_memory: Callable[[str], int | None] = read_free_memory  # device name -> free bytes
-    cleanup: Callable[[], None] = release_memory
-    cpu_encode: Callable[[Any, Any], Any] | None = None  # (vae, pixels) -> latent, run on the CPU
-    watch_log_messages: tuple[str, ...] = ()  # e.g. ComfyUI's "retrying with tiled" warning
-    probes: Probes | None = None
-    memory_snapshot: Callable[[], dict] | None = None  # plain data on what is loaded, read at an OOM
-    # Measured/estimated ratios of earlier attempts (per process by default); None: the raw estimate.
-    calibration: CalibrationTable | None = field(default_factory=lambda: PROCESS_TABLE)
-
-
-@dataclass
-class ChainResult:
-    requested: str
-    tiles: TileSettings = field(default_factory=TileSettings)  # as used (overlap may be reduced)
-    samples: Any = None  # the latent; the caller passes it on, reports never keep it
-    strategy_used: str | None = None
-    attempts: list[Attempt] = field(default_factory=list)
-    predictions: dict[str, Prediction] = field(default_factory=dict)
-    input_findings: tuple[Finding, ...] = ()
-    pixels_info: dict | None = None
-    device: str | None = None
-    free_before_bytes: int | None = None
-    free_after_bytes: int | None = None
-    span: SpanResult | None = None
-    error: str | None = None
-    error_kind: str | None = None  # bad_input | out_of_memory | error
-    exception: BaseException | None = None  # only a non-OOM error that stopped the chain
-    monitor_errors: list[str] = field(default_factory=list)
-
-    @property
-    def cleanup_reclaimed_bytes(self) -> int | None:
-        values = [a.cleanup_reclaimed_bytes for a in self.attempts if a.cleanup_reclaimed_bytes is not None]
-        return sum(values) if values else None
-
-
-def strategy_plan(requested: str) -> tuple[str, ...]:
-    start = "direct" if requested == "auto" else requested
-    if start not in STRATEGIES[:-1]:
-        raise ValueError(f"unknown strategy {requested!r}: choose one of {', '.join(REQUESTS)}")
-    return STRATEGIES[STRATEGIES.index(start) :]
-
 
 class _LogWatch(logging.Handler):
     """Collects log lines containing any of the watched texts while an attempt runs."""

@@ -10,7 +10,9 @@ import torch
 from monitors.probes import DETAIL_FULL, Probes
 from monitors.report import node_profile_from_span
 from monitors.span import Span
-from monitors.vae.chain import OK, SKIPPED, ChainOptions, TileSettings, read_free_memory, run_chain
+from monitors.vae.chain import run_chain
+from monitors.vae.geometry import TileSettings
+from monitors.vae.outcomes import OK, SKIPPED, ChainOptions, read_free_memory
 
 pytestmark = [
     pytest.mark.gpu,

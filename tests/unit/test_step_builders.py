@@ -28,13 +28,13 @@ from monitors.probes.fake import fake_probes  # noqa: E402
 from monitors.recorder import RunRecorder, cached_node_ids, run_outcome, upstream_node_ids  # noqa: E402
 from monitors.report import StepReport, failed_step, sum_known  # noqa: E402
 from monitors.store import RunStore  # noqa: E402
-from monitors.vae.chain import ChainResult  # noqa: E402
 from monitors.vae.errors import (  # noqa: E402
     VAEEncodeError,
     VAEEncodeInputError,
     VAEEncodeOutOfMemoryError,
     error_for,
 )
+from monitors.vae.outcomes import ChainResult  # noqa: E402
 
 
 def codes(step: StepReport, level: str | None = None) -> list[str]:

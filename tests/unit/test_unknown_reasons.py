@@ -19,8 +19,9 @@ from monitors.probes.torch_alloc import TorchAllocatorBackend
 from monitors.profiling.session import distributed_info
 from monitors.recorder import RunRecorder
 from monitors.store import RunStore
-from monitors.vae.chain import ChainOptions, run_chain
+from monitors.vae.chain import run_chain
 from monitors.vae.geometry import TileSettings, predict
+from monitors.vae.outcomes import ChainOptions
 from tests.unit.test_routes import PACK, import_pack
 from tests.unit.test_vae_chain import FakeVAE, pixels
 

@@ -13,7 +13,9 @@ from monitors.vae.calibration import (
     CalibrationTable,
     calibration_key,
 )
-from monitors.vae.chain import OK, OOM, SKIPPED, ChainOptions, TileSettings, run_chain
+from monitors.vae.chain import run_chain
+from monitors.vae.geometry import TileSettings
+from monitors.vae.outcomes import OK, OOM, SKIPPED, ChainOptions
 from monitors.vae.report import build_step
 from tests.unit.test_vae_chain import CUDA_OOM, FakeMemory, FakeVAE, cpu_encode, outcomes, pixels
 

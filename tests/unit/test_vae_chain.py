@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from monitors.probes.fake import GiB, fake_probes
-from monitors.vae.chain import (
+from monitors.vae.chain import run_chain
+from monitors.vae.geometry import TileSettings
+from monitors.vae.outcomes import (
     ERROR,
     OK,
     OOM,
     SKIPPED,
     ChainOptions,
-    TileSettings,
     is_out_of_memory,
-    run_chain,
     strategy_plan,
 )
 
@@ -447,7 +447,7 @@ def test_an_overlap_the_tiler_cannot_run_is_reduced_with_a_warning():
 
 
 def test_default_free_memory_reading():
-    from monitors.vae.chain import read_free_memory
+    from monitors.vae.outcomes import read_free_memory
 
     free = read_free_memory("cpu")
     assert isinstance(free, int) and free > 0
