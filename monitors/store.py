@@ -210,6 +210,11 @@ class RunStore:
             rows = [self._summaries[k] for k in reversed(self._runs)]
         return rows if limit is None else rows[:limit]
 
+    def summary(self, run_id: str) -> dict | None:
+        """The run-list row of a run still in memory (made once, when it was added), or None."""
+        with self._lock:
+            return self._summaries.get(run_id)
+
     def get(self, run_id: str) -> dict | None:
         if not is_valid_run_id(run_id):
             return None

@@ -108,7 +108,11 @@ def on_prompt_end(executor, extra_data=None) -> None:
         # Where reports are written (the store's background worker in a server): the announcement
         # is encoded and sent after ComfyUI's own end-of-prompt messages instead of ahead of them,
         # and when it arrives the report is on disk too.
-        runtime.store.submit(lambda: announce_run(report.summary_dict()))
+        # The store made the run's summary when it added it: converting the report again for it
+        # would double the prompt's largest cost at its end.
+        runtime.store.submit(
+            lambda: announce_run(runtime.store.summary(report.prompt_id) or report.summary_dict())
+        )
 
 
 def announce_run(summary: dict) -> None:

@@ -97,3 +97,12 @@ def test_failing_node_gives_an_error_report(executor, pack_runtime):
     report = pack_runtime.store.get(prompt_id)
     assert report["status"] == "error" and report["error"]["node_id"] == "2"
     assert {n["node_id"]: n["status"] for n in report["nodes"]}.get("2") == "error"
+
+
+def test_the_run_announcement_carries_the_summary_the_store_made(comfy, executor, pack_runtime):
+    comfy.server.sent.clear()
+    prompt_id = run(executor)
+    announced = [data for event, data, _ in comfy.server.sent if event == "pipeline_monitor.run"]
+    assert len(announced) == 1 and announced[0]["prompt_id"] == prompt_id
+    assert announced[0] is pack_runtime.store.summary(prompt_id)  # the store's row, not made again
+    assert announced[0] == pack_runtime.store.summaries()[0]

@@ -177,3 +177,13 @@ def test_background_writes_reach_disk_after_flush(tmp_path):
     store.flush()
     assert sorted(os.listdir(tmp_path)) == [f"p{i}.json" for i in range(5)]
     assert all(os.path.isfile(p) for p in paths)
+
+
+def test_the_summary_of_a_run_in_memory_is_the_one_made_when_it_was_added(tmp_path):
+    store = RunStore(str(tmp_path), max_runs=1)
+    report = make_report("p1")
+    store.add(report)
+    assert store.summary("p1") == report.summary_dict()
+    assert store.summary("p1") is store.summaries()[0]  # not made again
+    store.add(make_report("p2"))
+    assert store.summary("p1") is None and store.summary("unknown") is None
