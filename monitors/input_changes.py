@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 from collections import OrderedDict
@@ -51,21 +52,33 @@ def is_link(value: Any) -> bool:
 def _text(value: Any) -> str:
     if isinstance(value, str):
         return value
+    # The widget values of nearly every input: what json.dumps writes, without its machinery
+    # (a graph's snapshot is taken at every prompt's start).
+    if value is None or value is True or value is False:
+        return _JSON_CONSTANTS[value]
+    if type(value) is int or (type(value) is float and math.isfinite(value)):
+        return repr(value)
     try:
         return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
     except (TypeError, ValueError):
         return str(value)
 
 
-def shown(value: Any, limit: int = MAX_VALUE_CHARS) -> str:
-    """The value as a reader sees it, cut to `limit` characters with an ellipsis."""
-    text = _text(value)
+_JSON_CONSTANTS = {None: "null", True: "true", False: "false"}
+
+
+def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _fingerprint(value: Any) -> str:
+def shown(value: Any, limit: int = MAX_VALUE_CHARS) -> str:
+    """The value as a reader sees it, cut to `limit` characters with an ellipsis."""
+    return _cut(_text(value), limit)
+
+
+def _fingerprint(value: Any, text: str | None = None) -> str:
     # The type is part of it: 1 and "1" are different inputs to a node.
-    text = f"{type(value).__name__}:{_text(value)}"
+    text = f"{type(value).__name__}:{_text(value) if text is None else text}"
     if len(text) <= _FULL_FINGERPRINT_CHARS:
         return text
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -89,7 +102,8 @@ def snapshot(prompt: Mapping | None) -> Snapshot | None:
                 continue
             if len(taken) >= MAX_INPUTS_PER_SNAPSHOT:
                 return taken
-            taken[(str(node_id), str(name))] = (class_type, _fingerprint(value), shown(value))
+            text = _text(value)
+            taken[(str(node_id), str(name))] = (class_type, _fingerprint(value, text), _cut(text, MAX_VALUE_CHARS))
     return taken
 
 

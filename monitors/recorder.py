@@ -294,16 +294,7 @@ class RunRecorder:
     def _input_changes(self, run: _RunRecord, workflow: Mapping | None) -> dict | None:
         name = workflow.get("name") if isinstance(workflow, Mapping) else None
         try:
-            earlier = None
-            if name:
-                earlier = next(
-                    (
-                        s.get("prompt_id")
-                        for s in self.store.summaries()
-                        if s.get("workflow_name") == name and s.get("prompt_id") != run.prompt_id
-                    ),
-                    None,
-                )
+            earlier = self.store.latest_run_of_workflow(name, other_than=run.prompt_id) if name else None
             with self._lock:
                 return self._input_history.compare(name, run.prompt_id, run.inputs, earlier)
         except Exception as exc:

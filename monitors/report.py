@@ -337,11 +337,14 @@ def max_gpu_peak(nodes) -> int | None:
     return max(values) if values else None
 
 
-def write_json_atomic(path: str, data: Mapping[str, Any], compact: bool = False) -> None:
+def write_json_atomic(path: str, data: Mapping[str, Any], compact: bool = False, durable: bool = True) -> None:
     """Write JSON so readers see either the old file or the whole new one, never a partial file.
     `compact`: one line, by the json module's C encoder (an indented file takes its pure-Python
     encoder, several times the time, holding the GIL the prompt's threads need: the run store's
-    background writes are compact)."""
+    background writes are compact). `durable`: flushed to the disk before it replaces the old
+    file, so a power cut leaves one or the other; without it the file may be lost in a power cut
+    (never half-read: the rename is still atomic), and the disk's flush no longer follows
+    every write (the run store: one report per prompt, shown from memory meanwhile)."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     text = json.dumps(to_jsonable(data), indent=None if compact else 1, allow_nan=False)
@@ -349,8 +352,9 @@ def write_json_atomic(path: str, data: Mapping[str, Any], compact: bool = False)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp_path, path)
     except BaseException:
         try:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Mapping
 
 from ..monitors.recorder import cached_node_ids, run_outcome, workflow_from_extra_data
+from ..monitors.report import run_summary
 from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
@@ -81,6 +83,7 @@ def on_prompt_start(progress, *args, **kwargs) -> None:
     progress.add_progress_handler(_handler_class(runtime.recorder))
     # Sampled peaks (NVML, and RSS where the kernel refuses exact peaks) need the sampler.
     runtime.sampler.ensure_started()
+    runtime.store.add_listener(announce_run)
     attach_metrics(runtime)
 
 
@@ -101,25 +104,21 @@ def on_prompt_end(executor, extra_data=None) -> None:
         return
     messages = getattr(executor, "status_messages", None) or []
     status, error = run_outcome(messages)
-    report = runtime.recorder.end_run(
+    runtime.recorder.end_run(
         status, error, cached_node_ids=cached_node_ids(messages), workflow=workflow_from_extra_data(extra_data)
     )
-    if report is not None:
-        # Where reports are written (the store's background worker in a server): the announcement
-        # is encoded and sent after ComfyUI's own end-of-prompt messages instead of ahead of them,
-        # and when it arrives the report is on disk too.
-        # The store made the run's summary when it added it: converting the report again for it
-        # would double the prompt's largest cost at its end.
-        runtime.store.submit(
-            lambda: announce_run(runtime.store.summary(report.prompt_id) or report.summary_dict())
-        )
 
 
-def announce_run(summary: dict) -> None:
-    """Tell every open panel that a run finished (broadcast; a small summary, not the report)."""
+def announce_run(report: Mapping) -> None:
+    """A store listener: tell every open panel that a run finished (a broadcast of its run-list
+    row, not the report). In a server the store calls it in its batches after the prompts
+    (monitors/store.py): the panel hears of a run within WRITE_QUIET_S of its end, or of several
+    runs at once on a server that runs prompts back to back, and ComfyUI's own end-of-prompt
+    messages go out first."""
     try:
         from server import PromptServer
 
+        summary = get_runtime().store.summary(str(report.get("prompt_id"))) or run_summary(report)
         PromptServer.instance.send_sync("pipeline_monitor.run", summary)
     except Exception as exc:
         log.debug("pipeline monitor: run announcement not sent: %s", exc)

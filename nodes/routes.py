@@ -8,6 +8,7 @@ Prometheus exposition (exporters/prometheus.py), settings (settings.py), the liv
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 ROUTE_PREFIX = "/pipeline_monitor"
 SECURITY_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
 MAX_LIST_LIMIT = 1000
+METRICS_WAIT_FOR_RUNS_S = 2.0
 # The HTML report needs no load at all (inline SVG and CSS): even a string that escaped escaping
 # could not fetch or run anything.
 HTML_HEADERS = {
@@ -145,6 +147,9 @@ async def post_settings(request: web.Request) -> web.Response:
 async def get_metrics(request: web.Request) -> web.Response:
     if metrics.PROMETHEUS_MISSING:
         return web.Response(status=503, text=metrics.PROMETHEUS_MISSING + "\n", headers=SECURITY_HEADERS)
+    # Runs are counted where reports are written, in batches after the prompts: a scrape has the
+    # pending ones counted (off the event loop) so it counts every run that has finished.
+    await asyncio.to_thread(get_runtime().store.settle, METRICS_WAIT_FOR_RUNS_S)
     try:
         body, content_type = metrics.get_fleet_metrics().exposition(request.headers.get("Accept", ""))
     except Exception as exc:  # a scrape must never take the server down or leak a traceback

@@ -343,9 +343,11 @@ def test_exit_waits_for_the_compile_under_way_and_starts_no_other(tmp_path):
 
     script = tmp_path / "exit_while_compiling.py"
     script.write_text(
-        "import sys, time, torch\n"
+        "import sys, threading, time, torch\n"
         "from monitors.fused_kernels import FUSED_CHUNK_ELEMENTS, FusedKernels\n"
+        "started = threading.Event()\n"
         "def slow(fn):\n"
+        "    started.set()\n"
         "    time.sleep(1.0)\n"
         "    print('compiled', fn.__name__, flush=True)\n"
         "    return fn\n"
@@ -353,6 +355,7 @@ def test_exit_waits_for_the_compile_under_way_and_starts_no_other(tmp_path):
         "values = torch.zeros(FUSED_CHUNK_ELEMENTS)\n"
         "kernels.stats_chunks(values)\n"
         "kernels.compare_chunks(values, values, 0.0, 0.0)\n"
+        "started.wait(30)  # exit in the middle of the first compile, not before it begins\n"
         "print('exiting', flush=True)\n"
     )
     repo = Path(__file__).resolve().parents[2]
