@@ -318,7 +318,7 @@ class RunRecorder:
                 return
             try:
                 detail = DETAIL_FULL if str(node_id) in run.watched else DETAIL_LIGHT
-                span = Span(f"node {node_id}", probes=self._probes, detail=detail)
+                span = Span(f"node {node_id}", probes=self._probes, detail=detail, chained=True)
                 run.open_nodes[str(node_id)] = span.start()
             except Exception as exc:
                 self._note(run, f"node {node_id}: span failed to start: {type(exc).__name__}: {exc}")

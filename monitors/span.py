@@ -9,6 +9,14 @@ low point matters (available system memory) are kept as minima under `lows`, not
 Both counters are process-wide, so spans nest through one registry: before a span resets a
 counter it hands the value so far to every span still open, and at stop it hands its reading
 to them too. A node span inside a prompt span, or an attempt inside a node, loses no peak.
+
+Spans that follow one another (ComfyUI's nodes) are `chained`: a chained span resets the counters
+at its stop, after handing its reading over, so the next chained span counts its peaks from
+there and reads them once, at its own stop, instead of reading and resetting them at its start
+too (the kernel's high-water mark is the costliest read of a node's span). Its peaks then also
+cover the moments between the previous chained span's stop and its start: for a node, ComfyUI
+gathering its inputs. Any other span's start or stop breaks the chain: the next chained span
+starts as a plain one.
 """
 
 from __future__ import annotations
@@ -21,12 +29,27 @@ from dataclasses import dataclass, field
 from .probes import DETAIL_FULL, Probes, Snapshot, get_probes
 from .probes.readings import LOW_POINT_METRICS
 
+# A light span reads no system RAM or CPU: it has no change of them to report.
+LIGHT_UNREAD_METRICS = frozenset({"ram_used_bytes", "ram_available_bytes", "ram_used_pct", "cpu_pct"})
+
 METHOD_KERNEL_HWM = "kernel_hwm"
 METHOD_ALLOCATOR_PEAK = "allocator_peak"
 METHOD_SAMPLED = "sampled"
 
 _open_spans: list[Span] = []
 _registry_lock = threading.RLock()
+
+
+class _Chain:
+    """Where the counters stand for the next chained span (under _registry_lock)."""
+
+    reset_at_stop = False  # last reset at a chained span's stop, no span started or stopped since
+    exact_rss = False  # that reset of the high-water mark worked
+    gpu_count = 0  # allocator peaks reset on that many devices
+    probes: Probes | None = None  # whose counters (tests give spans their own fakes)
+
+
+_chain = _Chain()
 
 
 @dataclass(frozen=True)
@@ -106,15 +129,19 @@ class SpanResult:
 class Span:
     """Measure one stretch of work. Use as a context manager or with start()/stop()."""
 
-    def __init__(self, name: str = "span", probes: Probes | None = None, detail: str = DETAIL_FULL):
+    def __init__(
+        self, name: str = "span", probes: Probes | None = None, detail: str = DETAIL_FULL, chained: bool = False
+    ):
         self.name = name
         self.detail = detail
+        self.chained = chained
         self._probes = probes
         self._peaks: dict[str, Peak] = {}
         self._lows: dict[str, Peak] = {}
         self._start_monotonic: float | None = None
         self._start_unix: float | None = None
         self._baseline: Snapshot | None = None
+        self._baseline_metrics: dict = {}
         self._exact_rss = False
         self._gpu_count = 0
         self.result: SpanResult | None = None
@@ -136,13 +163,21 @@ class Span:
             self._start_monotonic = time.monotonic()
             self._start_unix = time.time()
             self._gpu_count = probes.torch_device_count()
-            self._hand_counters_to_open_spans(probes)
-            self._exact_rss = probes.reset_peak_rss()
-            for index in range(self._gpu_count):
-                probes.reset_torch_peak(index)
+            if (
+                self.chained
+                and _chain.reset_at_stop
+                and _chain.probes is probes
+                and _chain.gpu_count == self._gpu_count
+            ):
+                self._exact_rss = _chain.exact_rss  # the counters count from the last chained stop
+            else:
+                self._hand_counters_to_open_spans(probes)
+                self._exact_rss = self._reset_counters(probes)
+            _chain.reset_at_stop = False
             _open_spans.append(self)
         self._baseline = probes.snapshot(self.detail)
-        self.observe(self._baseline)
+        self._baseline_metrics = self._baseline.metrics()
+        self._observe_metrics(self._baseline_metrics, self._baseline.monotonic_s)
         return self
 
     def stop(self) -> SpanResult:
@@ -152,16 +187,22 @@ class Span:
             raise RuntimeError(f"span {self.name!r} was never started")
         probes = self.probes
         end = probes.snapshot(self.detail)
-        self.observe(end)
+        end_metrics = end.metrics()
+        self._observe_metrics(end_metrics, end.monotonic_s)
         with _registry_lock:
             self._hand_counters_to_open_spans(probes)
             if self in _open_spans:
                 _open_spans.remove(self)
-        baseline_metrics = self._baseline.metrics()
-        end_metrics = end.metrics()
+            _chain.reset_at_stop = self.chained
+            if self.chained:
+                _chain.exact_rss = self._reset_counters(probes)
+                _chain.gpu_count, _chain.probes = self._gpu_count, probes
+        baseline_metrics = self._baseline_metrics
+        unread = LIGHT_UNREAD_METRICS if self.detail != DETAIL_FULL else ()
         changes = {
             name: Change.between(baseline_metrics.get(name), end_metrics.get(name))
             for name in dict.fromkeys([*baseline_metrics, *end_metrics])
+            if name not in unread
         }
         self.result = SpanResult(
             name=self.name,
@@ -185,9 +226,12 @@ class Span:
     # -- peaks --------------------------------------------------------------------------------
     def observe(self, snapshot: Snapshot) -> None:
         """Take a snapshot's values as peak candidates (the sampler calls this while the span is open)."""
+        self._observe_metrics(snapshot.metrics(), snapshot.monotonic_s)
+
+    def _observe_metrics(self, metrics: Mapping, at_monotonic: float) -> None:
         with _registry_lock:
-            for metric, value in snapshot.metrics().items():
-                self._offer(metric, value, snapshot.monotonic_s, METHOD_SAMPLED)
+            for metric, value in metrics.items():
+                self._offer(metric, value, at_monotonic, METHOD_SAMPLED)
 
     def _offer(self, metric: str, value, at_monotonic: float, method: str) -> None:
         if value is None or self._start_monotonic is None:
@@ -198,6 +242,13 @@ class Span:
         if best is None or best.value is None or (value < best.value if low else value > best.value):
             at_s = max(0.0, at_monotonic - self._start_monotonic)
             kept[metric] = Peak(value, at_s, method)
+
+    def _reset_counters(self, probes: Probes) -> bool:
+        """Reset the high-water mark and the allocator peaks; whether the first worked."""
+        exact_rss = probes.reset_peak_rss()
+        for index in range(self._gpu_count):
+            probes.reset_torch_peak(index)
+        return exact_rss
 
     def _hand_counters_to_open_spans(self, probes: Probes) -> None:
         """Read the process-wide peak counters and offer them to every open span.
