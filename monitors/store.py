@@ -34,7 +34,7 @@ DEFAULT_MAX_FILES = 500
 PRUNE_SLACK_DIVISOR = 10  # a pruned folder keeps max_files - max_files // 10 reports
 WRITER_IDLE_EXIT_S = 5.0
 WRITE_QUIET_S = 0.25
-WRITE_LATEST_S = 2.0
+WRITE_LATEST_S = 1.0
 INPUTS_DIR_NAME = ".last_inputs"
 
 
@@ -58,6 +58,8 @@ class RunStore:
         max_runs: int = DEFAULT_MAX_RUNS,
         max_files: int = DEFAULT_MAX_FILES,
         background_writes: bool = False,
+        write_quiet_s: float = WRITE_QUIET_S,
+        write_latest_s: float = WRITE_LATEST_S,
     ):
         self.reports_dir = reports_dir
         self.max_runs = max(1, int(max_runs))
@@ -67,6 +69,7 @@ class RunStore:
         self._lock = threading.Lock()
         self.write_errors: list[str] = []
         self._background_writes = background_writes
+        self.write_quiet_s, self.write_latest_s = write_quiet_s, write_latest_s
         self._writer = BackgroundWorker("pipeline-monitor-report-writer", WRITER_IDLE_EXIT_S)
         self._files_on_disk: int | None = None  # reports on disk as last listed, plus those written since
         self._listeners: list = []  # called with each added report's dict (e.g. the fleet metrics)
@@ -94,7 +97,7 @@ class RunStore:
         if not self._background_writes:
             return self._finish_adding(report)
         if schedule:
-            self._writer.submit(self._finish_when_quiet, delay_s=WRITE_QUIET_S)
+            self._writer.submit(self._finish_when_quiet, delay_s=min(self.write_quiet_s, self.write_latest_s))
         return self._path(report.prompt_id)
 
     def _pend(self, report: RunReport) -> bool:
@@ -114,7 +117,7 @@ class RunStore:
             if not self._unfinished:
                 self._batch_scheduled = False
                 return
-            due_s = min(self._last_add_s + WRITE_QUIET_S, self._first_unfinished_s + WRITE_LATEST_S)
+            due_s = min(self._last_add_s + self.write_quiet_s, self._first_unfinished_s + self.write_latest_s)
             wait_s = due_s - time.monotonic()
             if wait_s > 0:
                 self._writer.submit(self._finish_when_quiet, delay_s=wait_s)
@@ -131,7 +134,10 @@ class RunStore:
     def _finish_adding(self, report: RunReport) -> str | None:
         """Log the report's line, write its file, then hand it to the listeners (a listener that
         announces the run announces a report that is on disk)."""
-        data, _ = self._converted(report.prompt_id, report)
+        with self._lock:
+            kept = self._runs.get(report.prompt_id)
+        # A reader may have converted it already: the dict kept in its place (ids are unique)
+        data, _ = self._converted(report.prompt_id, report if kept is None else kept)
         log.info("%s", format_run_summary(report))
         path = self._write(report.prompt_id, data)
         for listener in list(self._listeners):

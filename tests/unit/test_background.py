@@ -54,3 +54,22 @@ def test_wait_idle_says_when_tasks_are_still_pending():
     assert worker.wait_idle(0.05) is False
     release.set()
     assert worker.wait_idle(WATCHDOG_S) is True
+
+
+def test_a_delayed_task_runs_once_due_after_the_tasks_due_before_it():
+    worker = BackgroundWorker("pipeline-monitor-test", idle_exit_s=5)
+    ran = []
+    done = threading.Event()
+    worker.submit(lambda: (ran.append("delayed"), done.set()), delay_s=0.05)
+    worker.submit(lambda: ran.append("now"))
+    assert done.wait(WATCHDOG_S)
+    assert ran == ["now", "delayed"]
+
+
+def test_join_waits_for_the_tasks_due_now_not_for_a_delayed_one():
+    worker = BackgroundWorker("pipeline-monitor-test", idle_exit_s=5)
+    ran = []
+    worker.submit(lambda: ran.append("later"), delay_s=3600)
+    worker.submit(lambda: ran.append("now"))
+    worker.join()
+    assert ran == ["now"] and worker.wait_idle(0) is True
