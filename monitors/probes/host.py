@@ -147,7 +147,7 @@ def cpu_busy_pct(before: list[int], after: list[int]) -> float:
     """psutil's cpu_percent between two /proc/stat cpu lines: each field's growth (never below
     zero), guest time left out of the total (the kernel counts it in user and nice too), busy =
     total - idle - iowait; rounded to 0.1, 0.0 when no time passed."""
-    deltas = [max(0, b - a) for a, b in zip(before, after)]
+    deltas = [max(0, b - a) for a, b in zip(before, after, strict=True)]
     total = sum(deltas) - sum(deltas[8:10])
     busy = total - deltas[3] - (deltas[4] if len(deltas) > 4 else 0)
     return round(busy / total * 100, 1) if total > 0 else 0.0

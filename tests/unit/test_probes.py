@@ -1,12 +1,13 @@
 import logging
 import sys
+import threading
 
 import psutil
 import pytest
 
 from monitors.probes import Probes
 from monitors.probes.fake import GiB, fake_probes
-from monitors.probes.host import HostBackend
+from monitors.probes.host import HostBackend, cpu_busy_pct
 from monitors.probes.nvml import NvmlBackend
 from monitors.probes.torch_alloc import TorchAllocatorBackend
 
@@ -114,6 +115,45 @@ def test_system_memory_falls_back_to_psutil_without_memavailable(tmp_path, conte
     real = psutil.virtual_memory()
     assert memory["total_bytes"] == real.total
     assert memory["used_bytes"] == memory["total_bytes"] - memory["available_bytes"]
+
+
+def test_cpu_pct_is_psutils_figure_from_the_kept_open_proc_stat(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 10 50 800 40 0 5 3 0 0\ncpu0 100 10 50 800 40 0 5 3 0 0\n")
+    host = HostBackend(proc_stat=str(stat))
+    assert host.cpu_pct() == 0.0  # this thread's first reading, as psutil's
+    with open(stat, "r+") as f:  # rewritten in place: the backend keeps the file open
+        f.write("cpu  160 10 70 900 60 0 10 3 20 0\n")
+    # growth: user 60 system 20 idle 100 iowait 20 softirq 5 guest 20 (already inside user);
+    # total 225 - 20 = 205, busy 205 - 100 - 20 = 85: 41.46 %
+    assert host.cpu_pct() == 41.5
+    other = []
+    thread = threading.Thread(target=lambda: other.append(host.cpu_pct()))
+    thread.start()
+    thread.join()
+    assert other == [0.0]  # per thread, as psutil's: the sampler does not shorten a span's interval
+
+
+def test_cpu_busy_pct_never_counts_a_field_going_backwards():
+    before = [100, 0, 50, 800, 40, 0, 0, 0]
+    after = [90, 0, 60, 810, 40, 0, 0, 0]  # a counter read lower (a CPU went offline)
+    assert cpu_busy_pct(before, after) == 50.0
+    assert cpu_busy_pct(after, after) == 0.0
+
+
+def test_cpu_pct_falls_back_to_psutil_without_proc_stat(tmp_path):
+    value = HostBackend(proc_stat=str(tmp_path / "missing")).cpu_pct()
+    assert isinstance(value, float) and 0.0 <= value <= 100.0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/stat is Linux-only")
+def test_real_cpu_pct_agrees_with_psutil_over_the_same_stretch():
+    host = HostBackend()
+    host.cpu_pct()
+    psutil.cpu_percent(interval=None)
+    sum(i * i for i in range(2_000_000))  # some load on this thread
+    ours, theirs = host.cpu_pct(), psutil.cpu_percent(interval=None)
+    assert abs(ours - theirs) <= 5.0  # read a moment apart
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/meminfo is Linux-only")
