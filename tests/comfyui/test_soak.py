@@ -174,10 +174,13 @@ def test_100_prompts_memory_and_stores_stay_bounded(server, bounded_settings):
     # In memory: the newest MAX_RUNS, oldest removed first.
     runs = server.get_json("/pipeline_monitor/runs?limit=1000")["runs"]
     assert largest_store <= MAX_RUNS and [r["prompt_id"] for r in runs] == ids[::-1][:MAX_RUNS]
-    # On disk: at most MAX_FILES (written off the execution thread: wait for the writer; the
-    # watchdog only catches a writer that never prunes).
+    # On disk: at most MAX_FILES (written in batches off the execution thread, once the server is
+    # quiet: wait for the writer; the watchdog only catches a writer that never writes or prunes).
+    def settled(files) -> bool:
+        return len(files) <= MAX_FILES and f"{ids[-1]}.json" in {f.name for f in files}
+
     deadline = time.monotonic() + WATCHDOG_S
-    while len(reports_on_disk(server)) > MAX_FILES and time.monotonic() < deadline:
+    while not settled(reports_on_disk(server)) and time.monotonic() < deadline:
         time.sleep(0.2)
     files = reports_on_disk(server)
     assert len(files) <= MAX_FILES and f"{ids[-1]}.json" in {f.name for f in files}

@@ -32,9 +32,11 @@ def report(prompt_id: str, workflow_name: str | None = None) -> RunReport:
 
 def wait_until(condition, what: str) -> None:
     deadline = time.monotonic() + WATCHDOG_S
-    while not condition():
-        assert time.monotonic() < deadline, what
+    while time.monotonic() < deadline:
+        if condition():
+            return
         time.sleep(0.01)
+    raise TimeoutError(what)
 
 
 def test_an_added_report_waits_for_the_batch_and_readers_get_it_from_memory(tmp_path):
