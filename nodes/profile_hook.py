@@ -14,7 +14,7 @@ import functools
 import logging
 from collections.abc import Mapping
 
-from ..monitors.recorder import cached_node_ids, run_outcome, workflow_from_extra_data
+from ..monitors.prompt_info import cached_node_ids, run_outcome, workflow_from_extra_data
 from ..monitors.report import run_summary
 from .runtime import get_runtime
 

@@ -115,7 +115,7 @@ class HostBackend:
         thread = threading.get_ident()
         previous = self._last_cpu_ticks.get(thread, ticks)
         if len(self._last_cpu_ticks) >= MAX_CPU_READERS and thread not in self._last_cpu_ticks:
-            self._last_cpu_ticks.clear()  # threads come and go (the pack's end once idle)
+            self._last_cpu_ticks.clear()  # threads come and go (the pack's own end once idle)
         self._last_cpu_ticks[thread] = ticks
         return cpu_busy_pct(previous, ticks)
 

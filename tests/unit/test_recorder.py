@@ -4,7 +4,8 @@ import jsonschema
 import pytest
 
 from monitors.probes.fake import GiB, fake_probes
-from monitors.recorder import RunRecorder, node_info_from_prompt
+from monitors.prompt_info import node_info_from_prompt
+from monitors.recorder import RunRecorder
 from monitors.report import StepReport
 from monitors.store import RunStore
 from tests.unit.test_report_store import SCHEMA

@@ -7,7 +7,8 @@ import os
 
 import jsonschema
 
-from monitors.recorder import RunRecorder, workflow_from_extra_data
+from monitors.prompt_info import workflow_from_extra_data
+from monitors.recorder import RunRecorder
 from monitors.report import Finding, RunReport, StepReport, run_summary
 from monitors.store import RunStore
 

@@ -25,7 +25,8 @@ from monitors.lora.report import build_lora_step  # noqa: E402
 from monitors.models.loaded import loaded_models_snapshot  # noqa: E402
 from monitors.models.report import build_models_step  # noqa: E402
 from monitors.probes.fake import fake_probes  # noqa: E402
-from monitors.recorder import RunRecorder, cached_node_ids, run_outcome, upstream_node_ids  # noqa: E402
+from monitors.prompt_info import cached_node_ids, run_outcome, upstream_node_ids  # noqa: E402
+from monitors.recorder import RunRecorder  # noqa: E402
 from monitors.report import StepReport, failed_step, sum_known  # noqa: E402
 from monitors.store import RunStore  # noqa: E402
 from monitors.vae.errors import (  # noqa: E402
