@@ -107,3 +107,16 @@ def test_a_refused_reset_at_a_chained_stop_leaves_the_next_span_sampled():
     probes.host.hwm_allowed = False
     Span("node 2", probes=probes, chained=True).start().stop()  # its stop's reset is refused
     assert Span("node 3", probes=probes, chained=True).start().stop().peak_rss_method == METHOD_SAMPLED
+
+
+def test_a_chained_span_inside_a_span_started_after_the_chain_counts_only_its_own_peaks():
+    probes = fake_probes("no GPU")
+    Span("node 1", probes=probes, chained=True).start().stop()
+    outer = Span("a step around the next node", probes=probes).start()
+    probes.host.set_rss(4 * GiB)  # the outer span's own peak, before the node starts
+    probes.host.set_rss(1 * GiB)
+    counts = counting(probes)
+    node = Span("node 2", probes=probes, chained=True).start()
+    assert counts["reset"] == 1  # the outer span's start broke the chain
+    assert node.stop().peak_rss_bytes == 1 * GiB
+    assert outer.stop().peak_rss_bytes == 4 * GiB
