@@ -34,7 +34,9 @@ def test_a_failing_task_is_logged_and_the_next_still_runs(caplog):
     assert "pipeline-monitor-test task failed: OSError: disk gone" in caplog.text
 
 
-def test_the_thread_ends_once_idle_and_the_next_task_starts_another():
+def test_the_thread_ends_once_idle_and_the_next_task_starts_another(monkeypatch):
+    crashes = []
+    monkeypatch.setattr(threading, "excepthook", crashes.append)  # the thread must end, not crash
     worker = BackgroundWorker("pipeline-monitor-test", idle_exit_s=0.05)
     assert worker.thread is None
     worker.submit(lambda: None)
@@ -45,6 +47,17 @@ def test_the_thread_ends_once_idle_and_the_next_task_starts_another():
     done = threading.Event()
     worker.submit(done.set)
     assert done.wait(WATCHDOG_S) and worker.thread is not first
+    assert crashes == []
+
+
+def test_a_task_that_comes_while_the_thread_waits_idle_runs_on_that_thread():
+    worker = BackgroundWorker("pipeline-monitor-test", idle_exit_s=WATCHDOG_S)
+    threads = []
+    worker.submit(lambda: threads.append(threading.current_thread()))
+    worker.join()
+    worker.submit(lambda: threads.append(threading.current_thread()))
+    worker.join()
+    assert threads[0] is threads[1] is worker.thread
 
 
 def test_wait_idle_says_when_tasks_are_still_pending():
