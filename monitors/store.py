@@ -287,7 +287,7 @@ class RunStore:
                 self._summaries[run_id] = summary
             ordered = sorted(self._runs.items(), key=lambda item: _started_unix_s(item[1]))
             self._runs = OrderedDict(ordered[-self.max_runs :])
-            self._summaries = {k: self._summaries[k] for k in self._runs}
+            self._summaries = {k: self._summaries[k] for k in self._runs if k in self._summaries}
         return len(loaded)
 
     def configure(self, max_runs: int | None = None, max_files: int | None = None) -> None:

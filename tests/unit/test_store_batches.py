@@ -136,3 +136,58 @@ def test_the_reports_pending_at_exit_are_written(tmp_path):
         timeout=WATCHDOG_S,
     )
     assert (tmp_path / "late.json").is_file()
+
+
+def test_many_adds_schedule_one_batch(tmp_path, monkeypatch):
+    store = RunStore(str(tmp_path), background_writes=True, write_quiet_s=NEVER_S, write_latest_s=NEVER_S)
+    scheduled = []
+    monkeypatch.setattr(store._writer, "submit", lambda task, delay_s=0.0: scheduled.append(delay_s))
+    for i in range(10):
+        store.add(report(f"p{i}"))
+    assert scheduled == [NEVER_S]
+
+
+def test_a_batch_comes_again_for_the_runs_after_it(tmp_path):
+    store = RunStore(str(tmp_path), background_writes=True, write_quiet_s=0.01, write_latest_s=NEVER_S)
+    store.add(report("p1"))
+    wait_until(lambda: (tmp_path / "p1.json").is_file(), "the first batch was not written")
+    store.add(report("p2"))
+    wait_until(lambda: (tmp_path / "p2.json").is_file(), "a run after a batch was never written")
+    store.add(report("p3"))
+    store.flush()  # finishes p3 before its batch comes: that batch finds nothing to do
+    time.sleep(0.1)
+    store.add(report("p4"))
+    wait_until(lambda: (tmp_path / "p4.json").is_file(), "a run after an empty batch was never written")
+
+
+def test_a_batch_waits_until_no_run_has_come_for_the_quiet_time(tmp_path):
+    quiet_s = 0.3
+    store = RunStore(str(tmp_path), background_writes=True, write_quiet_s=quiet_s, write_latest_s=NEVER_S)
+    counted = []
+    store.add_listener(lambda data: counted.append(time.monotonic()))
+    for i in range(5):
+        store.add(report(f"p{i}"))
+        last_add = time.monotonic()
+        time.sleep(quiet_s / 5)  # never quiet long enough while these come
+    wait_until(lambda: len(counted) == 5, "the batch never came")
+    waited = min(counted) - last_add
+    assert waited >= quiet_s * 0.99  # one clock: a lower bound the code sets, not a speed
+
+
+def test_the_exit_hook_writes_what_is_pending_and_ignores_a_store_gone(tmp_path):
+    import weakref
+
+    from monitors.store import _finish_at_exit
+
+    store = RunStore(str(tmp_path), background_writes=True, write_quiet_s=NEVER_S, write_latest_s=NEVER_S)
+    store.add(report("p1"))
+    _finish_at_exit(weakref.ref(store))
+    assert (tmp_path / "p1.json").is_file()
+
+    class Gone:
+        pass
+
+    gone = Gone()
+    reference = weakref.ref(gone)
+    del gone
+    _finish_at_exit(reference)  # nothing to write, nothing raised
