@@ -96,3 +96,19 @@ def test_the_high_water_mark_is_read_in_bytes_and_reset_by_writing_5(tmp_path):
 
 def test_cpu_count_is_psutils_logical_count():
     assert HostBackend().cpu_count() == psutil.cpu_count(logical=True)
+
+
+def test_iowait_is_idle_time_from_the_first_kernels_that_counted_it(tmp_path):
+    path = stat_file(tmp_path, "cpu  100 0 50 800 40")  # user nice system idle iowait
+    host = HostBackend(proc_stat=str(path))
+    host.cpu_pct()
+    rewrite(path, "cpu  110 0 50 850 80")  # busy 10 of 100: iowait counts as idle
+    assert host.cpu_pct() == 10.0
+
+
+def test_one_tick_is_enough_for_a_figure(tmp_path):
+    path = stat_file(tmp_path, "cpu  100 0 50 800 40 0 0 0 0 0")
+    host = HostBackend(proc_stat=str(path))
+    host.cpu_pct()
+    rewrite(path, "cpu  101 0 50 800 40 0 0 0 0 0")
+    assert host.cpu_pct() == 100.0
