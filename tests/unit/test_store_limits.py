@@ -47,6 +47,15 @@ def test_a_folder_exactly_at_its_cap_is_not_pruned(tmp_path):
     assert len(os.listdir(tmp_path)) == 10
 
 
+def test_a_restarted_store_that_fills_its_folder_to_the_cap_prunes_nothing(tmp_path):
+    earlier = RunStore(str(tmp_path), max_files=10)
+    for i in range(9):
+        add_aged(earlier, tmp_path, f"old{i}", i + 1)
+    restarted = RunStore(str(tmp_path), max_files=10)  # lists the folder at its first write
+    add_aged(restarted, tmp_path, "new", 100)
+    assert len(os.listdir(tmp_path)) == 10
+
+
 def test_pruning_and_loading_leave_the_folders_other_files_alone(tmp_path, caplog):
     (tmp_path / "notes.txt").write_text("mine")
     (tmp_path / ".last_inputs").mkdir()
@@ -98,8 +107,9 @@ def test_a_pending_run_has_its_row_before_anything_converted_it(tmp_path):
     row = store.summary("p1")
     assert row["prompt_id"] == "p1" and "nodes" not in row  # the run-list row, not the report
     store.add(report("p2"))
-    assert [s["prompt_id"] for s in store.summaries()] == ["p2", "p1"]
-    assert "nodes" not in store.summaries()[0]
+    rows = store.summaries()  # p2 still pending: its row is made here
+    assert [s["prompt_id"] for s in rows] == ["p2", "p1"]
+    assert all("nodes" not in row for row in rows)
 
 
 def test_a_pending_run_keeps_its_place_when_the_history_is_loaded(tmp_path):
