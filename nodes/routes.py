@@ -147,10 +147,10 @@ async def post_settings(request: web.Request) -> web.Response:
 async def get_metrics(request: web.Request) -> web.Response:
     if metrics.PROMETHEUS_MISSING:
         return web.Response(status=503, text=metrics.PROMETHEUS_MISSING + "\n", headers=SECURITY_HEADERS)
-    # Runs are counted where reports are written, in batches after the prompts: a scrape has the
-    # pending ones counted (off the event loop) so it counts every run that has finished.
-    await asyncio.to_thread(get_runtime().store.settle, METRICS_WAIT_FOR_RUNS_S)
     try:
+        # Runs are counted where reports are written, in batches after the prompts: a scrape has
+        # the pending ones counted (off the event loop) so it counts every run that has finished.
+        await asyncio.to_thread(get_runtime().store.settle, METRICS_WAIT_FOR_RUNS_S)
         body, content_type = metrics.get_fleet_metrics().exposition(request.headers.get("Accept", ""))
     except Exception as exc:  # a scrape must never take the server down or leak a traceback
         log.warning("pipeline monitor: metrics failed: %s: %s", type(exc).__name__, exc)

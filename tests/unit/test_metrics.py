@@ -12,15 +12,18 @@ from monitors.sampler import Sampler
 from tests.unit.test_routes import PACK, import_pack
 
 
-@pytest.fixture
-async def metrics_client(aiohttp_client, tmp_path):
+@pytest.fixture(params=["written at once"])
+async def metrics_client(aiohttp_client, tmp_path, request):
     routes_mod, runtime_mod = import_pack()
     metrics_mod = importlib.import_module(f"{PACK}.nodes.metrics")
     store_mod = importlib.import_module(f"{PACK}.monitors.store")
     recorder_mod = importlib.import_module(f"{PACK}.monitors.recorder")
     report_mod = importlib.import_module(f"{PACK}.monitors.report")
     probes = fake_probes("1 GPU")
-    store = store_mod.RunStore(str(tmp_path))
+    if request.param == "in batches":  # as in a server, with a batch that never comes by itself
+        store = store_mod.RunStore(str(tmp_path), background_writes=True, write_quiet_s=3600, write_latest_s=3600)
+    else:
+        store = store_mod.RunStore(str(tmp_path))
     recorder = recorder_mod.RunRecorder(store, probes=probes)
     sampler = Sampler(probes=probes)
     previous = runtime_mod.set_runtime(runtime_mod.Runtime(store, recorder, sampler))
@@ -82,6 +85,17 @@ async def test_runs_before_the_first_scrape_and_after_are_each_counted_once(metr
     assert value(samples, "pipeline_monitor_prompt_peak_gpu_allocated_bytes_count") == 2
     assert value(samples, "pipeline_monitor_last_prompt_peak_gpu_allocated_bytes") == 3 * GiB
     assert value(samples, "pipeline_monitor_prompt_running") == 0
+
+
+@pytest.mark.parametrize("metrics_client", ["in batches"], indirect=True)
+async def test_a_scrape_counts_the_runs_still_waiting_for_their_batch(metrics_client):
+    client, recorder, probes, sampler, report_mod = metrics_client
+    run(recorder, report_mod, "first")
+    samples = await scrape(client)
+    assert value(samples, "pipeline_monitor_prompt_duration_seconds_count", status="success") == 1
+    run(recorder, report_mod, "second")  # its batch would come in an hour
+    samples = await scrape(client)
+    assert value(samples, "pipeline_monitor_prompt_duration_seconds_count", status="success") == 2
 
 
 async def test_vae_fallbacks_and_lora_unmatched_keys(metrics_client):
