@@ -23,6 +23,7 @@ import argparse
 import copy
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -154,6 +155,9 @@ def main(argv=None) -> int:
             ratios.append(durations["monitored"] / durations["plain"])
     finally:
         server.stop()
+        if not args.base:
+            # ~8 GB of generated models: a temp base left behind fills the disk within a few runs
+            shutil.rmtree(base, ignore_errors=True)
 
     print(f"full-size SD1.5 text-to-image with LoRA ({n_keys} LoRA keys), 64x64, {steps or 2} steps, CPU")
     print(f"prompt duration ratio, all monitors / none: {fmt_spread(ratios)}")

@@ -20,6 +20,7 @@ set -euo pipefail
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV="$REPO_ROOT/.venv"
 TORCH_PINS=("torch==2.14.1" "torchvision==0.29.1")
+NEEDED_FREE_MIB=8192
 WITH_TEST=0
 for arg in "$@"; do
     case "$arg" in
@@ -95,6 +96,11 @@ if [ -f "$LIST" ] && ! grep -Fxv -f "$LIST" "$LIST.new" > /dev/null; then
     rm -f "$LIST.new"
     say "environment up to date ($VENV)"
 else
+    # The CUDA build of torch takes ~6 GB in the venv: say so up front, not after pip's ENOSPC.
+    free_mib=$(df -Pm "$VENV" | awk 'NR == 2 {print $4}')
+    if [ -n "$free_mib" ] && [ "$free_mib" -lt "$NEEDED_FREE_MIB" ]; then
+        say "warning: $((free_mib / 1024)) GiB free where $VENV lives; the install needs about $((NEEDED_FREE_MIB / 1024)) GiB"
+    fi
     say "installing ${TORCH_PINS[*]} (a fresh machine downloads about 3 GB here, once)"
     pip_install "${TORCH_PINS[@]}"
     say "installing ComfyUI's requirements (when COMFYUI_PATH is set) and the pack's, torch kept as is"

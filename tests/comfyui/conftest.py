@@ -15,6 +15,7 @@ import importlib
 import importlib.util
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -334,3 +335,6 @@ def session_server(tmp_path_factory):
         yield instance.start()
     finally:
         instance.stop()
+        # The full-size and family tests put ~6 GB of generated models here, and pytest keeps the
+        # last three sessions' folders: the log and outputs stay for a look, the models go.
+        shutil.rmtree(base / "models", ignore_errors=True)
