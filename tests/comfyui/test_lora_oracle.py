@@ -116,6 +116,14 @@ def single_patch_change(base: torch.Tensor, entry, key: str) -> float:
 RESULTS: dict[str, dict] = {}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _forget_results():
+    yield
+    # The cached patchers and weights, freed with the module: kept to interpreter exit, each
+    # ModelPatcher.__del__ finds ComfyUI's module globals gone and prints a traceback.
+    RESULTS.clear()
+
+
 @pytest.fixture
 def result(request, comfy, tiny, wan, oracle_dir, pack_runtime, caplog):
     """Load, monitor and patch one case (once per case per session)."""
