@@ -1,6 +1,8 @@
 """Live view pushes, the settings route and the HTML report route on a real aiohttp app."""
 
 import importlib
+import sys
+import types
 
 import pytest
 from aiohttp import web
@@ -209,3 +211,24 @@ async def test_html_report_route(client):
     for bad in ("unknown", "..%2Fsecret", "a.b"):
         missing = await client.get(f"/pipeline_monitor/runs/{bad}/report.html")
         assert missing.status == 404 and missing.content_type == "application/json"
+
+
+@pytest.mark.parametrize(
+    "instance, expected",
+    [
+        ({"sockets": {"a": object()}}, {"a": True, "b": False}),  # ComfyUI's socket table
+        ({}, {"a": None, "b": None}),  # a server without one: unknown
+        (None, {"a": None, "b": None}),  # outside a running ComfyUI: unknown
+    ],
+    ids=["sockets", "no-table", "no-server"],
+)
+def test_the_glue_reads_comfyuis_socket_table_and_last_node(monkeypatch, instance, expected):
+    live_glue = pack("nodes.live")
+    if instance is None:
+        monkeypatch.setitem(sys.modules, "server", None)  # importing it raises ImportError
+    else:
+        server = types.ModuleType("server")
+        server.PromptServer = types.SimpleNamespace(instance=types.SimpleNamespace(last_node_id="7", **instance))
+        monkeypatch.setitem(sys.modules, "server", server)
+        assert live_glue._last_node_id() == "7"
+    assert {sid: live_glue._server_connected(sid) for sid in expected} == expected
