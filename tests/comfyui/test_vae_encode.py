@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 from vae_encode_support import core_encode, core_encode_tiled, load_tiny_wan_vae, noise_image, run_node
@@ -175,6 +177,35 @@ def test_the_cpu_free_memory_is_comfyuis_own_figure(comfy, tiny):
     ours = node_module.free_memory_reader(tiny.vae)("cpu")
     comfyui = int(mm.get_free_memory(torch.device("cpu")))
     assert abs(ours - comfyui) < 256 * 1024**2  # read moments apart
+
+
+def test_the_gpu_free_memory_counts_what_comfyui_would_unload_less_its_reserve(comfy, tiny, monkeypatch):
+    """On a GPU an encode can get what is free plus what ComfyUI would unload from the other models
+    on that device (not the VAE's own patcher, not models elsewhere), less the VRAM ComfyUI keeps
+    in reserve: ComfyUI's own figures, faked here (no GPU)."""
+    import comfy.model_management as mm
+
+    mib = 1024**2
+    gpu, other_gpu = torch.device("cuda:0"), torch.device("cuda:1")
+
+    def loaded(device, model, size_bytes):
+        return types.SimpleNamespace(device=device, model=model, model_loaded_memory=lambda: size_bytes)
+
+    models = [
+        loaded(gpu, object(), 300 * mib),  # another model on the GPU: unloadable
+        loaded(gpu, tiny.vae.patcher, 500 * mib),  # the VAE itself: stays
+        loaded(other_gpu, object(), 200 * mib),  # another GPU: no help here
+        loaded(torch.device("cpu"), object(), 100 * mib),
+        loaded(gpu, None, 400 * mib),  # already unloaded
+    ]
+    monkeypatch.setattr(mm, "current_loaded_models", models)
+    monkeypatch.setattr(mm, "get_free_memory", lambda device: {gpu: 1000 * mib}[device])
+    reserve = {"bytes": 100 * mib}
+    monkeypatch.setattr(mm, "extra_reserved_memory", lambda: reserve["bytes"])
+    read = comfy.pack_module("nodes.vae_encode_node").free_memory_reader(tiny.vae)
+    assert read("cuda:0") == (1000 + 300 - 100) * mib
+    reserve["bytes"] = 2000 * mib
+    assert read("cuda:0") == 0  # a reserve larger than what there is: nothing, not a negative
 
 
 def test_auto_goes_straight_to_tiled_when_the_estimate_does_not_fit(
