@@ -126,7 +126,7 @@ def _forget_results():
 
 @pytest.fixture
 def result(request, comfy, tiny, wan, oracle_dir, pack_runtime, caplog):
-    """Load, monitor and patch one case (once per case per session)."""
+    """Load, monitor and patch one case (once per case; kept until the module ends)."""
     name = request.param
     if name in RESULTS:
         return RESULTS[name]

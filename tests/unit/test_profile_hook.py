@@ -80,6 +80,9 @@ def hook(monkeypatch, tmp_path):
     runtime = runtime_mod.Runtime(store, recorder, Sampler(probes=fake_probes()))
     previous = runtime_mod.set_runtime(runtime)
     monkeypatch.setattr(hook, "_handler_class", None)
+    # No ComfyUI server (after the in-process tests, the real one would be importable): an
+    # announcement is logged at debug level and dropped; fake_server() puts one in.
+    monkeypatch.setitem(sys.modules, "server", None)
     real_attach_metrics = hook.attach_metrics
     # the process-wide fleet metrics stay out of these runs (tests/unit/test_metrics.py has them)
     monkeypatch.setattr(hook, "attach_metrics", lambda runtime: None)
