@@ -20,6 +20,8 @@ import pytest
 import requests
 from conftest import ComfyServer
 
+from tests.watchdog import wait_until
+
 pytestmark = pytest.mark.comfyui
 
 OWN_PORTS = range(8800, 8850)
@@ -59,15 +61,6 @@ def test_prompts_queued_back_to_back(server):
         assert steps[0]["summary"]["shape"] == [batch, 4, 8, 8]
 
 
-def wait_until(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise TimeoutError(what)
-
-
 def node_running(server, prompt_id: str, node_id: str) -> bool:
     queue = server.get_json("/queue")
     running = [item[1] for item in queue.get("queue_running", [])]
@@ -81,7 +74,7 @@ def node_running(server, prompt_id: str, node_id: str) -> bool:
 def test_interrupt_in_the_middle_of_a_step_gives_an_interrupted_report(server):
     seed = uuid.uuid4().int % 10_000
     prompt_id = server.queue(latent_prompt(1, slow_s=30.0, seed=seed))
-    wait_until(lambda: node_running(server, prompt_id, "4"), WATCHDOG_S, "slow node did not start")
+    wait_until(lambda: node_running(server, prompt_id, "4"), "slow node did not start", WATCHDOG_S)
     time.sleep(0.3)  # well inside the slow node
     assert requests.post(server.url + "/interrupt", timeout=WATCHDOG_S).status_code == 200
     # An interrupt that is not honoured lets the node finish its 30 s: status success, caught below.
@@ -162,10 +155,10 @@ def test_server_exits_on_sigterm_while_the_sampler_runs(server, tmp_path):
     own.start()
     try:
         prompt_id = own.queue(long_sampling_prompt())
-        wait_until(lambda: node_running(own, prompt_id, "5"), WATCHDOG_S, "prompt did not start")
+        wait_until(lambda: node_running(own, prompt_id, "5"), "prompt did not start", WATCHDOG_S)
         # KSampler's progress bar in the log: the sampler is stepping (and the pack's background
         # sampler thread runs: it starts with the first prompt).
-        wait_until(lambda: "/5000" in own.log(), 2 * WATCHDOG_S, "KSampler did not start stepping")
+        wait_until(lambda: "/5000" in own.log(), "KSampler did not start stepping", 2 * WATCHDOG_S)
         assert "sample_interval_ms" in own.get_json("/pipeline_monitor/live")
         own.process.send_signal(signal.SIGTERM)
         own.process.wait(timeout=WATCHDOG_S)  # TimeoutExpired: it hangs on SIGTERM
@@ -237,7 +230,7 @@ def test_no_pack_thread_left_behind(comfy, monkeypatch, tmp_path):
     ticks = []
     sampler.add_sink(ticks.append)
     assert new_threads() == {"pipeline-monitor-sampler"}
-    wait_until(lambda: len(ticks) >= 3, WATCHDOG_S, "sampler did not tick")
+    wait_until(lambda: len(ticks) >= 3, "sampler did not tick", WATCHDOG_S)
     sampler.stop()
     assert new_threads() == set()
     # The background report writer ends itself once idle, and comes back for the next report.
@@ -250,4 +243,4 @@ def test_no_pack_thread_left_behind(comfy, monkeypatch, tmp_path):
         recorder.end_run("success")
         store.flush()
         assert os.path.isfile(tmp_path / "reports" / f"pm-thread-{i}.json")
-        wait_until(lambda: new_threads() == set(), WATCHDOG_S, f"threads left: {new_threads()}")
+        wait_until(lambda: new_threads() == set(), f"threads left: {new_threads()}", WATCHDOG_S)

@@ -13,6 +13,8 @@ import pytest
 import requests
 from conftest import ComfyServer
 
+from tests.watchdog import wait_until
+
 pytestmark = pytest.mark.comfyui
 
 OWN_PORTS = range(8850, 8900)
@@ -65,15 +67,6 @@ def report_of(server: ComfyServer, prompt_id: str) -> dict:
     raise TimeoutError(f"no report for {prompt_id}")
 
 
-def wait_for(condition, what: str) -> None:
-    deadline = time.monotonic() + WATCHDOG_S
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise TimeoutError(what)
-
-
 def test_the_first_run_after_a_restart_shows_its_real_changes(server, tmp_path):
     base = tmp_path / "base"
     for sub in ("input", "output", "user"):
@@ -88,8 +81,8 @@ def test_the_first_run_after_a_restart_shows_its_real_changes(server, tmp_path):
         first = queue_named(before, named_prompt(64, seed=1))
         assert report_of(before, first)["input_changes"]["first_run"] is True
         # written off the execution thread: wait until the report and the inputs are on disk
-        wait_for(lambda: (reports / f"{first}.json").is_file(), "the first report was not written")
-        wait_for(lambda: any((reports / ".last_inputs").glob("*.json")), "the last inputs were not written")
+        wait_until(lambda: (reports / f"{first}.json").is_file(), "the first report was not written", WATCHDOG_S)
+        wait_until(lambda: any((reports / ".last_inputs").glob("*.json")), "the last inputs were not written", WATCHDOG_S)
     finally:
         before.stop()
 

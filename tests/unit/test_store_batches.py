@@ -14,6 +14,7 @@ from pathlib import Path
 
 from monitors.report import RunReport
 from monitors.store import RunStore
+from tests.watchdog import wait_until
 
 WATCHDOG_S = 30  # a hang watchdog only
 NEVER_S = 3600  # a quiet time no test waits for
@@ -28,15 +29,6 @@ def report(prompt_id: str, workflow_name: str | None = None) -> RunReport:
         duration_s=1.0,
         workflow=None if workflow_name is None else {"name": workflow_name, "id": None},
     )
-
-
-def wait_until(condition, what: str) -> None:
-    deadline = time.monotonic() + WATCHDOG_S
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.01)
-    raise TimeoutError(what)
 
 
 def test_an_added_report_waits_for_the_batch_and_readers_get_it_from_memory(tmp_path):
@@ -59,8 +51,8 @@ def test_a_quiet_store_writes_the_batch_and_logs_each_run(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="monitors.store"):
         for i in range(3):
             store.add(report(f"p{i}"))
-        wait_until(lambda: len(os.listdir(tmp_path)) == 3, "the batch was not written once quiet")
-        wait_until(lambda: caplog.text.count("p") >= 3, "the runs were not logged")
+        wait_until(lambda: len(os.listdir(tmp_path)) == 3, "the batch was not written once quiet", WATCHDOG_S)
+        wait_until(lambda: caplog.text.count("p") >= 3, "the runs were not logged", WATCHDOG_S)
     assert sorted(os.listdir(tmp_path)) == ["p0.json", "p1.json", "p2.json"]
 
 
@@ -78,7 +70,7 @@ def test_a_store_that_never_gets_quiet_still_writes_within_write_latest_s(tmp_pa
     adder = threading.Thread(target=keep_adding)
     adder.start()
     try:
-        wait_until(lambda: (tmp_path / "busy0.json").is_file(), "a busy store never wrote its first report")
+        wait_until(lambda: (tmp_path / "busy0.json").is_file(), "a busy store never wrote its first report", WATCHDOG_S)
     finally:
         stop.set()
         adder.join(WATCHDOG_S)
@@ -150,14 +142,14 @@ def test_many_adds_schedule_one_batch(tmp_path, monkeypatch):
 def test_a_batch_comes_again_for_the_runs_after_it(tmp_path):
     store = RunStore(str(tmp_path), background_writes=True, write_quiet_s=0.01, write_latest_s=NEVER_S)
     store.add(report("p1"))
-    wait_until(lambda: (tmp_path / "p1.json").is_file(), "the first batch was not written")
+    wait_until(lambda: (tmp_path / "p1.json").is_file(), "the first batch was not written", WATCHDOG_S)
     store.add(report("p2"))
-    wait_until(lambda: (tmp_path / "p2.json").is_file(), "a run after a batch was never written")
+    wait_until(lambda: (tmp_path / "p2.json").is_file(), "a run after a batch was never written", WATCHDOG_S)
     store.add(report("p3"))
     store.flush()  # finishes p3 before its batch comes: that batch finds nothing to do
     time.sleep(0.1)
     store.add(report("p4"))
-    wait_until(lambda: (tmp_path / "p4.json").is_file(), "a run after an empty batch was never written")
+    wait_until(lambda: (tmp_path / "p4.json").is_file(), "a run after an empty batch was never written", WATCHDOG_S)
 
 
 def test_a_batch_waits_until_no_run_has_come_for_the_quiet_time(tmp_path):
@@ -169,7 +161,7 @@ def test_a_batch_waits_until_no_run_has_come_for_the_quiet_time(tmp_path):
         store.add(report(f"p{i}"))
         last_add = time.monotonic()
         time.sleep(quiet_s / 5)  # never quiet long enough while these come
-    wait_until(lambda: len(counted) == 5, "the batch never came")
+    wait_until(lambda: len(counted) == 5, "the batch never came", WATCHDOG_S)
     waited = min(counted) - last_add
     assert waited >= quiet_s * 0.99  # one clock: a lower bound the code sets, not a speed
 
