@@ -47,7 +47,7 @@ done
 say() { echo "[demo] $*"; }
 die() { echo "[demo] error: $*" >&2; exit 1; }
 
-[ -n "${COMFYUI_PATH:-}" ] || die "set COMFYUI_PATH to a ComfyUI 0.8 checkout"
+[ -n "${COMFYUI_PATH:-}" ] || die "set COMFYUI_PATH to a ComfyUI checkout (0.8.0 to 0.33.0)"
 [ -f "$COMFYUI_PATH/main.py" ] || die "no main.py in COMFYUI_PATH=$COMFYUI_PATH"
 COMFYUI_PATH=$(cd "$COMFYUI_PATH" && pwd)
 export COMFYUI_PATH

@@ -1,6 +1,6 @@
 """Generated model files for tests, the demo and the benchmark, loaded by ComfyUI's stock loaders.
 
-    COMFYUI_PATH=<ComfyUI 0.8 checkout> python scripts/make_models.py BASE [--families] [--text-encoders] [--wan22-vae] [--full-size] [--check]
+    COMFYUI_PATH=<ComfyUI checkout (0.8.0 to 0.33.0)> python scripts/make_models.py BASE [--families] [--text-encoders] [--wan22-vae] [--full-size] [--check]
 
 Nothing is downloaded: every file is built from ComfyUI's own model classes with seeded random
 weights and written under BASE/models. Existing files are kept (idempotent).

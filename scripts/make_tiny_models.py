@@ -1,6 +1,6 @@
 """Write tiny real model files for tests and the demo, built with ComfyUI's own classes.
 
-    COMFYUI_PATH=<ComfyUI 0.8 checkout> python scripts/make_tiny_models.py BASE [--check]
+    COMFYUI_PATH=<ComfyUI checkout (0.8.0 to 0.33.0)> python scripts/make_tiny_models.py BASE [--check]
 
 BASE/models/diffusion_models/pm_tiny_wan21.safetensors  WAN 2.1 T2V (dim 128, ffn 256, 2 layers), ~4 MB
 BASE/models/vae/pm_tiny_wan21_vae.safetensors            WAN 2.1 VAE (dim 8, z_dim 16), ~4 MB
@@ -43,7 +43,7 @@ def import_comfy():
     """Put COMFYUI_PATH on sys.path and import ComfyUI's model code in CPU mode."""
     comfy_path = os.environ.get("COMFYUI_PATH")
     if not comfy_path or not os.path.isdir(comfy_path):
-        sys.exit("COMFYUI_PATH must point to a ComfyUI 0.8 checkout")
+        sys.exit("COMFYUI_PATH must point to a ComfyUI checkout (0.8.0 to 0.33.0)")
     if comfy_path not in sys.path:
         sys.path.insert(0, comfy_path)
     import comfy.cli_args

@@ -4,8 +4,9 @@
 #
 #   [COMFYUI_PATH=/path/to/ComfyUI] bash scripts/test.sh [pytest args]
 #
-# With COMFYUI_PATH (a ComfyUI 0.8 checkout, used read-only) the integration and browser tests run
-# too and .venv also gets ComfyUI's requirements; without it they skip with that reason.
+# With COMFYUI_PATH (a ComfyUI checkout, 0.8.0 to 0.33.0, used read-only) the integration and
+# browser tests run too, with that version's own venv (.venv-comfyui-<version>, on top of .venv);
+# without it they skip with that reason.
 # PM_COVERAGE=1 runs pytest under coverage.py (the real servers it starts included) and prints
 # line coverage of nodes/ and monitors/. CI=true fails the run when a comfyui or browser test skips.
 set -euo pipefail

@@ -17,7 +17,7 @@ CHROMIUM = "/usr/bin/chromium"
 
 def skip_reason() -> str | None:
     if not os.environ.get("COMFYUI_PATH"):
-        return "COMFYUI_PATH is not set: browser tests need a ComfyUI 0.8 checkout"
+        return "COMFYUI_PATH is not set: browser tests need a ComfyUI checkout (0.8.0 to 0.33.0)"
     if not os.path.exists(CHROMIUM):
         return f"{CHROMIUM} is missing: apt-get install -y chromium fonts-dejavu-core"
     if importlib.util.find_spec("playwright") is None:

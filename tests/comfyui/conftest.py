@@ -1,4 +1,4 @@
-"""Integration tests against a real ComfyUI 0.8 checkout (COMFYUI_PATH); skipped without one.
+"""Integration tests against a real ComfyUI checkout (COMFYUI_PATH: 0.8.0 to 0.33.0); skipped without one.
 
 Fixtures:
   comfy          ComfyUI imported in-process on CPU, with this pack loaded by nodes.load_custom_node
@@ -29,7 +29,21 @@ import pytest
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
 COMFYUI_PATH = os.environ.get("COMFYUI_PATH")
-SKIP_REASON = "COMFYUI_PATH is not set: integration tests need a ComfyUI 0.8 checkout"
+SKIP_REASON = "COMFYUI_PATH is not set: integration tests need a ComfyUI checkout (0.8.0 to 0.33.0)"
+# The smoke set (marker `smoke`): what CI also runs against the oldest ComfyUI we support (0.8.0),
+# while every test runs against the newest (0.33.0): the seams, ComfyUI's executor with the pack,
+# the LoRA truth against ComfyUI's own patching, the VAE chain, and a real server's reports.
+SMOKE_MODULES = frozenset(
+    {
+        "test_comfyui_seams.py",
+        "test_comfyui_inprocess.py",
+        "test_executor_inprocess.py",
+        "test_lora_oracle.py",
+        "test_vae_encode.py",
+        "test_comfyui_server.py",
+        "test_lora_server.py",
+    }
+)
 PORTS = range(8300, 8400)
 # Hang watchdogs only, never a speed bar: the suite must pass on 2 cores under heavy load, where a
 # server start or a tiny prompt can take minutes.
@@ -42,6 +56,8 @@ def pytest_collection_modifyitems(config, items):
         if HERE not in Path(str(item.path)).resolve().parents:
             continue
         item.add_marker(pytest.mark.comfyui)
+        if Path(str(item.path)).name in SMOKE_MODULES:
+            item.add_marker(pytest.mark.smoke)
         if not COMFYUI_PATH:
             item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
 
