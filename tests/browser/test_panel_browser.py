@@ -1,4 +1,4 @@
-"""The sidebar panel in the real ComfyUI 0.8 UI (frontend 1.35.9), driven by Playwright in Chromium.
+"""The sidebar panel in the real ComfyUI UI (0.33.0 with frontend 1.49.6 in CI; 0.8.0 with 1.35.9 too), driven by Playwright in Chromium.
 
 Open the page, open the tab, watch the live chart move while a real prompt with monitor nodes
 runs (queued from the page), open the run and its step cards, compare two runs, download the JSON
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -106,7 +107,8 @@ def panel_stats(page) -> dict:
 def test_only_the_entry_is_loaded_as_an_extension(page, server):
     listed = [path for path in server.get_json("/extensions") if f"/{PACK_FOLDER}/" in path]
     assert listed == [f"/extensions/{PACK_FOLDER}/pipeline_monitor.js"]
-    assert page.evaluate("window.__COMFYUI_FRONTEND_VERSION__") == "1.35.9"
+    # the frontend of the ComfyUI under test: the server runs with the Python of these tests
+    assert page.evaluate("window.__COMFYUI_FRONTEND_VERSION__") == version("comfyui-frontend-package")
     names = page.evaluate("window.app.extensions.map((e) => e.name)")
     assert names.count("PipelineMonitor") == 1
     loaded = page.evaluate(
@@ -338,8 +340,9 @@ def test_monitor_nodes_show_their_summary_on_the_node(page, server, shots):
 
 
 def test_every_example_workflow_loads_from_the_template_browser(page, server, shots):
-    """ComfyUI 0.8 serves a pack's `workflows/` folder as templates (app/custom_node_manager.py);
-    each one is opened the way a user does: Browse Templates -> the pack -> the card."""
+    """ComfyUI serves a pack's `workflows/` folder as templates (app/custom_node_manager.py);
+    each one is opened the way a user does: Browse Templates -> the pack -> the card. The dialog is
+    `[role=dialog]` in both frontends (PrimeVue's `.p-dialog` in 1.35, reka-ui's in 1.49)."""
     files = sorted((REPO / "workflows").glob("*.json"))
     assert len(files) >= 4
     templates = server.get_json("/workflow_templates")
@@ -353,13 +356,13 @@ def test_every_example_workflow_loads_from_the_template_browser(page, server, sh
         assert thumbnail.status_code == 200 and thumbnail.content[:2] == b"\xff\xd8", path.stem
         assert any(n["type"] == "Note" and n["widgets_values"][0].startswith("What to look at") for n in workflow["nodes"])
         page.evaluate("window.app.extensionManager.command.execute('Comfy.BrowseTemplates')")
-        dialog = page.locator(".p-dialog")
+        dialog = page.locator("[role=dialog]")
         dialog.get_by_text(PACK_FOLDER, exact=True).first.click()
         dialog.get_by_text(path.stem, exact=True).first.wait_for()
         if i == 0:
             page.screenshot(path=str(shots / "10_template_browser.png"))
         dialog.get_by_text(path.stem, exact=True).first.click()
-        page.wait_for_selector(".p-dialog", state="detached", timeout=20_000)
+        page.wait_for_selector("[role=dialog]", state="detached", timeout=20_000)
         page.wait_for_function(f"window.app.graph.nodes.length === {len(workflow['nodes'])}", timeout=20_000)
         types = page.evaluate("window.app.graph.nodes.map((n) => n.type)")
         assert sorted(types) == sorted(n["type"] for n in workflow["nodes"]), path.name
@@ -372,9 +375,9 @@ def test_every_example_workflow_loads_from_the_template_browser(page, server, sh
         )
         assert links == len(workflow["links"]), path.name
         page.wait_for_timeout(300)
-        assert page.locator(".p-dialog:visible").count() == 0, (
+        assert page.locator("[role=dialog]:visible").count() == 0, (
             path.name,
-            page.locator(".p-dialog").all_inner_texts(),
+            page.locator("[role=dialog]").all_inner_texts(),
         )
         page.screenshot(path=str(shots / f"11_workflow_{path.stem}.png"))
     assert page.errors == []

@@ -13,6 +13,8 @@ from testing_pack.conditioning_nodes import (
     make_tiny_clip,
 )
 
+from tests.comfyui.conftest import classic_executor
+
 NODE = "PipelineMonitorConditioning"
 TEST_NODES = {
     "PMTestConditioning": PMTestConditioning,
@@ -53,15 +55,12 @@ def codes(step, level=None):
 @pytest.fixture
 def executor(comfy, monkeypatch):
     """ComfyUI's real PromptExecutor, with the test-only nodes registered for the test."""
-    import execution
 
     primitive = importlib.import_module("comfy_extras.nodes_primitive").StringMultiline
     primitive.GET_SCHEMA()  # what ComfyUI's loader does for a V3 node
     for name, cls in {**TEST_NODES, "PrimitiveStringMultiline": primitive}.items():
         monkeypatch.setitem(comfy.nodes.NODE_CLASS_MAPPINGS, name, cls)
-    return execution.PromptExecutor(
-        comfy.server, cache_type=execution.CacheType.CLASSIC, cache_args={"lru": 0, "ram": 0}
-    )
+    return classic_executor(comfy)
 
 
 def execute(executor, prompt: dict, outputs) -> str:

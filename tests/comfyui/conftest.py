@@ -73,6 +73,17 @@ def load_script(name: str):
 # -- in-process ComfyUI -------------------------------------------------------------------------
 
 
+def classic_executor(comfy):
+    """ComfyUI's PromptExecutor with the classic cache and no RAM-pressure limits, as main.py makes
+    it (0.33 added the "ram_inactive" headroom to the cache arguments; 0.8 ignores it)."""
+    import execution
+
+    return execution.PromptExecutor(
+        comfy.server, cache_type=execution.CacheType.CLASSIC, cache_args={"lru": 0, "ram": 0, "ram_inactive": 0}
+    )
+
+
+
 class StubPromptServer:
     """What packs touch at import and run time: a route table, send_sync, client_id."""
 

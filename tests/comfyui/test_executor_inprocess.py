@@ -7,6 +7,8 @@ import uuid
 
 import pytest
 
+from tests.comfyui.conftest import classic_executor
+
 PROMPT = {
     "1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": 0}},
     "2": {"class_type": "ImageInvert", "inputs": {"image": ["1", 0]}},
@@ -18,11 +20,7 @@ OUTPUTS = ["3", "4"]
 
 @pytest.fixture
 def executor(comfy):
-    import execution
-
-    return execution.PromptExecutor(
-        comfy.server, cache_type=execution.CacheType.CLASSIC, cache_args={"lru": 0, "ram": 0}
-    )
+    return classic_executor(comfy)
 
 
 def run(executor, prompt=PROMPT):

@@ -15,6 +15,8 @@ from dump_support import dumps_dir
 from vae_encode_support import noise_image
 from vae_encode_support import run_node as run_vae_node
 
+from tests.comfyui.conftest import classic_executor
+
 pytestmark = pytest.mark.comfyui
 
 FAULT = "injected fault"
@@ -163,8 +165,6 @@ def raiser(*args, **kwargs):
 
 @pytest.fixture
 def setup(comfy, tiny, pack_runtime):
-    import execution
-
     TINY.update(model=tiny.model, clip=tiny.clip, vae=tiny.vae)
     mappings = comfy.nodes.NODE_CLASS_MAPPINGS
     added = {"PMFaultSources": PMFaultSources, "PMFaultSink": PMFaultSink}
@@ -174,9 +174,7 @@ def setup(comfy, tiny, pack_runtime):
     dumps.write_dump(
         str(dumps_dir()), COMPARED_DUMP, collect.collect_tensors(latent={"samples": torch.zeros(1, 4, 8, 8)})
     )
-    executor = execution.PromptExecutor(
-        comfy.server, cache_type=execution.CacheType.CLASSIC, cache_args={"lru": 0, "ram": 0}
-    )
+    executor = classic_executor(comfy)
     yield executor, pack_runtime
     for name in added:
         mappings.pop(name, None)

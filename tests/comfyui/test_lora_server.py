@@ -240,7 +240,12 @@ def test_example_workflow_is_valid_against_object_info(server):
                 assert link_id in nodes[source]["outputs"][source_slot]["links"]
             else:
                 assert item["name"] in info["input"].get("optional", {}), (node["type"], item["name"])
-        assert [o["type"] for o in node["outputs"]] == info["output"], node["type"]
+        outputs = [o["type"] for o in node["outputs"]]
+        if outputs != info["output"]:
+            # ComfyUI 0.33's SaveImage passes its IMAGE on; the workflow, valid on 0.8 too, lacks it:
+            # only a core output node may lack outputs added since, and only at the end.
+            assert info.get("output_node") and not node["type"].startswith("PipelineMonitor"), node["type"]
+            assert outputs == info["output"][: len(outputs)], node["type"]
         order = info["input_order"]["required"] + info["input_order"].get("optional", [])
         widgets = [
             name

@@ -14,6 +14,8 @@ import pytest
 import requests
 import torch
 
+from tests.comfyui.conftest import classic_executor
+
 pytestmark = [pytest.mark.comfyui, pytest.mark.slow]
 
 WARM_UP = 10
@@ -260,15 +262,12 @@ def leak_prompt() -> dict:
 
 def test_nothing_kept_alive_after_a_run_through_the_executor(comfy, tiny, pack_runtime):
     import comfy.model_management as mm
-    import execution
 
     TINY.update(model=tiny.model, clip=tiny.clip, vae=tiny.vae)
     comfy.nodes.NODE_CLASS_MAPPINGS["PMSoakSources"] = PMSoakSources
     REFS.clear()
     try:
-        executor = execution.PromptExecutor(
-            comfy.server, cache_type=execution.CacheType.CLASSIC, cache_args={"lru": 0, "ram": 0}
-        )
+        executor = classic_executor(comfy)
         prompt_id = str(uuid.uuid4())
         with torch.inference_mode():
             executor.execute(leak_prompt(), prompt_id, {}, ["2", "3", "4", "5", "6", "8"])

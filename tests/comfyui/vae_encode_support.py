@@ -33,6 +33,10 @@ def run_node(comfy, runtime, node_id="21", **inputs):
         output = node.PREPARE_CLASS_CLONE({"hidden_inputs": {"UNIQUE_ID": node_id}}).execute(**inputs)
     except Exception as exc:
         output = exc
+    except BaseException as exc:  # ComfyUI 0.33's InterruptProcessingException is a BaseException
+        if type(exc).__name__ != "InterruptProcessingException":
+            raise
+        output = exc
     report = runtime.recorder.end_run("success").to_dict()
     steps = [s for s in report["steps"] if s["kind"] == "vae_encode"]
     assert len(steps) <= 1
