@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 from ..monitors.prompt_info import cached_node_ids, run_outcome, workflow_from_extra_data
 from ..monitors.report import run_summary
+from . import seams
 from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ def on_prompt_start(progress, *args, **kwargs) -> None:
         return
     runtime = get_runtime()
     prompt = getattr(dynprompt, "original_prompt", None)
+    runtime.recorder.missing_seams = seams.missing_seams()  # the start-up self-check's, in every report
     runtime.recorder.begin_run(
         str(prompt_id), prompt, node_lookup=_node_lookup(dynprompt), upstream_kinds=UPSTREAM_MEMORY_KINDS
     )
@@ -125,8 +127,13 @@ def announce_run(report: Mapping) -> None:
 
 
 def install() -> bool:
-    """Wrap the two seams once; returns whether the profile hook is active."""
+    """Check every seam the pack uses (one warning names what is missing), then wrap the two
+    seams of the profile once; returns whether the profile hook is active."""
     global _handler_class
+    try:
+        seams.check_once()
+    except Exception:
+        log.exception("pipeline monitor: the start-up check of ComfyUI's symbols failed")
     try:
         import execution
         from comfy_execution import progress
