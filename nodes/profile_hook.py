@@ -6,6 +6,16 @@ registers our handler; the handler's start/finish calls time and peak each node 
 without a start is a cached node). `PromptExecutor.execute_async` is wrapped the same way to
 close the run with its final status. Feature-detected: if ComfyUI changed, one warning is
 logged and the profile is off; nothing here ever raises into ComfyUI.
+
+Newer ComfyUI seams not used here (checked against ComfyUI 0.33.0):
+- the prompt lifecycle of cache providers (`comfy_execution.cache_provider`, on_prompt_start /
+  on_prompt_end) cannot replace the execute_async wrapper: on_prompt_end gets the prompt id only
+  (the run's status comes from the executor's status messages, its workflow from extra_data), the
+  seam does not exist in 0.8, and registering a provider turns on external caching for every node
+  (each cache miss and store serializes and hashes the node's cache key, and warns for keys that
+  cannot be serialized): a cost and log lines on every prompt for nothing the pack needs;
+- a progress "activity" signal (a node's model-loading time) is not in 0.33.0: a node's span still
+  includes the loading of the models it uses, and ComfyUI's cleanup after the node.
 """
 
 from __future__ import annotations

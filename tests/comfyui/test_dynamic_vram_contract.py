@@ -114,3 +114,15 @@ def test_the_cpu_rung_patcher_of_a_real_patcher(comfy, tiny):
     patcher = node_module.cpu_patcher(tiny.vae.patcher)
     assert type(patcher) is type(tiny.vae.patcher) and patcher.model is tiny.vae.patcher.model
     assert patcher.parent is tiny.vae.patcher
+
+
+def test_comfyui_hands_a_vae_that_tiles_by_itself_the_whole_input(comfy):
+    """What monitors/vae/geometry.py's tiles_itself assumes (ComfyUI 0.33+)."""
+    import comfy.sd
+
+    tiled = inspect.getsource(comfy.sd.VAE.encode_tiled)
+    if "handles_tiling" not in tiled:
+        pytest.skip("this ComfyUI has no VAEs that tile by themselves (handles_tiling): 0.33 or later")
+    assert "self._encode_tiled_owned(pixel_samples" in tiled
+    assert "self._encode_tiled_owned(pixel_samples" in inspect.getsource(comfy.sd.VAE.encode)
+    assert "self.first_stage_model.encode_tiled(" in inspect.getsource(comfy.sd.VAE._encode_tiled_owned)
