@@ -125,7 +125,21 @@ def describe_patcher(patcher, reasons: dict[str, str] | None = None) -> dict[str
         "patch_application": placement.get("patch_application"),
         "n_patched_in_place": placement.get("n_patched_in_place"),
         "n_patched_on_the_fly": placement.get("n_patched_on_the_fly"),
+        **object_patch_names(getattr(patcher, "object_patches", None)),
     }
+
+
+MAX_OBJECT_PATCHES_LISTED = 50
+
+
+def object_patch_names(object_patches) -> dict[str, Any]:
+    """The patcher's object patches (attributes replaced when the model loads: model_sampling,
+    latent_format... and, in newer ComfyUI, ("config", ...) keys): names only, a tuple key joined
+    with "/"."""
+    if not isinstance(object_patches, dict):
+        return {"n_object_patches": None, "object_patch_names": None}
+    names = sorted("/".join(map(str, k)) if isinstance(k, tuple) else str(k) for k in object_patches)
+    return {"n_object_patches": len(names), "object_patch_names": names[:MAX_OBJECT_PATCHES_LISTED]}
 
 
 def _base(kind: str, obj, module) -> dict[str, Any]:

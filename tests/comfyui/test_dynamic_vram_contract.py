@@ -126,3 +126,17 @@ def test_comfyui_hands_a_vae_that_tiles_by_itself_the_whole_input(comfy):
     assert "self._encode_tiled_owned(pixel_samples" in tiled
     assert "self._encode_tiled_owned(pixel_samples" in inspect.getsource(comfy.sd.VAE.encode)
     assert "self.first_stage_model.encode_tiled(" in inspect.getsource(comfy.sd.VAE._encode_tiled_owned)
+
+
+def test_the_packs_calculate_weight_gives_comfyuis_model_as_lora_its_original_weight(comfy):
+    """calculate_weight(..., intermediate_dtype, original_weights): a model_as_lora patch is the
+    difference to the original weight, which only the keyword carries."""
+    lora_keys = comfy.pack_module("nodes.lora_keys")
+    base = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    target = torch.full((2, 3), 10.0)
+    entries = [
+        (0.5, ("model_as_lora", (target,)), 1.0, None, None),
+        (1.0, ("diff", (torch.ones(2, 3),)), 1.0, None, None),
+    ]
+    patched = lora_keys.calculate_weight(entries, base.clone(), "w")
+    assert torch.allclose(patched, base + 0.5 * (target - base) + 1.0)

@@ -211,3 +211,13 @@ def test_cpu_rung_clones_an_estimate_based_patcher_as_before(vae_node):
     patcher = FakeModelPatcher(tiny_module(), CPU, CPU)
     clone = vae_node.cpu_patcher(patcher)
     assert type(clone) is FakeModelPatcher and clone.model is patcher.model and clone.parent is patcher
+
+
+def test_object_patches_are_named_config_keys_included():
+    _, clone = patched(FakeModelPatcher, CPU)
+    clone.object_patches = {"model_sampling": object(), ("config", "sampling_settings"): {}, ("a", 1): 2}
+    info = describe_model(clone)
+    assert info["n_object_patches"] == 3
+    assert info["object_patch_names"] == ["a/1", "config/sampling_settings", "model_sampling"]
+    del clone.object_patches
+    assert describe_model(clone)["n_object_patches"] is None and describe_model(clone)["object_patch_names"] is None
