@@ -73,8 +73,9 @@ def encode_on_cpu(vae, pixels, monitor_errors: list[str] | None = None):
     The VAE is unloaded first, as ComfyUI unloads any model (weights to its offload device): a
     patcher that is still loaded would keep its weights where they are when a clone loads (ComfyUI
     skips loading a module it finds fully loaded), and the encode would mix devices. Then a
-    shallow copy of the VAE (same weights module) gets a non-dynamic clone of its patcher whose load
-    device is the CPU (cpu_patcher), and encodes with ComfyUI's own code; afterwards the clone is
+    shallow copy of the VAE gets a non-dynamic clone of its patcher whose load device is the CPU
+    (cpu_patcher; the same weights module, or under dynamic VRAM a fresh copy from the loader, which
+    the copy then encodes with), and encodes with ComfyUI's own code; afterwards the clone is
     unloaded too. The VAE object itself is never changed, and the next encode loads it onto its
     device as usual. The encode runs in the VAE's dtype (half precision on the CPU is slow).
     """
@@ -84,6 +85,7 @@ def encode_on_cpu(vae, pixels, monitor_errors: list[str] | None = None):
     view.device = cpu
     view.patcher = cpu_patcher(vae.patcher)
     view.patcher.load_device = cpu
+    view.first_stage_model = view.patcher.model  # a non-dynamic clone may hold a fresh copy
     try:
         return view.encode(pixels)
     finally:

@@ -163,7 +163,9 @@ class FakeVAE:
         self.patcher = patcher
         self.first_stage_model = patcher.model
         self.device = patcher.load_device
+        self.encoded_with: list = []  # shared with shallow copies: the modules each encode ran
 
     def encode(self, pixels):
         self.patcher.load(self.patcher.load_device)
+        self.encoded_with.append(self.first_stage_model)
         return self.first_stage_model[0](pixels)

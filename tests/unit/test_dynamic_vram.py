@@ -191,7 +191,9 @@ def test_cpu_rung_uses_a_non_dynamic_clone_from_the_loader(vae_node):
     patcher.cached_patcher_init = loader_of(patcher.model)
     vae = FakeVAE(patcher)
     samples = vae_node.encode_on_cpu(vae, torch.ones(1, 4))
-    assert samples.shape == (1, 4)
+    [module] = vae.encoded_with
+    assert samples.shape == (1, 4) and module is not patcher.model  # the fresh copy the clone loaded
+    assert vae.first_stage_model is patcher.model
     assert vae.patcher is patcher and vae.device == CUDA and patcher.n_loads == 0  # the VAE is untouched
     view_patcher = vae_node.cpu_patcher(patcher)
     assert type(view_patcher) is FakeModelPatcher and view_patcher.model is not patcher.model
@@ -202,6 +204,7 @@ def test_cpu_rung_without_a_loader_uses_a_plain_patcher_on_the_same_weights(vae_
     patcher = FakeModelPatcherDynamic(tiny_module(), CUDA, CPU)
     vae = FakeVAE(patcher)
     assert vae_node.encode_on_cpu(vae, torch.ones(1, 4)).shape == (1, 4)
+    assert vae.encoded_with == [patcher.model]
     plain = vae_node.cpu_patcher(patcher)
     assert type(plain) is FakeModelPatcher and plain.model is patcher.model and plain.load_device == CPU
     assert plain.offload_device == CPU and plain.model_size() == patcher.model_size()
