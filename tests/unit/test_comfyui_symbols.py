@@ -8,6 +8,7 @@ them, COMFYUI_PATH, and the folders in COMFYUI_SNAPSHOTS (os.pathsep-separated).
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 from pathlib import Path
@@ -111,3 +112,27 @@ def test_self_check_names_what_is_missing_once(caplog):
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "os.no_such_function, no_such_module_anywhere.x" in warnings[0].getMessage()
     assert seams.self_check(["os.path.join"]) == () == seams.missing_seams()
+
+
+KNOWN_PROGRESS_HOOKS = {
+    "__init__",
+    "set_registry",
+    "start_handler",
+    "update_handler",
+    "finish_handler",
+    "reset",
+    "enable",
+    "disable",
+}
+
+
+@pytest.mark.skipif(not ROOTS, reason="no ComfyUI snapshot beside the checkout")
+@pytest.mark.parametrize("version", sorted(ROOTS) or ["none"])
+def test_the_progress_handler_offers_no_hook_the_profile_does_not_know(version):
+    """A newer ComfyUI's progress "activity" signal (a node's model loading) would be a new method
+    here: this fails then, so the profile hook can use it (see nodes/profile_hook.py's docstring)."""
+    snapshot = Snapshot(ROOTS[version])
+    found = snapshot.member(("module", "comfy_execution.progress"), "ProgressHandler")
+    assert found is not None and found[0] == "class"
+    methods = {n.name for n in found[1].body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    assert methods - KNOWN_PROGRESS_HOOKS == set(), f"ComfyUI {version}: new ProgressHandler hooks"
