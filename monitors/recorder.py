@@ -75,6 +75,8 @@ class RunRecorder:
         # on disk beside the reports, so the first run after a restart still shows its changes
         self._input_history = InputHistory(files=store.input_files() if hasattr(store, "input_files") else None)
         self.system_info: dict | None = None
+        # set by the framework adapter's start-up self-check; copied into every report
+        self.missing_seams: tuple[str, ...] = ()
 
     @property
     def probes(self) -> Probes:
@@ -203,6 +205,7 @@ class RunRecorder:
             profile_enabled=run.profile_enabled,
             workflow=dict(workflow) if workflow else None,
             input_changes=input_changes,
+            missing_seams=tuple(self.missing_seams),
         )
         try:
             self.store.add(report)

@@ -196,6 +196,9 @@ class RunReport:
     # The widget inputs that changed since the last run of the same workflow (see
     # monitors/input_changes.py); None in reports made before it was recorded.
     input_changes: Mapping[str, Any] | None = None
+    # The ComfyUI symbols the pack uses that this ComfyUI lacks (the start-up self-check,
+    # nodes/seams.py): the monitors using them report less or fail. Empty when all were found.
+    missing_seams: tuple[str, ...] = ()
 
     @property
     def peak_rss_bytes(self) -> int | None:

@@ -8,6 +8,8 @@ file's tensors (monitors/lora/file.py). The set arithmetic is monitors/lora/cove
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 from ..monitors.lora.coverage import coverage_from_patches
@@ -48,7 +50,34 @@ def recompute_coverage(model, clip, path: str, index: dict[str, dict] | None) ->
 
 
 def calculate_weight(entries, weight, key):
-    """ComfyUI's own patch arithmetic on a weight copy (for changes that depend on the base weight)."""
+    """ComfyUI's own patch arithmetic on a weight copy (for changes that depend on the base weight),
+    in the copy's dtype (the analysis hands float32). `original_weights` is the unpatched weight, as
+    ComfyUI's loader passes it: a model_as_lora patch is the difference to it (a copy, since the
+    other entries patch `weight` in place); ComfyUI before these keywords is called without them."""
     import comfy.lora
 
-    return comfy.lora.calculate_weight(entries, weight, key)
+    if not _takes_original_weights(comfy.lora.calculate_weight):
+        return comfy.lora.calculate_weight(entries, weight, key)
+    original = {key: [(weight.clone(),)]} if any(_is_model_as_lora(e) for e in entries) else None
+    return comfy.lora.calculate_weight(
+        entries, weight, key, intermediate_dtype=weight.dtype, original_weights=original
+    )
+
+
+def _is_model_as_lora(entry) -> bool:
+    value = entry[1] if isinstance(entry, (list, tuple)) and len(entry) > 1 else None
+    return (
+        isinstance(value, tuple)
+        and len(value) > 0
+        and isinstance(value[0], str)
+        and value[0] == "model_as_lora"
+    )
+
+
+@functools.cache
+def _takes_original_weights(function) -> bool:
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
+    return "original_weights" in parameters and "intermediate_dtype" in parameters

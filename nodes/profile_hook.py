@@ -6,6 +6,16 @@ registers our handler; the handler's start/finish calls time and peak each node 
 without a start is a cached node). `PromptExecutor.execute_async` is wrapped the same way to
 close the run with its final status. Feature-detected: if ComfyUI changed, one warning is
 logged and the profile is off; nothing here ever raises into ComfyUI.
+
+Newer ComfyUI seams not used here (checked against ComfyUI 0.33.0):
+- the prompt lifecycle of cache providers (`comfy_execution.cache_provider`, on_prompt_start /
+  on_prompt_end) cannot replace the execute_async wrapper: on_prompt_end gets the prompt id only
+  (the run's status comes from the executor's status messages, its workflow from extra_data), the
+  seam does not exist in 0.8, and registering a provider turns on external caching for every node
+  (each cache miss and store serializes and hashes the node's cache key, and warns for keys that
+  cannot be serialized): a cost and log lines on every prompt for nothing the pack needs;
+- a progress "activity" signal (a node's model-loading time) is not in 0.33.0: a node's span still
+  includes the loading of the models it uses, and ComfyUI's cleanup after the node.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from collections.abc import Mapping
 
 from ..monitors.prompt_info import cached_node_ids, run_outcome, workflow_from_extra_data
 from ..monitors.report import run_summary
+from . import seams
 from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
@@ -77,6 +88,7 @@ def on_prompt_start(progress, *args, **kwargs) -> None:
         return
     runtime = get_runtime()
     prompt = getattr(dynprompt, "original_prompt", None)
+    runtime.recorder.missing_seams = seams.missing_seams()  # the start-up self-check's, in every report
     runtime.recorder.begin_run(
         str(prompt_id), prompt, node_lookup=_node_lookup(dynprompt), upstream_kinds=UPSTREAM_MEMORY_KINDS
     )
@@ -125,8 +137,13 @@ def announce_run(report: Mapping) -> None:
 
 
 def install() -> bool:
-    """Wrap the two seams once; returns whether the profile hook is active."""
+    """Check every seam the pack uses (one warning names what is missing), then wrap the two
+    seams of the profile once; returns whether the profile hook is active."""
     global _handler_class
+    try:
+        seams.check_once()
+    except Exception:
+        log.exception("pipeline monitor: the start-up check of ComfyUI's symbols failed")
     try:
         import execution
         from comfy_execution import progress

@@ -14,6 +14,7 @@ import logging
 import torch
 from comfy_api.latest import io
 
+from ..monitors.models.patching import MEMORY_MANAGER_DYNAMIC, memory_manager
 from ..monitors.probes import get_probes
 from ..monitors.report import failed_step
 from ..monitors.vae.chain import run_chain
@@ -72,21 +73,44 @@ def encode_on_cpu(vae, pixels, monitor_errors: list[str] | None = None):
     The VAE is unloaded first, as ComfyUI unloads any model (weights to its offload device): a
     patcher that is still loaded would keep its weights where they are when a clone loads (ComfyUI
     skips loading a module it finds fully loaded), and the encode would mix devices. Then a
-    shallow copy of the VAE (same weights module) gets a clone of its patcher whose load device is
-    the CPU, and encodes with ComfyUI's own code; afterwards the clone is unloaded too. The VAE
-    object itself is never changed, and the next encode loads it onto its device as usual.
-    The encode runs in the VAE's dtype (half precision on the CPU is slow).
+    shallow copy of the VAE gets a non-dynamic clone of its patcher whose load device is the CPU
+    (cpu_patcher; the same weights module, or under dynamic VRAM a fresh copy from the loader, which
+    the copy then encodes with), and encodes with ComfyUI's own code; afterwards the clone is
+    unloaded too. The VAE object itself is never changed, and the next encode loads it onto its
+    device as usual. The encode runs in the VAE's dtype (half precision on the CPU is slow).
     """
     cpu = torch.device("cpu")
     unload_patcher(vae.patcher, monitor_errors)
     view = copy.copy(vae)
     view.device = cpu
-    view.patcher = vae.patcher.clone()
+    view.patcher = cpu_patcher(vae.patcher)
     view.patcher.load_device = cpu
+    view.first_stage_model = view.patcher.model  # a non-dynamic clone may hold a fresh copy
     try:
         return view.encode(pixels)
     finally:
         unload_patcher(view.patcher, monitor_errors)
+
+
+def cpu_patcher(patcher):
+    """A clone of `patcher` that can load on the CPU. A dynamic-VRAM patcher (ModelPatcherDynamic)
+    keeps per-device state (`dynamic_pins[load_device]`) that has no CPU entry: a clone of it with
+    the CPU as load device raises KeyError on load. ComfyUI's own way out is
+    `clone(disable_dynamic=True)` (a plain ModelPatcher over a fresh copy of the weights, from the
+    loader); where that is refused (no loader to reload from) a plain ModelPatcher over the same
+    module, as ComfyUI builds for any CPU load device. An estimate-based patcher clones as always."""
+    if memory_manager(patcher) != MEMORY_MANAGER_DYNAMIC:
+        return patcher.clone()
+    try:
+        return patcher.clone(disable_dynamic=True)
+    except Exception as exc:
+        log.info("pipeline monitor: no non-dynamic clone of the VAE patcher (%s), using a plain one", exc)
+    import comfy.model_patcher
+
+    cpu = torch.device("cpu")
+    return comfy.model_patcher.ModelPatcher(
+        patcher.model, load_device=cpu, offload_device=patcher.offload_device, size=patcher.model_size()
+    )
 
 
 def unload_patcher(patcher, monitor_errors: list[str] | None = None) -> None:

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..models.patching import patched_on_the_fly
 from ..tensor_stats import one_cpu_thread
 from .norms import frobenius_norm, kron_norm, loha_norm, lora_norm
 from .state_dicts import state_dict_of
@@ -270,14 +271,16 @@ def parent_chain(patcher, max_hops: int = MAX_HOPS) -> list:
 
 
 def base_weight_lookup(patcher) -> Callable[[str], Any]:
-    """key -> the unpatched weight: the patcher's backup while weights are patched, else the module's."""
+    """key -> the unpatched weight, read where it lives: the module's own weight, unless the key's
+    patches were written into it (then `patcher.backup` holds the original). A weight patched on the
+    fly (a LowVramPatch: low-VRAM mode, dynamic VRAM) is never written: the module holds the base."""
     model = getattr(patcher, "model", None)
     state = state_dict_of(model) if hasattr(model, "state_dict") else {}
     backup = getattr(patcher, "backup", None) or {}
 
     def lookup(key: str):
         saved = backup.get(key)
-        if saved is not None:
+        if saved is not None and not patched_on_the_fly(model, key):
             return getattr(saved, "weight", None) if hasattr(saved, "weight") else saved[0]
         return state.get(key)
 

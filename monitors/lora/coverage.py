@@ -206,8 +206,44 @@ def coverage_from_patches(
         n_clip_targets=len(targets & clip_keys),
         n_targets_not_loaded=len(not_loaded),
         targets_not_loaded=not_loaded[:50],
+        **slice_targets(patch_dict, model_module, clip_module),
     )
     return coverage
+
+
+def _slice_of(target) -> tuple[str, tuple[int, int, int]] | None:
+    """(weight key, (dim, offset, length)) of a key-map target that patches part of a weight (one of
+    q/k/v in a fused qkv weight), else None (a whole weight: a key, or (key, None, function))."""
+    if not isinstance(target, tuple) or len(target) < 2 or not isinstance(target[1], tuple):
+        return None
+    part = target[1]
+    if len(part) != 3 or not all(isinstance(v, int) and not isinstance(v, bool) for v in part):
+        return None
+    return str(target[0]), part
+
+
+def slice_targets(patch_dict: Mapping, model_module=None, clip_module=None) -> dict[str, Any]:
+    """Patches that target a slice `(key, (dim, offset, length))` of a weight, and those whose slice
+    does not fit the weight's shape (ComfyUI would fail to apply them)."""
+    slices = [found for found in (_slice_of(t) for t in patch_dict) if found is not None]
+    shapes: dict[str, Any] = {}
+    for module in (clip_module, model_module):
+        if module is not None and hasattr(module, "state_dict"):
+            shapes.update(state_dict_of(module))
+    beyond = []
+    for key, (dim, offset, length) in slices:
+        shape = getattr(shapes.get(key), "shape", None)
+        if shape is None:
+            continue  # not loaded: counted with targets_not_loaded
+        size = shape[dim] if -len(shape) <= dim < len(shape) else None
+        if size is None or offset < 0 or length < 0 or offset + length > size:
+            beyond.append(f"{key}: dim {dim}, {offset}..{offset + length} of {size}")
+    return {
+        "n_slice_targets": len(slices),
+        "n_sliced_weights": len({key for key, _ in slices}),
+        "n_slices_beyond_weight": len(beyond),
+        "slices_beyond_weight": sorted(beyond)[:50],
+    }
 
 
 # -- findings -------------------------------------------------------------------------------------
@@ -250,6 +286,15 @@ def loader_findings(loader: Mapping, file_status: Mapping | None, coverage: Mapp
                 f"{where}: {coverage['n_targets_not_loaded']} patched weights do not exist in the model "
                 "(ComfyUI logs them as NOT LOADED), see targets_not_loaded",
                 "lora_targets_not_loaded",
+            )
+        )
+    if coverage.get("n_slices_beyond_weight"):
+        findings.append(
+            Finding(
+                "warning",
+                f"{where}: {coverage['n_slices_beyond_weight']} patches target a slice outside their weight "
+                "(a fused qkv weight of another size), see slices_beyond_weight",
+                "lora_slices_beyond_weight",
             )
         )
     n, unmatched = coverage["n_file_keys"], coverage["n_unmatched_keys"]

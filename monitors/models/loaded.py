@@ -2,13 +2,17 @@
 and the torch allocator's state. Plain data only (no reference to a model is kept), read on demand.
 
 Loaded-model entries are duck-typed like ComfyUI's LoadedModel: `.model` (the patcher, None once
-freed), `.device`, `.model_loaded_memory()`, `.model_memory()`.
+freed), `.device`, `.model_loaded_memory()`, `.model_memory()`. ComfyUI's model_loaded_memory() is
+the patcher's loaded_size(), virtual allocation included on a dynamic patcher; each row says which
+memory manager counted it (monitors/models/patching.py).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+
+from .patching import memory_manager
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +48,7 @@ def loaded_model_row(loaded) -> dict:
         "patcher_class": None if patcher is None else type(patcher).__name__,
         "model_class": None if module is None else type(module).__name__,
         "device": str(getattr(loaded, "device", None)),
+        "memory_manager": None if patcher is None else memory_manager(patcher),
         "loaded_bytes": loaded_bytes,
         "loaded_bytes_unknown_reason": loaded_reason,
         "total_bytes": total_bytes,

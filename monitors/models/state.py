@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from .patching import loaded_bytes, memory_manager, patch_placement
+
 UNKNOWN = None
 
 
@@ -99,21 +101,17 @@ def _parameters_and_buffers(module) -> list:
 
 def describe_patcher(patcher, reasons: dict[str, str] | None = None) -> dict[str, Any]:
     """Fields of a ComfyUI ModelPatcher-like object (load/offload device, patches, loaded memory).
-    Why a figure is unknown goes to `reasons` (field -> "ExceptionType: message")."""
+    Why a figure is unknown goes to `reasons` (field -> "ExceptionType: message").
+
+    `loaded_weight_bytes` is what ComfyUI's memory manager counts as resident (`loaded_size()`),
+    `memory_manager` says which manager that is ("dynamic" or "estimate"); `weights_patched` is true
+    only when the patches are written into the weights, not applied on the fly (monitors/models/
+    patching.py)."""
     patches = getattr(patcher, "patches", None)
-    loaded = _safe(
-        lambda: patcher.model.model_loaded_weight_memory, reasons=reasons, field="loaded_weight_bytes"
-    )
+    loaded = _safe(lambda: loaded_bytes(patcher), reasons=reasons, field="loaded_weight_bytes")
     parent = getattr(patcher, "parent", None)
-    model = getattr(patcher, "model", None)
-    weights_patched = _safe(
-        lambda: (
-            model.current_weight_patches_uuid is not None
-            and model.current_weight_patches_uuid == patcher.patches_uuid
-        ),
-        reasons=reasons,
-        field="weights_patched",
-    )
+    placement = _safe(lambda: patch_placement(patcher), {}, reasons=reasons, field="weights_patched")
+    manager = _safe(lambda: memory_manager(patcher), reasons=reasons, field="memory_manager")
     return {
         "patcher_class": type(patcher).__name__,
         "load_device": _str_or_none(getattr(patcher, "load_device", None)),
@@ -121,9 +119,27 @@ def describe_patcher(patcher, reasons: dict[str, str] | None = None) -> dict[str
         "n_patches": len(patches) if isinstance(patches, dict) else None,
         "patches_uuid": _str_or_none(getattr(patcher, "patches_uuid", None)),
         "parent_object_id": None if parent is None else id(parent),
+        "memory_manager": manager,
         "loaded_weight_bytes": loaded if isinstance(loaded, int) else None,
-        "weights_patched": weights_patched if isinstance(weights_patched, bool) else None,
+        "weights_patched": placement.get("weights_patched"),
+        "patch_application": placement.get("patch_application"),
+        "n_patched_in_place": placement.get("n_patched_in_place"),
+        "n_patched_on_the_fly": placement.get("n_patched_on_the_fly"),
+        **object_patch_names(getattr(patcher, "object_patches", None)),
     }
+
+
+MAX_OBJECT_PATCHES_LISTED = 50
+
+
+def object_patch_names(object_patches) -> dict[str, Any]:
+    """The patcher's object patches (attributes replaced when the model loads: model_sampling,
+    latent_format... and, in newer ComfyUI, ("config", ...) keys): names only, a tuple key joined
+    with "/"."""
+    if not isinstance(object_patches, dict):
+        return {"n_object_patches": None, "object_patch_names": None}
+    names = sorted("/".join(map(str, k)) if isinstance(k, tuple) else str(k) for k in object_patches)
+    return {"n_object_patches": len(names), "object_patch_names": names[:MAX_OBJECT_PATCHES_LISTED]}
 
 
 def _base(kind: str, obj, module) -> dict[str, Any]:

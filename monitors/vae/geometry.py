@@ -78,11 +78,19 @@ def encode_input_shape(vae, pixels_shape) -> tuple[int, ...] | None:
     return (batch, channels, height, width)
 
 
+def tiles_itself(vae) -> bool:
+    """A VAE whose model tiles by itself (`handles_tiling`, ComfyUI 0.33+: SeedVR2 and other video
+    VAEs): ComfyUI's tiled encode hands it the whole input with the tile settings, and its own
+    retry after running out of memory does the same; ComfyUI's tilers are not used."""
+    return getattr(vae, "handles_tiling", False) is True
+
+
 def tile_input_shape(vae, pixels_shape, tiles) -> tuple[int, ...] | None:
-    """The largest piece `encode_tiled` hands to the model with these tile settings."""
+    """The largest piece `encode_tiled` hands to the model with these tile settings: the whole
+    input for a VAE that tiles by itself (ComfyUI's own estimate for it is of the whole input too)."""
     full = encode_input_shape(vae, pixels_shape)
-    if full is None:
-        return None
+    if full is None or tiles_itself(vae):
+        return full
     size = tiles.tile_size
     if len(full) == 4:
         _, channels, height, width = full
@@ -181,7 +189,10 @@ def tiles_from_inputs(
 
 def usable_tiles(vae, tiles: TileSettings) -> tuple[TileSettings, tuple[Finding, ...]]:
     """Tile settings ComfyUI's tiler can run: its steps divide by (tile - overlap), and image VAEs
-    also tile with half-size tiles, so a too-large overlap fails with ZeroDivisionError there."""
+    also tile with half-size tiles, so a too-large overlap fails with ZeroDivisionError there. A VAE
+    that tiles by itself gets the settings as they are (its model applies them, not that tiler)."""
+    if tiles_itself(vae):
+        return tiles, ()
     limit = tiles.tile_size // 2 if getattr(vae, "latent_dim", 2) == 2 else tiles.tile_size
     if tiles.overlap < limit:
         return tiles, ()

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.log_lines import strip_colours
+
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
 COMFYUI_PATH = os.environ.get("COMFYUI_PATH")
@@ -306,7 +308,9 @@ class ComfyServer:
             self.process.wait(timeout=15)
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        """The server's console output without colour codes: ComfyUI 0.33+ prefixes each line with a
+        coloured level tag (and colours some whole lines), which line patterns must not see."""
+        return strip_colours(self.log_path.read_text(errors="replace"))
 
     def get(self, path: str, timeout: float = 10):
         import requests

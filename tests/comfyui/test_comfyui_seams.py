@@ -109,3 +109,14 @@ def test_profile_hook_is_installed_and_records_a_run(comfy, pack_runtime, seams)
     assert rows["1"].status == "executed" and rows["1"].class_type == "EmptyImage"
     assert rows["1"].duration_s is not None and rows["1"].peak_rss_bytes is not None
     assert rows["2"].status == "cached" and rows["2"].cached
+
+
+def test_the_start_up_self_check_finds_every_seam_in_this_comfyui(comfy, monkeypatch):
+    seams = comfy.pack_module("nodes.seams")
+    for name in ("_missing", "_checked"):  # what the pack found at its start stays for later tests
+        monkeypatch.setattr(seams, name, getattr(seams, name))
+    used = seams.used_symbols()
+    assert "execution.PromptExecutor.execute_async" in used and "comfy.lora.calculate_weight" in used
+    # The in-process PromptServer is a stub with a route table and send_sync only.
+    stub_lacks = {"server.PromptServer.instance.last_node_id", "server.PromptServer.instance.sockets"}
+    assert set(seams.self_check()) <= stub_lacks

@@ -80,6 +80,11 @@ def hook(monkeypatch, tmp_path):
     runtime = runtime_mod.Runtime(store, recorder, Sampler(probes=fake_probes()))
     previous = runtime_mod.set_runtime(runtime)
     monkeypatch.setattr(hook, "_handler_class", None)
+    # the start-up self-check of every seam (nodes/seams.py) as done, with nothing missing: its own
+    # tests below and in tests/unit/test_comfyui_symbols.py
+    seams = importlib.import_module(f"{PACK}.nodes.seams")
+    monkeypatch.setattr(seams, "_checked", True)
+    monkeypatch.setattr(seams, "_missing", ())
     # No ComfyUI server (after the in-process tests, the real one would be importable): an
     # announcement is logged at debug level and dropped; fake_server() puts one in.
     monkeypatch.setitem(sys.modules, "server", None)
@@ -114,6 +119,23 @@ def test_a_prompt_through_the_wrapped_seams_is_recorded(hook, monkeypatch):
         ("1.0.0.2", "VAEDecode", None, "executed"),
     ]
     assert hook.runtime.recorder.active_prompt_id is None
+
+
+def test_the_start_up_self_check_warns_once_and_every_report_lists_the_missing_seams(hook, monkeypatch, caplog):
+    execution, progress = fake_seams(monkeypatch)
+    seams = importlib.import_module(f"{PACK}.nodes.seams")
+    monkeypatch.setattr(seams, "_checked", False)
+    monkeypatch.setattr(seams, "used_symbols", lambda: {"execution.reset_progress_state": [], "execution.gone": []})
+    with caplog.at_level(logging.WARNING):
+        assert hook.module.install() is True
+        assert hook.module.install() is True  # checked once
+    assert [r.getMessage() for r in caplog.records] == [
+        "pipeline monitor: this ComfyUI lacks 1 of the 2 symbols the pack uses: execution.gone (the monitors "
+        "using them report less or fail; every run report lists them)"
+    ]
+    run_prompt(execution, progress, prompt_id="p1")
+    run_prompt(execution, progress, prompt_id="p2")
+    assert [hook.runtime.store.get(p)["missing_seams"] for p in ("p1", "p2")] == [["execution.gone"]] * 2
 
 
 def test_installing_twice_wraps_once(hook, monkeypatch):
