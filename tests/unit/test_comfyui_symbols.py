@@ -42,6 +42,13 @@ ROOTS = snapshot_roots()
 USED = seams.used_symbols()
 
 
+def test_ci_checks_both_snapshots():
+    """CI has both snapshots beside the checkout: there the checks below never skip."""
+    if not os.environ.get("CI"):
+        pytest.skip("outside CI the snapshots are optional")
+    assert {"0.8.0", "0.33.0"} <= set(ROOTS), f"snapshots found: {sorted(ROOTS)}"
+
+
 def test_the_inventory_finds_imports_attribute_reads_and_getattr():
     source = (
         "import comfy.model_management as mm\n"
