@@ -187,6 +187,9 @@ def problems_html(report: Mapping) -> str:
             findings.append(("warning", where, f"monitoring: {problem}"))
     for problem in report.get("monitor_errors") or []:
         findings.append(("info", "monitor", problem))
+    if report.get("missing_seams"):
+        seams = ", ".join(str(seam) for seam in report["missing_seams"])
+        findings.append(("warning", "monitor", f"ComfyUI seams not found: {seams}; the figures that read them are missing from this run"))
     items += sorted(findings, key=lambda f: order.get(f[0], 3))
     if not items:
         return '<p class="muted">No errors or suggestions.</p>'

@@ -201,3 +201,10 @@ test("process and system readings in step figures are shown but never the step's
   const grown = compareRuns(makeReport({ steps: [vae(10 * MiB)] }), makeReport({ prompt_id: "p3", steps: [vae(300 * MiB)] }));
   assert.equal(grown.steps[0].regression, true, "what the encode itself added still counts");
 });
+
+test("problems: seams the start-up self-check did not find are one warning of the run, none when all were found", () => {
+  const items = problems(makeReport({ missing_seams: ["comfy.model_management.get_free_memory", "execution.reset_progress_state"] }));
+  assert.deepEqual(items.map((p) => [p.level, p.where]), [["warning", "monitor"]]);
+  assert.match(items[0].message, /comfy\.model_management\.get_free_memory, execution\.reset_progress_state/);
+  assert.deepEqual(problems(makeReport({ missing_seams: [] })), []);
+});

@@ -108,3 +108,10 @@ def test_values_by_unit():
     assert format_value("x", None) == "–"
     assert label(None, "peak_rss_bytes") == "peak rss" and label(None, "n_tokens") == "tokens (count)"
     assert label("conditioning", "positive_n_tokens") == "positive tokens"  # the kind's declared label
+
+
+def test_missing_comfyui_seams_are_a_warning_of_the_run():
+    html = render_html(report(missing_seams=["execution.reset_progress_state", EVIL]))
+    assert "ComfyUI seams not found: execution.reset_progress_state" in html
+    assert EVIL not in html  # escaped like every run string
+    assert "ComfyUI seams not found" not in render_html(report(missing_seams=[]))

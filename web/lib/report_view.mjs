@@ -18,7 +18,7 @@ import { kindInfo } from "./step_kinds.mjs";
  *   duration_s?: number | null, nodes?: NodeProfile[], steps?: StepReport[], span?: Record<string, any> | null,
  *   system?: Record<string, unknown>, error?: Record<string, any> | null, monitor_errors?: string[],
  *   profile_enabled?: boolean, schema_version?: number, workflow?: {name?: string | null, id?: string | null} | null,
- *   input_changes?: InputChanges | null}} RunReport
+ *   input_changes?: InputChanges | null, missing_seams?: string[]}} RunReport
  * @typedef {{node_id: string, node_type: string | null, input: string, before: string, after: string}} InputChange
  * @typedef {{compared_with_prompt_id?: string | null, first_run: boolean | null, changes: InputChange[] | null,
  *   n_changes: number | null, n_inputs_added?: number | null, n_inputs_removed?: number | null,
@@ -258,10 +258,19 @@ export function problems(report) {
     for (const m of step.monitor_errors ?? []) items.push({ level: "warning", where, message: `monitoring: ${m}` });
   }
   for (const m of report.monitor_errors ?? []) items.push({ level: "info", where: "monitor", message: String(m) });
+  if (report.missing_seams?.length) items.push({ level: "warning", where: "monitor", message: missingSeamsMessage(report.missing_seams) });
   return items
     .map((item, index) => ({ item, index }))
     .sort((a, b) => LEVEL_ORDER[a.item.level] - LEVEL_ORDER[b.item.level] || a.index - b.index)
     .map((e) => e.item);
+}
+
+/**
+ * What the pack's start-up self-check found missing in this ComfyUI (nodes/seams.py), said once per run.
+ * @param {string[]} seams
+ */
+export function missingSeamsMessage(seams) {
+  return `ComfyUI seams not found: ${seams.join(", ")}; the figures that read them are missing from this run`;
 }
 
 /**
