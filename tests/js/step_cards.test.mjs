@@ -149,6 +149,25 @@ test("a models card has one row per object", () => {
   assert.deepEqual(table.rows.map((r) => r.cells), [["model\nWAN21", "cpu\nfloat32", "4.0 MiB", "50 ms"], ["vae\nWanVAE", "cpu\nfloat32", "1.0 MiB", "–"]]);
 });
 
+test("a models card says which memory manager counted the resident bytes and how patches are applied", () => {
+  const step = {
+    kind: "models",
+    node_id: "16",
+    summary: {},
+    details: {
+      objects: {
+        model: { module_class: "BaseModel", resident_bytes: 2 * 1024 ** 3, memory_manager: "dynamic", n_patches: 192, patch_application: "on_the_fly", load_device: "cuda:0", offload_device: "cpu" },
+        vae: { module_class: "AutoencoderKL", resident_bytes: 1024 ** 2, memory_manager: "estimate", n_patches: 0, patch_application: "none" },
+      },
+    },
+  };
+  const card = designedCard(step);
+  const placement = card.more.find((b) => b.type === "table");
+  assert.ok(placement && placement.type === "table");
+  assert.deepEqual(placement.rows.map((r) => r.cells.slice(2)), [["2.0 GiB\ndynamic", "192\non the fly"], ["1.0 MiB\nestimate", "0\nnone"]]);
+  assert.match(String(card.sections[0].type === "table" && card.sections[0].rows[0].title), /dynamic memory manager.*192 patches \(on the fly\)/);
+});
+
 test("details of an unexpected shape still give a card, which says why its layout is missing", () => {
   const card = designedCard({ kind: "lora", node_id: "1", summary: { [L.success]: false }, details: { loaders: [null] } });
   assert.ok(card.headline.length);

@@ -304,14 +304,16 @@ function modelsBlocks(step) {
       columns: [{ label: "Object", title: "the monitor's input and the model's class" }, { label: "Device", title: "device and dtype" }, { label: "Size", num: true }, { label: "Load", num: true, title: "the loader node's time (from the profile)" }],
       rows: objects.map(([role, o]) => ({
         cells: [`${role}\n${String(o.module_class ?? o.class ?? MISSING)}`, `${String(o.device ?? MISSING)}\n${String(o.dtype ?? MISSING)}`, formatBytes(o.size_bytes), formatSeconds(obj(loaders[role]).duration_s)],
-        title: `patcher ${o.patcher_class ?? "?"}, load ${o.load_device ?? "?"}, offload ${o.offload_device ?? "?"}, resident ${formatBytes(o.resident_bytes)}, ${o.n_patches ?? 0} patches`,
+        title: `patcher ${o.patcher_class ?? "?"}, load ${o.load_device ?? "?"}, offload ${o.offload_device ?? "?"}, resident ${formatBytes(o.resident_bytes)}${o.memory_manager ? ` (${o.memory_manager} memory manager)` : ""}, ${o.n_patches ?? 0} patches${o.patch_application ? ` (${String(o.patch_application).replaceAll("_", " ")})` : ""}`,
       })),
     }],
     more: [{
       type: "table",
       title: "Placement and patches",
-      columns: [{ label: "Input" }, { label: "Load → offload" }, { label: "Resident", num: true }, { label: "Patches", num: true }],
-      rows: objects.map(([role, o]) => ({ cells: [role, `${o.load_device ?? "?"} → ${o.offload_device ?? "?"}`, formatBytes(o.resident_bytes), num(o.n_patches)] })),
+      // Resident bytes over the memory manager that counted them (dynamic VRAM or estimate-based), the
+      // patch count over how ComfyUI applies them (written in place, or on the fly under dynamic VRAM).
+      columns: [{ label: "Input" }, { label: "Load → offload" }, { label: "Resident", num: true, title: "resident bytes, and the memory manager that counted them" }, { label: "Patches", num: true, title: "patch count, and how ComfyUI applies them" }],
+      rows: objects.map(([role, o]) => ({ cells: [role, `${o.load_device ?? "?"} → ${o.offload_device ?? "?"}`, [formatBytes(o.resident_bytes), o.memory_manager].filter(Boolean).join("\n"), [num(o.n_patches), o.patch_application ? String(o.patch_application).replaceAll("_", " ") : ""].filter(Boolean).join("\n")] })),
     }],
   };
 }
