@@ -32,6 +32,7 @@ from .aggregate import (
     load_report,
     load_reports,
 )
+from .deep_profile.trace_ops import read_ops
 from .exporters.csv_tables import TABLES, nodes_csv, steps_csv, write_text
 from .exporters.trace import reports_to_trace
 from .report import format_bytes, write_json_atomic
@@ -127,6 +128,10 @@ def cmd_aggregate(args) -> int:
     return EXIT_SKIPPED if skipped else EXIT_OK
 
 
+def is_deep_profiled(report) -> bool:
+    return any(isinstance(s, dict) and s.get("kind") == "deep_profile" for s in report.get("steps") or ())
+
+
 def cmd_compare(args) -> int:
     reports = []
     for path in (args.a, args.b):
@@ -138,11 +143,18 @@ def cmd_compare(args) -> int:
         _err("compare needs two usable reports")
         return EXIT_NO_INPUT
     result = compare(reports[0], reports[1], args.threshold_pct, args.min_seconds, args.min_bytes)
+    result["deep_profiled"] = {"a": is_deep_profiled(reports[0]), "b": is_deep_profiled(reports[1])}
     if args.output:
         write_json_atomic(args.output, result)
     _out(
         f"A {result['a']['run_id']} ({result['a']['status']})  vs  B {result['b']['run_id']} ({result['b']['status']})"
     )
+    deep = result["deep_profiled"]
+    if deep["a"] != deep["b"]:
+        _out(
+            f"note: only {'A' if deep['a'] else 'B'} was deep-profiled: its timings include the profiler's "
+            "overhead (compare deep-profiled runs with each other)"
+        )
     _out(f"{'':<34}{'A':>12}{'B':>12}{'change':>10}")
     for key, d in result["run"].items():
         _out(_row(key, key, d))
@@ -181,7 +193,9 @@ def cmd_trace(args) -> int:
     if not loaded:
         _err("no usable report")
         return EXIT_NO_INPUT
-    write_json_atomic(args.output, reports_to_trace([r for _, r in loaded]))
+    # a deep-profiled run's ops and kernels, from the capped file beside its report
+    deep_ops = {str(r.get("prompt_id")): read_ops(path, r.get("prompt_id")) for path, r in loaded}
+    write_json_atomic(args.output, reports_to_trace([r for _, r in loaded], deep_ops=deep_ops))
     _out(
         f"written: {args.output} ({len(loaded)} report(s)); open it in Perfetto (ui.perfetto.dev) or chrome://tracing"
     )

@@ -98,8 +98,20 @@ def js_text() -> str:
         "description: string}} MemoryRow */\n"
         "/** The rows of a step's memory table (monitors/vocabulary.py MEMORY_ROWS). @type {MemoryRow[]} */\n"
         f"export const MEMORY_ROWS = {dump(list(vocabulary.MEMORY_ROWS))};\n"
-        f"export const MEMORY_NOT_READ_REASON = {json.dumps(vocabulary.MEMORY_NOT_READ_REASON)};\n"
+        f"export const MEMORY_NOT_READ_REASON = {json.dumps(vocabulary.MEMORY_NOT_READ_REASON)};\n\n"
+        "/** The fields of a deep profile's node rows and their top ops (monitors/deep_profile/summary.py). "
+        "@type {{node: Record<string, FieldInfo>, topOp: Record<string, FieldInfo>}} */\n"
+        f"export const DEEP_PROFILE_FIELDS = {dump(deep_profile_fields())};\n"
     )
+
+
+def deep_profile_fields() -> dict:
+    from .deep_profile.summary import NODE_FIELDS, TOP_OP_FIELDS
+
+    def fields(declared) -> dict:
+        return {f.name: {"label": f.label, "unit": f.unit, "description": f.description} for f in declared}
+
+    return {"node": fields(NODE_FIELDS), "topOp": fields(TOP_OP_FIELDS)}
 
 
 def _read(path: str) -> str | None:

@@ -488,8 +488,20 @@ def summary_figures() -> list[Figure]:
     return rows
 
 
+def deep_profile_figures() -> list[Figure]:
+    """The rows of a deep profile's `details.nodes` and their `top_ops`, from their declaration."""
+    from .deep_profile.summary import NODE_FIELDS, TOP_OP_FIELDS
+
+    base = "steps[kind=deep_profile].details.nodes[]"
+    rows = [Figure(f"deep profile node {f.label}", "PROF", f"{base}.{f.name}", f.unit, f.description)
+            for f in NODE_FIELDS]
+    rows += [Figure(f"deep profile top op {f.label}", "PROF", f"{base}.top_ops[].{f.name}", f.unit, f.description)
+             for f in TOP_OP_FIELDS]
+    return rows
+
+
 def all_figures() -> list[Figure]:
-    return [*summary_figures(), *HAND_WRITTEN]
+    return [*summary_figures(), *deep_profile_figures(), *HAND_WRITTEN]
 
 
 def _cell(text) -> str:
@@ -530,5 +542,16 @@ def document_text() -> str:
         by_kind.setdefault(kind, []).append(row)
     for kind, rows in by_kind.items():
         lines += [f"### {vocabulary.registry()[kind].title} (`{kind}`)", "", *_table(rows), ""]
+    lines += [
+        "## Deep profile per node (from the vocabulary declaration)",
+        "",
+        "A deep-profiled prompt (`torch.profiler` over one prompt, asked for from the panel, the",
+        "`/pipeline_monitor/deep_profile` route or `PIPELINE_MONITOR_DEEP_PROFILE=1`) has one row per",
+        "executed node in `details.nodes`; ops and kernels are attributed to the node whose",
+        "`record_function` range launched them.",
+        "",
+        *_table(deep_profile_figures()),
+        "",
+    ]
     lines += ["## Outside the summaries", "", *_table(list(HAND_WRITTEN)), ""]
     return "\n".join(lines)

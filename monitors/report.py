@@ -38,6 +38,7 @@ STEP_KINDS = (
     "tensor_dump",
     "tensor_compare",
     "profiling",  # the profiling API's throughput, phases and suggestions (monitors/profiling*.py)
+    "deep_profile",  # torch.profiler over one prompt, per node (monitors/deep_profile/)
 )
 
 

@@ -37,6 +37,7 @@ def registry() -> dict[str, StepKindVocabulary]:
         # Imported on first use: importing monitors.profiling runs its whole API, which renders
         # HTML with this module.
         from .conditioning.summary import CONDITIONING
+        from .deep_profile.summary import DEEP_PROFILE
         from .dumps.summary import TENSOR_COMPARE, TENSOR_DUMP
         from .latent.summary import LATENT
         from .lora.summary import LORA
@@ -44,7 +45,9 @@ def registry() -> dict[str, StepKindVocabulary]:
         from .profiling.summary import PROFILING
         from .vae.summary import VAE_ENCODE
 
-        kinds = (MODELS, LORA, CONDITIONING, VAE_ENCODE, LATENT, TENSOR_DUMP, TENSOR_COMPARE, PROFILING)
+        kinds = (
+            MODELS, LORA, CONDITIONING, VAE_ENCODE, LATENT, TENSOR_DUMP, TENSOR_COMPARE, PROFILING, DEEP_PROFILE
+        )
         by_kind = {k.kind: k for k in kinds}
         if tuple(by_kind) != tuple(run_report.STEP_KINDS):
             raise RuntimeError(f"vocabulary kinds {tuple(by_kind)} differ from STEP_KINDS {run_report.STEP_KINDS}")

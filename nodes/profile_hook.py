@@ -24,6 +24,7 @@ import functools
 import logging
 from collections.abc import Mapping
 
+from ..monitors.deep_profile import get_controller as deep_profile
 from ..monitors.prompt_info import cached_node_ids, run_outcome, workflow_from_extra_data
 from ..monitors.report import run_summary
 from . import seams
@@ -55,14 +56,25 @@ def _make_handler_class(progress):
                 self.recorder.node_started(node_id)
             except Exception:
                 log.exception("pipeline monitor: node start not recorded")
+            deep_profile_call("node_started", node_id)  # its range inside the node's span
 
         def finish_handler(self, node_id, *args, **kwargs):
+            deep_profile_call("node_finished", node_id)
             try:
                 self.recorder.node_finished(node_id)
             except Exception:
                 log.exception("pipeline monitor: node finish not recorded")
 
     return PipelineMonitorProgressHandler
+
+
+def deep_profile_call(method: str, *args, **kwargs):
+    """A call on the deep profile controller (monitors/deep_profile/control.py) that never raises."""
+    try:
+        return getattr(deep_profile(), method)(*args, **kwargs)
+    except Exception:
+        log.exception("pipeline monitor: deep profile %s failed", method)
+        return None
 
 
 def _prompt_args(args, kwargs):
@@ -93,6 +105,8 @@ def on_prompt_start(progress, *args, **kwargs) -> None:
         str(prompt_id), prompt, node_lookup=_node_lookup(dynprompt), upstream_kinds=UPSTREAM_MEMORY_KINDS
     )
     progress.add_progress_handler(_handler_class(runtime.recorder))
+    cuda = runtime.recorder.probes.torch_device_count() > 0
+    deep_profile_call("prompt_started", str(prompt_id), cuda, node_lookup=_node_lookup(dynprompt))
     # Sampled peaks (NVML, and RSS where the kernel refuses exact peaks) need the sampler.
     runtime.sampler.ensure_started()
     runtime.store.add_listener(announce_run)
@@ -116,9 +130,9 @@ def on_prompt_end(executor, extra_data=None) -> None:
         return
     messages = getattr(executor, "status_messages", None) or []
     status, error = run_outcome(messages)
-    runtime.recorder.end_run(
-        status, error, cached_node_ids=cached_node_ids(messages), workflow=workflow_from_extra_data(extra_data)
-    )
+    workflow = workflow_from_extra_data(extra_data)
+    deep_profile_call("prompt_finished", runtime.recorder, (workflow or {}).get("name"))
+    runtime.recorder.end_run(status, error, cached_node_ids=cached_node_ids(messages), workflow=workflow)
 
 
 def announce_run(report: Mapping) -> None:

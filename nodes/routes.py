@@ -15,6 +15,7 @@ import os
 from aiohttp import web
 
 from ..monitors import live
+from ..monitors.deep_profile import get_controller as deep_profile_controller
 from ..monitors.dumps.files import DUMP_SUFFIX, NPY_SUFFIX, DumpError, list_dumps, resolve_file
 from ..monitors.exporters.html import CSP, render_html
 from ..monitors.settings import SettingsError, apply_settings, current_settings
@@ -144,6 +145,18 @@ async def post_settings(request: web.Request) -> web.Response:
         return error_response(400, str(exc))
 
 
+async def deep_profile(request: web.Request) -> web.Response:
+    """GET: whether the next prompt is to be deep-profiled; POST {armed: bool}: ask for it (one
+    prompt, then it turns itself off) or take the request back."""
+    controller = deep_profile_controller()
+    if request.method == "POST":
+        body = await read_json(request)
+        if not isinstance(body, dict) or not isinstance(body.get("armed"), bool):
+            return error_response(400, "body must be JSON {\"armed\": true|false}")
+        controller.switch.set(body["armed"])
+    return json_response(controller.state())
+
+
 async def get_metrics(request: web.Request) -> web.Response:
     if metrics.PROMETHEUS_MISSING:
         return web.Response(status=503, text=metrics.PROMETHEUS_MISSING + "\n", headers=SECURITY_HEADERS)
@@ -191,6 +204,8 @@ def register(routes: web.RouteTableDef) -> None:
     routes.get(f"{ROUTE_PREFIX}/dumps")(list_dump_files)
     routes.get(f"{ROUTE_PREFIX}/dumps/{{name}}")(get_dump)
     routes.get(f"{ROUTE_PREFIX}/metrics")(get_metrics)
+    routes.get(f"{ROUTE_PREFIX}/deep_profile")(deep_profile)
+    routes.post(f"{ROUTE_PREFIX}/deep_profile")(deep_profile)
 
 
 def register_with_server() -> bool:

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import vocabulary
+from ..deep_profile.html_section import STYLE as DEEP_PROFILE_STYLE
+from ..deep_profile.html_section import deep_profile_html
 from ..report import GPU_TIME_CAVEAT
 from ..vocabulary import format_bytes, format_seconds
 
@@ -361,6 +363,7 @@ def step_html(step: Mapping, node_classes: Mapping[str, str] | None = None) -> s
         + (f"<ul>{findings}</ul>" if findings else "")
         + (f'<div class="figures">{figures}</div>' if figures else "")
         + memory_html(step.get("details"), node_classes)
+        + deep_profile_html(step)
         + f"<details><summary>details</summary><pre>{esc(details)}</pre></details></section>"
     )
 
@@ -428,7 +431,7 @@ def render_html(report: Mapping) -> str:
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name=viewport content="width=device-width, initial-scale=1">'
-        f"<title>Pipeline Monitor · {esc(title)}</title><style>{STYLE}</style></head><body>"
+        f"<title>Pipeline Monitor · {esc(title)}</title><style>{STYLE}{DEEP_PROFILE_STYLE}</style></head><body>"
         f'<h1>Pipeline Monitor report</h1>{named}<p class="mono muted">prompt {esc(prompt_id)}</p>{head}'
         f"{input_changes_html(report)}"
         f"<h2>Errors and suggestions</h2>{problems_html(report)}"

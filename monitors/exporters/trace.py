@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from ..deep_profile.trace_ops import trace_events as deep_trace_events
 from ..profiling.phases import profiling_step
 from ..report import to_jsonable, write_json_atomic
 
@@ -93,10 +94,74 @@ def _counter_events(columns: Mapping[str, Sequence], offset_us: float, pid: int)
     return events
 
 
+def _report_counter_columns(report: Mapping) -> dict[str, list]:
+    """Counter points from what a report holds when it has no samples: the prompt's span
+    (baseline and end readings, peaks at their times) and each node row (its start, end and peak
+    readings): process RSS, GPU allocated and reserved, GPU utilisation."""
+    points: list[tuple[float, str, float]] = []
+
+    def add(t, name, value):
+        if isinstance(t, (int, float)) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            points.append((float(t), name, value))
+
+    span = report.get("span") if isinstance(report.get("span"), Mapping) else {}
+    duration = report.get("duration_s")
+    for key, t in (("baseline", 0.0), ("end", duration)):
+        reading = span.get(key) if isinstance(span.get(key), Mapping) else {}
+        add(t, "process_rss_bytes", reading.get("process_rss_bytes"))
+        for gpu in reading.get("gpus") or []:
+            if isinstance(gpu, Mapping):
+                for name in ("allocated_bytes", "reserved_bytes", "utilization_pct"):
+                    add(t, f"{gpu.get('device')}.{name}", gpu.get(name))
+    for name, peak in (span.get("peaks") or {}).items():
+        if isinstance(peak, Mapping) and (name in COUNTER_PEAKS or str(name).endswith(COUNTER_GPU_PEAKS)):
+            add(peak.get("at_s"), name, peak.get("value"))
+    for node in report.get("nodes") or []:
+        if isinstance(node, Mapping):
+            _node_points(node, add)
+    points.sort(key=lambda p: p[0])
+    columns: dict[str, list] = {"t_s": []}
+    for i, (t, name, value) in enumerate(points):
+        columns["t_s"].append(t)
+        columns.setdefault(name, [None] * i).append(value)
+        for values in columns.values():
+            values.extend([None] * (i + 1 - len(values)))
+    return columns
+
+
+COUNTER_PEAKS = ("process_rss_bytes",)
+COUNTER_GPU_PEAKS = (".allocated_bytes", ".reserved_bytes", ".utilization_pct")
+
+
+def _node_points(node: Mapping, add) -> None:
+    begin, duration = node.get("start_offset_s"), node.get("duration_s")
+    if not isinstance(begin, (int, float)) or not isinstance(duration, (int, float)):
+        return
+    add(begin, "process_rss_bytes", node.get("rss_start_bytes"))
+    if isinstance(node.get("peak_rss_at_s"), (int, float)):
+        add(begin + node["peak_rss_at_s"], "process_rss_bytes", node.get("peak_rss_bytes"))
+    add(begin + duration, "process_rss_bytes", node.get("rss_end_bytes"))
+    for gpu in node.get("gpu_peaks") or []:
+        if not isinstance(gpu, Mapping):
+            continue
+        for counter in ("allocated", "reserved"):
+            name = f"{gpu.get('device')}.{counter}_bytes"
+            add(begin, name, gpu.get(f"{counter}_start_bytes"))
+            if isinstance(gpu.get(f"peak_{counter}_at_s"), (int, float)):
+                add(begin + gpu[f"peak_{counter}_at_s"], name, gpu.get(f"peak_{counter}_bytes"))
+            add(begin + duration, name, gpu.get(f"{counter}_end_bytes"))
+
+
 def report_events(
-    report: Mapping, pid: int, origin_unix_s: float, snapshots: Iterable | None = None
+    report: Mapping,
+    pid: int,
+    origin_unix_s: float,
+    snapshots: Iterable | None = None,
+    deep_ops: Mapping | None = None,
 ) -> list[dict]:
-    """The trace events of one report as process `pid`; times relative to `origin_unix_s`."""
+    """The trace events of one report as process `pid`; times relative to `origin_unix_s`.
+    `deep_ops`: the ops file of a deep-profiled run (monitors/deep_profile/trace_ops.py), nested
+    under the node spans."""
     start = report.get("started_unix_s") or origin_unix_s
     offset_us = (start - origin_unix_s) * US
     events: list[dict] = [
@@ -130,12 +195,16 @@ def report_events(
             thread = threads.get(str(node.get("node_id")), MAIN_THREAD)
             by_thread.setdefault(thread, []).append((float(begin), float(duration), node))
     tid = 0
+    node_spans: dict[str, tuple[int, float, float, str]] = {}  # node id -> (tid, start us, end us, name)
     for thread in sorted(by_thread, key=lambda t: (t != MAIN_THREAD, t)):
         for index, lane in enumerate(_lanes(by_thread[thread])):
             tid += 1
             name = thread if index == 0 else f"{thread} ({index + 1})"
             events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
             for begin, duration, node in lane:
+                ts = round(offset_us + begin * US, 3)
+                label = str(node.get("title") or node.get("class_type") or f"node {node.get('node_id')}")
+                node_spans.setdefault(str(node.get("node_id")), (tid, ts, ts + _us(duration), label))
                 events.append(
                     {
                         "name": str(
@@ -157,7 +226,11 @@ def report_events(
                     }
                 )
     details = (profiling_step(report) or {}).get("details") or {}
+    if deep_ops:
+        events += deep_trace_events(deep_ops, node_spans, pid)
     columns = details.get("samples") if snapshots is None else _samples_from_snapshots(snapshots, start)
+    if not isinstance(columns, Mapping) or len(columns.get("t_s") or ()) == 0:
+        columns = _report_counter_columns(report)
     if isinstance(columns, Mapping):
         events += _counter_events(columns, offset_us, pid)
     for event in details.get("events") or []:
@@ -177,17 +250,21 @@ def report_events(
     return events
 
 
-def reports_to_trace(reports: Sequence[Mapping], snapshots: Iterable | None = None) -> dict:
+def reports_to_trace(
+    reports: Sequence[Mapping], snapshots: Iterable | None = None, deep_ops: Mapping | None = None
+) -> dict:
     """One trace for one or more reports (e.g. the ranks of a job), aligned on wall-clock time.
 
-    `snapshots` (sampler Snapshots) replace the stored samples of a single report."""
+    `snapshots` (sampler Snapshots) replace the stored samples of a single report; `deep_ops`
+    (prompt id -> ops file) nests a deep-profiled run's ops and kernels under its node spans."""
     starts = [r.get("started_unix_s") for r in reports if isinstance(r.get("started_unix_s"), (int, float))]
     origin = min(starts) if starts else 0.0
     events = []
     for index, report in enumerate(reports):
         pid = (report.get("system") or {}).get("rank")
         pid = pid + 1 if isinstance(pid, int) and pid >= 0 else index + 1
-        events += report_events(report, pid, origin, snapshots if len(reports) == 1 else None)
+        ops = (deep_ops or {}).get(str(report.get("prompt_id")))
+        events += report_events(report, pid, origin, snapshots if len(reports) == 1 else None, ops)
     return to_jsonable(
         {
             "traceEvents": events,
@@ -201,8 +278,9 @@ def reports_to_trace(reports: Sequence[Mapping], snapshots: Iterable | None = No
     )
 
 
-def report_to_trace(report: Mapping, snapshots: Iterable | None = None) -> dict:
-    return reports_to_trace([report], snapshots)
+def report_to_trace(report: Mapping, snapshots: Iterable | None = None, deep_ops: Mapping | None = None) -> dict:
+    """`deep_ops`: the report's ops file (monitors/deep_profile/trace_ops.read_ops), or None."""
+    return reports_to_trace([report], snapshots, {str(report.get("prompt_id")): deep_ops} if deep_ops else None)
 
 
 def write_trace(path: str, reports: Sequence[Mapping] | Mapping, snapshots: Iterable | None = None) -> str:

@@ -163,8 +163,8 @@ class _SessionContext:
     """`with profile_session(...) as s:` or `@profile_session(...)`; `s` is the ProfileSession
     (None when profiling is disabled)."""
 
-    def __init__(self, name: str, tags: Mapping | None, config: ProfilingConfig | None):
-        self.name, self.tags, self.config = name, dict(tags or {}), config
+    def __init__(self, name: str, tags: Mapping | None, config: ProfilingConfig | None, deep: bool = False):
+        self.name, self.tags, self.config, self.deep = name, dict(tags or {}), config, deep
         self.session: ProfileSession | None = None
         self._nested_stage = None
 
@@ -176,7 +176,7 @@ class _SessionContext:
         with _session_lock:
             outer = _session
             if outer is None:
-                self.session = ProfileSession(self.name, self.tags, config, probes=_probes).start()
+                self.session = ProfileSession(self.name, self.tags, config, probes=_probes, deep=self.deep).start()
                 _session = self.session
                 return self.session
         self._nested_stage = outer.open_stage(self.name)  # a session inside a session: a stage of it
@@ -216,17 +216,18 @@ class _SessionContext:
     def __call__(self, fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with _SessionContext(self.name, self.tags, self.config):
+            with _SessionContext(self.name, self.tags, self.config, self.deep):
                 return fn(*args, **kwargs)
 
         return wrapper
 
 
 def profile_session(
-    name: str = "session", tags: Mapping | None = None, config: ProfilingConfig | None = None
+    name: str = "session", tags: Mapping | None = None, config: ProfilingConfig | None = None, deep: bool = False
 ):
-    """Profile one whole generation: a context manager or a decorator."""
-    return _SessionContext(name, tags, config)
+    """Profile one whole generation: a context manager or a decorator. `deep=True` adds
+    torch.profiler's per-stage breakdown (top ops, host and device time: the `deep_profile` step)."""
+    return _SessionContext(name, tags, config, deep)
 
 
 # -- stages ----------------------------------------------------------------------------------------

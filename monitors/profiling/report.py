@@ -13,6 +13,7 @@ import os
 import sys
 import time
 
+from ..deep_profile.trace_ops import read_ops
 from ..exporters.html import render_html
 from ..exporters.trace import reports_to_trace
 from ..report import Finding, RunReport, StepReport, format_run_summary, write_json_atomic
@@ -187,7 +188,13 @@ def write_report_files(session, report: RunReport) -> dict[str, str]:
         writers.append(("html", base + ".html", lambda path: _write_text(path, render_html(data))))
     if cfg.trace:
         writers.append(
-            ("trace", base + ".trace.json", lambda path: write_json_atomic(path, reports_to_trace([data])))
+            (
+                "trace",
+                base + ".trace.json",
+                lambda path: write_json_atomic(
+                    path, reports_to_trace([data], deep_ops={report.prompt_id: read_ops(base + ".json", report.prompt_id)})
+                ),
+            )
         )
     paths = {}
     for kind, path, write in writers:

@@ -18,6 +18,7 @@ import threading
 import time
 from collections import deque
 
+from ..deep_profile import library as deep_library
 from ..probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
 from ..report import NodeProfile, node_profile_from_span, to_jsonable
 from ..sampler import Sampler
@@ -81,8 +82,11 @@ class ProfileSession:
     """Use through `profiling.profile_session`; every method is safe to call from the user's code:
     monitoring failures are recorded in `monitor_errors` and logged, never raised."""
 
-    def __init__(self, name: str, tags: dict | None, config: ProfilingConfig, probes: Probes | None = None):
+    def __init__(
+        self, name: str, tags: dict | None, config: ProfilingConfig, probes: Probes | None = None, deep: bool = False
+    ):
         self.name = str(name)
+        self.deep_requested, self.deep = bool(deep), None  # torch.profiler (monitors/deep_profile)
         self.config = config
         self.tags = {**config.tags, **(tags or {})}
         self.distributed = distributed_info()
@@ -150,6 +154,8 @@ class ProfileSession:
             self.sampler.add_sink(self._on_sample)
         except Exception as exc:
             self.note(f"sampler failed to start: {type(exc).__name__}: {exc}")
+        if self.deep_requested:
+            self.deep = deep_library.start(self)
         return self
 
     def finish(self, status: str, error: dict | None = None):
@@ -174,6 +180,7 @@ class ProfileSession:
         self.report = build_report(
             self, status, error, span_result, time.monotonic() - self._started_monotonic
         )
+        self.report = deep_library.finish(self, self.report)
         self.paths = write_report_files(self, self.report)
         return self.report
 
@@ -194,6 +201,8 @@ class ProfileSession:
             record = _OpenStage(node_id, stage, None, len(stack), threading.current_thread().name)
             stack.append(record)
             self.current_stage = stage
+            if self.deep is not None:
+                self.deep.node_started(node_id, stage)
             record.started_s = time.perf_counter()  # last: the stage's own time starts here
             return record
         try:
@@ -204,6 +213,8 @@ class ProfileSession:
         record = _OpenStage(node_id, stage, span, len(stack), threading.current_thread().name)
         stack.append(record)
         self.current_stage = stage
+        if self.deep is not None:
+            self.deep.node_started(node_id, stage)
         return record
 
     def close_stage(
@@ -212,6 +223,8 @@ class ProfileSession:
         """Close a stage; returns its duration in seconds (None when it could not be measured)."""
         if record is None:
             return None
+        if self.deep is not None:
+            self.deep.node_finished(record.node_id)
         if record.span is None:
             return self._close_timed_stage(record, status, title, stack)
         stack = self._stack() if stack is None else stack

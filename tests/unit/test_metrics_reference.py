@@ -141,8 +141,10 @@ def profiling_report(tmp_path):
             return torch.nn.Linear(2, 2)
 
         load()
-        with pm.profile_session("gen") as session:
+        with pm.profile_session("gen", deep=True) as session:  # deep: the deep_profile step too
             probes.torch.allocate(0, GiB)
+            with pm.profile_method("matmul"):
+                torch.ones(2, 2) @ torch.ones(2, 2)
         stats = usage.get_usage_statistics(probes)
     finally:
         pm.configure()

@@ -1086,6 +1086,80 @@ export const VOCABULARY = {
    }
   },
   "v1Renames": {}
+ },
+ "deep_profile": {
+  "title": "Deep profile",
+  "headline": [
+   "slowest_node",
+   "prompt_wall_s",
+   "overhead_ratio",
+   "host_op_time_s",
+   "device_time_s",
+   "gpu_busy_pct"
+  ],
+  "fields": {
+   "slowest_node": {
+    "label": "slowest node",
+    "unit": null,
+    "description": "the profiled node with the longest wall time"
+   },
+   "prompt_wall_s": {
+    "label": "prompt wall time",
+    "unit": "s",
+    "description": "wall time of the prompt under the profiler (its start to its end)"
+   },
+   "overhead_ratio": {
+    "label": "profiler overhead",
+    "unit": "ratio",
+    "description": "this prompt's wall time over the wall time of the same workflow's last plain (not deep-profiled) successful run; null without one. A first run that loaded the models is no fair baseline"
+   },
+   "baseline_wall_s": {
+    "label": "plain run wall time",
+    "unit": "s",
+    "description": "wall time of the workflow's last plain run (details.baseline_prompt_id)"
+   },
+   "host_op_time_s": {
+    "label": "host op time",
+    "unit": "s",
+    "description": "time in the torch operations the nodes called on the host, summed over the nodes"
+   },
+   "device_time_s": {
+    "label": "device time",
+    "unit": "s",
+    "description": "time the nodes' CUDA kernels ran on the device, summed over the nodes; null without CUDA"
+   },
+   "gpu_busy_pct": {
+    "label": "GPU busy",
+    "unit": "pct",
+    "description": "share of the nodes' wall time during which one of their kernels ran; null without CUDA"
+   },
+   "n_syncs": {
+    "label": "host-device syncs",
+    "unit": "count",
+    "description": "CUDA synchronisations the host waited for (device, stream and event synchronise, blocking copies), summed over the nodes; null without CUDA"
+   },
+   "n_nodes_profiled": {
+    "label": "nodes profiled",
+    "unit": "count",
+    "description": "executed nodes the profiler saw"
+   },
+   "nodes_wall_s": {
+    "label": "nodes wall time",
+    "unit": "s",
+    "description": "wall time inside the nodes' ranges, summed"
+   },
+   "n_trace_events": {
+    "label": "trace events",
+    "unit": "count",
+    "description": "ops and kernels kept for the Perfetto trace"
+   },
+   "n_trace_events_dropped": {
+    "label": "trace events dropped",
+    "unit": "count",
+    "description": "ops and kernels left out of the trace by its size cap (the shortest first)"
+   }
+  },
+  "v1Renames": {}
  }
 };
 
@@ -1288,6 +1362,20 @@ export const KEYS = /** @type {const} */ ({
   "model_init_s": "model_init_s",
   "n_model_parameters": "n_model_parameters",
   "model_parameter_bytes": "model_parameter_bytes"
+ },
+ "deep_profile": {
+  "slowest_node": "slowest_node",
+  "prompt_wall_s": "prompt_wall_s",
+  "overhead_ratio": "overhead_ratio",
+  "baseline_wall_s": "baseline_wall_s",
+  "host_op_time_s": "host_op_time_s",
+  "device_time_s": "device_time_s",
+  "gpu_busy_pct": "gpu_busy_pct",
+  "n_syncs": "n_syncs",
+  "n_nodes_profiled": "n_nodes_profiled",
+  "nodes_wall_s": "nodes_wall_s",
+  "n_trace_events": "n_trace_events",
+  "n_trace_events_dropped": "n_trace_events_dropped"
  }
 });
 
@@ -1338,3 +1426,76 @@ export const MEMORY_ROWS = [
  }
 ];
 export const MEMORY_NOT_READ_REASON = "not read by this span";
+
+/** The fields of a deep profile's node rows and their top ops (monitors/deep_profile/summary.py). @type {{node: Record<string, FieldInfo>, topOp: Record<string, FieldInfo>}} */
+export const DEEP_PROFILE_FIELDS = {
+ "node": {
+  "node_id": {
+   "label": "node",
+   "unit": null,
+   "description": "the node's id in the prompt"
+  },
+  "class_type": {
+   "label": "class",
+   "unit": null,
+   "description": "the node's class"
+  },
+  "wall_s": {
+   "label": "wall time",
+   "unit": "s",
+   "description": "wall time of the node's record_function range(s)"
+  },
+  "host_op_time_s": {
+   "label": "host op time",
+   "unit": "s",
+   "description": "time in the torch operations the node called directly (their children included)"
+  },
+  "device_time_s": {
+   "label": "device time",
+   "unit": "s",
+   "description": "time the kernels the node launched ran on the device; null without CUDA (device_time_unknown_reason)"
+  },
+  "gpu_busy_pct": {
+   "label": "GPU busy",
+   "unit": "pct",
+   "description": "share of the node's wall time during which one of its kernels ran; null without CUDA"
+  },
+  "n_syncs": {
+   "label": "host-device syncs",
+   "unit": "count",
+   "description": "CUDA synchronisations under the node; null without CUDA (n_syncs_unknown_reason)"
+  },
+  "n_ops": {
+   "label": "ops",
+   "unit": "count",
+   "description": "torch operations the node called directly"
+  },
+  "top_ops_by": {
+   "label": "top ops by",
+   "unit": null,
+   "description": "what ranks top_ops: device time with CUDA, host time without"
+  }
+ },
+ "topOp": {
+  "name": {
+   "label": "operation",
+   "unit": null,
+   "description": "the torch operation (e.g. aten::conv2d)"
+  },
+  "n_calls": {
+   "label": "calls",
+   "unit": "count",
+   "description": "calls of it directly under the node"
+  },
+  "total_s": {
+   "label": "total",
+   "unit": "s",
+   "description": "its device time with CUDA, else its host time (children included)"
+  },
+  "share_pct": {
+   "label": "share",
+   "unit": "pct",
+   "description": "its share of the node's device (or host op) time"
+  }
+ }
+};

@@ -1,0 +1,16 @@
+"""Deep profile on demand: torch.profiler over one prompt, per node (control.py: asking for it and
+the ComfyUI adapter's calls; session.py: the profiler and the step; analysis.py: per-node figures;
+trace_ops.py: the ops and kernels for the trace; summary.py: the declared fields)."""
+
+from .control import ENV_VAR, DeepProfileController, DeepProfileSwitch, get_controller
+from .session import KIND, DeepProfiler, build_step
+
+__all__ = [
+    "ENV_VAR",
+    "KIND",
+    "DeepProfileController",
+    "DeepProfileSwitch",
+    "DeepProfiler",
+    "build_step",
+    "get_controller",
+]
