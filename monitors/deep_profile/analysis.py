@@ -23,6 +23,7 @@ N_TOP_OPS = 5
 SYNC_CALLS = frozenset(
     {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy"}
 )
+OUTSIDE_OPS = "(kernels launched outside torch ops)"
 NO_CUDA_REASON = "no CUDA activity was profiled: this prompt ran without a CUDA device in use"
 
 
@@ -92,6 +93,7 @@ def attribute(events: Iterable, ranges: Mapping[str, tuple[str, str | None]]) ->
             continue
         if event.name in ranges:
             node_of(event).windows.append(_span(event))
+            by_correlation[getattr(event, "id", -1)] = (node_of(event), None)  # kernels launched outside ops
             continue
         found = owner_of(event)
         if found is None:
@@ -116,7 +118,7 @@ def attribute(events: Iterable, ranges: Mapping[str, tuple[str, str | None]]) ->
         start, end = _span(kernel)
         node.device_us += end - start
         node.kernels.append((start, end))
-        node.op(top.name)[2] += end - start
+        node.op(OUTSIDE_OPS if top is None else top.name)[2] += end - start
     return nodes
 
 

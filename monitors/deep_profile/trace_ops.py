@@ -54,7 +54,12 @@ def collect(events: Iterable, ranges: Mapping[str, tuple[str, str | None]]) -> t
         if is_device_event(event):
             kernels.append(event)
             continue
-        if event.name in ranges:
+        if event.name in ranges:  # kernels launched outside ops are linked to the range itself
+            by_correlation[getattr(event, "id", -1)] = (
+                ranges[event.name][0],
+                float(event.time_range.start),
+                0,
+            )
             continue
         found = where(event)
         if found is None:
