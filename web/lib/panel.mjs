@@ -5,6 +5,7 @@ import { clear, h } from "./dom.mjs";
 import { formatBytes, formatPercent, formatTime, safeFileName } from "./format.mjs";
 import { SampleBuffer, WINDOW_S, bandAt, chartWindow, drawChart, pointNear, presentSeries, runRange, seriesValue } from "./live_chart.mjs";
 import { runName, sortRunsNewestFirst, upsertRun } from "./report_view.mjs";
+import { DeepProfileToggle } from "./deep_profile_card.mjs";
 import { compareView, runView, runsListView } from "./run_views.mjs";
 import { upgradeReport } from "./step_kinds.mjs";
 
@@ -24,6 +25,7 @@ export class MonitorPanel {
   constructor(host) {
     this.host = host;
     this.buffer = new SampleBuffer();
+    this.deepProfile = new DeepProfileToggle(host); // "Deep-profile next prompt" in the title bar
     /** @type {import("./report_view.mjs").RunSummary[]} */
     this.runs = [];
     /** @type {Map<string, import("./report_view.mjs").RunReport>} */
@@ -87,6 +89,7 @@ export class MonitorPanel {
   /** @param {any} summary */
   onRun(summary) {
     this.runs = upsertRun(this.runs, summary);
+    if (this.root) void this.deepProfile.refresh(); // a deep profile turns itself off after its prompt
     if (this.root && this.view.name === "runs") this.renderMain();
   }
 
@@ -103,7 +106,7 @@ export class MonitorPanel {
     this.canvas.addEventListener("click", (event) => this.clickChart(event));
     this.zoomBar = h("div", { class: "pm-zoom-bar" });
     this.root = h("div", { class: "pipeline-monitor-panel" },
-      h("div", { class: "pm-title" }, h("span", { text: "Pipeline Monitor" })),
+      h("div", { class: "pm-title" }, h("span", { text: "Pipeline Monitor" }), this.deepProfile.element()),
       h("section", { class: "pm-live" }, this.values, this.zoomBar, h("div", { class: "pm-chart-box" }, this.canvas), this.readout),
       this.main);
     el.append(this.root);

@@ -3,6 +3,7 @@
 import { h } from "./dom.mjs";
 import { MISSING, clip, formatBytes, formatDelta, formatSeconds, formatTime, formatValue, labelFromKey, safeFileName } from "./format.mjs";
 import { compareRuns, defaultCompareTarget, inputChangesLine, nodeRows, orderForCompare, problems, runName, runStatus, sortRows } from "./report_view.mjs";
+import { deepCompareNote, isDeepProfiled } from "./deep_profile_card.mjs";
 import { designedCard } from "./step_cards.mjs";
 
 /**
@@ -58,7 +59,8 @@ export function runsListView(runs, actions) {
       title: `prompt ${r.prompt_id}${r.step_kinds?.length ? `\nmonitors: ${r.step_kinds.join(", ")}` : ""}`,
       onclick: () => actions.openRun(r.prompt_id),
       onkeydown: (/** @type {KeyboardEvent} */ e) => { if (e.key === "Enter") actions.openRun(r.prompt_id); } },
-      h("div", { class: "pm-run-line" }, h("span", { class: "pm-run-name", text: runName(r) }), badge(status.text, status.tone)),
+      h("div", { class: "pm-run-line" }, h("span", { class: "pm-run-name", text: runName(r) }), badge(status.text, status.tone),
+        isDeepProfiled(r) ? badge("deep", "info", "deep-profiled: its timings include the profiler's overhead") : null),
       h("div", { class: "pm-run-figures pm-muted", text: figures.join(" · ") }),
       changed ? h("div", { class: "pm-run-changes pm-muted", text: changed.text, title: changed.title }) : null);
   });
@@ -338,6 +340,7 @@ export function compareView(x, y, actions) {
       c.regression ? badge("regression", "error", "the newer run is slower or needs more memory") : badge("no regression", "ok")),
     h("p", { class: "pm-muted" }, "base ", h("span", { class: "pm-mono", text: clip(base.prompt_id, 14) }), ` (${formatTime(base.started_unix_s)}) → newer `,
       h("span", { class: "pm-mono", text: clip(candidate.prompt_id, 14) }), ` (${formatTime(candidate.started_unix_s)})`),
+    deepCompareNote(base, candidate) ? h("p", { class: "pm-deep-note pm-level-warning", text: deepCompareNote(base, candidate) }) : null,
     h("table", { class: "pm-table pm-compare-totals" },
       h("thead", {}, h("tr", {}, h("th", { text: "" }), h("th", { class: "pm-num", text: "base" }), h("th", { class: "pm-num", text: "newer" }), h("th", { class: "pm-num", text: "Δ" }), h("th", { text: "" }))),
       h("tbody", {},

@@ -6,6 +6,7 @@
 // Detail fields are read by property access (they are not summary keys); summary figures go
 // through the generated KEYS.
 import { MISSING, clip, formatBytes, formatSeconds, formatValue, isNumber, labelFromKey } from "./format.mjs";
+import { deepProfileBlocks } from "./deep_profile_card.mjs";
 import { stepCard } from "./report_view.mjs";
 import { KEYS, MEMORY_NOT_READ_REASON, MEMORY_ROWS, VOCABULARY } from "./vocabulary.generated.mjs";
 
@@ -474,6 +475,7 @@ const DESIGNS = {
   latent: latentBlocks,
   tensor_dump: dumpBlocks,
   tensor_compare: compareBlocks,
+  deep_profile: deepProfileBlocks,
 };
 
 /** Summary keys a kind's designed blocks already show, so the headline and details skip them. */

@@ -118,6 +118,13 @@ export const STEP_KINDS = {
       return typeof stage === "string" ? [{ text: `slowest: ${stage}`, tone: "info" }] : [];
     },
   },
+  deep_profile: {
+    ...declared("deep_profile"),
+    badges: (s) => {
+      const ratio = s[KEYS.deep_profile.overhead_ratio];
+      return typeof ratio === "number" ? [{ text: `overhead ${ratio.toFixed(2)}×`, tone: "info", title: "wall time against the workflow's last plain run" }] : [];
+    },
+  },
 };
 
 /**
