@@ -25,7 +25,7 @@ test("the card shows wall time against host op time without CUDA, and the top op
   const { sections, more } = deepProfileBlocks(cpuStep);
   const [bars, ops] = sections;
   assert.equal(bars.type, "bars");
-  assert.deepEqual(bars.items.map((b) => b.label), ["#3 KSampler · wall time", "#3 KSampler · host op time", "#8 VAEDecode · wall time", "#8 VAEDecode · host op time"]);
+  assert.deepEqual(bars.items.map((b) => b.label), ["#3 KSampler", "↳ host ops", "#8 VAEDecode", "↳ host ops"]);
   assert.equal(bars.items[0].fraction, 1);
   assert.match(bars.note, /no CUDA/);
   assert.equal(ops.type, "table");
@@ -40,6 +40,7 @@ test("with CUDA the bars compare wall time with device time", () => {
   step.details.nodes[1].device_time_s = 0;
   const [bars, ops] = deepProfileBlocks(step).sections;
   assert.equal(bars.title, "Wall time vs device time per node");
+  assert.equal(bars.items[1].label, "↳ device");
   assert.equal(bars.items[1].text, "1.00 s");
   assert.equal(bars.items[1].fraction, 0.5);
   assert.match(ops.title, /by host time/); // top_ops_by decides

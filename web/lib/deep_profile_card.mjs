@@ -37,9 +37,12 @@ export function deepProfileBlocks(step) {
   const longest = Math.max(...rows.flatMap((r) => [r.wall_s, r[second]].filter(isNumber)), 0) || 1;
   /** @type {{label: string, fraction: number, text: string}[]} */
   const bars = [];
+  // Two bars per node, the wall time under the node's name, then the device (or host op) time:
+  // short labels, the sidebar is narrow; each row's title names both.
   for (const r of rows) {
     for (const key of ["wall_s", second]) {
-      if (isNumber(r[key])) bars.push({ label: `${nodeLabel(r)} · ${NODE[key].label}`, fraction: r[key] / longest, text: formatSeconds(r[key]) });
+      const label = key === "wall_s" ? nodeLabel(r) : `↳ ${cuda ? "device" : "host ops"}`;
+      if (isNumber(r[key])) bars.push({ label, fraction: r[key] / longest, text: formatSeconds(r[key]) });
     }
   }
   const topRows = rows.flatMap((r) => arr(r.top_ops).map((op, i) => ({
