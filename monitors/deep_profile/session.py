@@ -196,16 +196,19 @@ def build_step(
 
 
 def _overhead(profiler: DeepProfiler, baseline: Mapping | None, reasons: dict) -> dict:
+    """The prompt's wall time under the profiler, from its start to now: stopping the profiler,
+    reading its events and writing the ops file are part of what the prompt paid."""
     base = None if not baseline else baseline.get("duration_s")
+    wall = None if profiler.started_monotonic_s is None else time.monotonic() - profiler.started_monotonic_s
     ratio = None
-    if profiler.wall_s is None:
+    if wall is None:
         reasons["overhead"] = "the profiler did not run"
     elif not isinstance(base, (int, float)) or base <= 0:
         reasons["overhead"] = "no earlier plain run of this workflow to compare with"
         base = None
     else:
-        ratio = profiler.wall_s / base
-    return {"prompt_wall_s": profiler.wall_s, "baseline_wall_s": base, "overhead_ratio": ratio}
+        ratio = wall / base
+    return {"prompt_wall_s": wall, "baseline_wall_s": base, "overhead_ratio": ratio}
 
 
 def _trace_file(profiler: DeepProfiler, events, reports_dir, max_events: int, reasons: dict) -> dict:

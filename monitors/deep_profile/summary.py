@@ -24,7 +24,8 @@ DEEP_PROFILE = StepKindVocabulary(
             "prompt_wall_s",
             "prompt wall time",
             "s",
-            "wall time of the prompt under the profiler (its start to its end)",
+            "wall time of the prompt under the profiler: from its start to the end of the deep profile's own "
+            "work (stopping the profiler, reading its events, writing the ops file)",
             "number",
             headline=True,
         ),

@@ -11,7 +11,9 @@ export const DEEP_KIND = "deep_profile";
 export const DEEP_ROUTE = "/pipeline_monitor/deep_profile";
 const NODE = DEEP_PROFILE_FIELDS.node;
 const OP = DEEP_PROFILE_FIELDS.topOp;
-const NODE_COLUMNS = ["wall_s", "host_op_time_s", "device_time_s", "gpu_busy_pct", "n_syncs"];
+/** The node rows' keys, by property access (their names are declared once, in the vocabulary). */
+const N = /** @type {Record<string, string>} */ (Object.fromEntries(Object.keys(NODE).map((k) => [k, k])));
+const NODE_COLUMNS = [N.wall_s, N.host_op_time_s, N.device_time_s, N.gpu_busy_pct, N.n_syncs];
 const REASONS = /** @type {Record<string, string>} */ ({ device_time_s: "device_time_unknown_reason", gpu_busy_pct: "gpu_busy_unknown_reason", n_syncs: "n_syncs_unknown_reason" });
 
 /** @param {unknown} v @returns {any} */
@@ -33,15 +35,15 @@ export function deepProfileBlocks(step) {
   const notes = Object.entries(obj(details.unknown_reasons)).map(([k, v]) => `${k}: ${v}`).join("; ");
   if (!rows.length) return { sections: [{ type: "text", title: "Per node", text: "No node was profiled.", note: notes || undefined }], more: [] };
   const cuda = rows.some((r) => isNumber(r.device_time_s));
-  const second = cuda ? "device_time_s" : "host_op_time_s";
-  const longest = Math.max(...rows.flatMap((r) => [r.wall_s, r[second]].filter(isNumber)), 0) || 1;
+  const second = cuda ? N.device_time_s : N.host_op_time_s;
+  const longest = Math.max(...rows.flatMap((r) => [r[N.wall_s], r[second]].filter(isNumber)), 0) || 1;
   /** @type {{label: string, fraction: number, text: string}[]} */
   const bars = [];
   // Two bars per node, the wall time under the node's name, then the device (or host op) time:
   // short labels, the sidebar is narrow; each row's title names both.
   for (const r of rows) {
-    for (const key of ["wall_s", second]) {
-      const label = key === "wall_s" ? nodeLabel(r) : `↳ ${cuda ? "device" : "host ops"}`;
+    for (const key of [N.wall_s, second]) {
+      const label = key === N.wall_s ? nodeLabel(r) : `↳ ${cuda ? "device" : "host ops"}`;
       if (isNumber(r[key])) bars.push({ label, fraction: r[key] / longest, text: formatSeconds(r[key]) });
     }
   }

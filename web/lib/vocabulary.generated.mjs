@@ -1106,7 +1106,7 @@ export const VOCABULARY = {
    "prompt_wall_s": {
     "label": "prompt wall time",
     "unit": "s",
-    "description": "wall time of the prompt under the profiler (its start to its end)"
+    "description": "wall time of the prompt under the profiler: from its start to the end of the deep profile's own work (stopping the profiler, reading its events, writing the ops file)"
    },
    "overhead_ratio": {
     "label": "profiler overhead",
