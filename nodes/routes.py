@@ -153,7 +153,7 @@ async def deep_profile(request: web.Request) -> web.Response:
         body = await read_json(request)
         if not isinstance(body, dict) or not isinstance(body.get("armed"), bool):
             return error_response(400, "body must be JSON {\"armed\": true|false}")
-        controller.switch.set(body["armed"])
+        controller.arm(body["armed"])
     return json_response(controller.state())
 
 

@@ -58,12 +58,33 @@ def last_plain_run(store, workflow_name: str | None, other_than: str) -> dict | 
     return None
 
 
+def preload_profiler() -> threading.Thread:
+    """torch.profiler's first start in a process imports torch._dynamo (seconds on a small CPU):
+    done on a thread of its own when a deep profile is asked for, not on the profiled prompt."""
+
+    def load():
+        try:
+            import torch._dynamo  # noqa: F401
+        except Exception as exc:
+            log.debug("pipeline monitor: torch._dynamo not preloaded: %s", exc)
+
+    thread = threading.Thread(target=load, name="pipeline-monitor-profiler-preload", daemon=True)
+    thread.start()
+    return thread
+
+
 class DeepProfileController:
     def __init__(self, switch: DeepProfileSwitch | None = None, profiler_factory: Callable | None = None):
         self.switch = switch or DeepProfileSwitch()
         self.active: DeepProfiler | None = None
         self._factory = profiler_factory
         self._node_lookup: Callable | None = None
+
+    def arm(self, armed: bool) -> None:
+        """Ask for a deep profile of the next prompt (True) or take the request back."""
+        self.switch.set(armed)
+        if armed:
+            preload_profiler()
 
     def state(self) -> dict:
         active = self.active

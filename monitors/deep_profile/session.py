@@ -71,6 +71,9 @@ class DeepProfiler:
         self._open: dict[str, list] = {}  # node id -> its open ranges
         self.started_monotonic_s: float | None = None
         self.wall_s: float | None = None
+        self.start_s: float | None = (
+            None  # what starting the profiler took (its first start imports torch._dynamo)
+        )
 
     def _fail(self, what: str, exc: BaseException) -> None:
         if self.failed_reason is None:
@@ -81,9 +84,11 @@ class DeepProfiler:
         try:
             if self.cuda and self._factory is torch_profiler and not torch_cuda_in_use():
                 self.cuda = False  # the probes' reading was not torch's own (fake probes)
+            began = time.monotonic()
             self._profiler = self._factory(self.cuda)
             self._profiler.start()
-            self.started_monotonic_s = time.monotonic()
+            self.started_monotonic_s = began  # the prompt's wall under the profiler includes its start
+            self.start_s = time.monotonic() - began
         except Exception as exc:
             self._profiler = None
             self._fail("start", exc)
@@ -172,6 +177,7 @@ def build_step(
         "baseline_prompt_id": None if not baseline else baseline.get("prompt_id"),
         "trace": {**trace, "max_events": max_trace_events},
         "unknown_reasons": reasons,
+        "profiler_start_s": profiler.start_s,
         "analysis_s": time.monotonic() - started,
     }
     findings = ()

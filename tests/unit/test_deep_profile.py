@@ -132,6 +132,7 @@ def test_a_real_cpu_profile_attributes_convolutions_to_the_node_that_ran_them(tm
     assert step.details["trace"]["file"] == "p1.ops.json"
     assert step.summary["n_trace_events"] > 0 and step.summary["n_trace_events_dropped"] == 0
     assert len(json.dumps(step.to_dict())) < 20_000
+    assert step.details["profiler_start_s"] >= 0 and step.details["analysis_s"] >= 0
 
 
 def test_a_profiler_that_fails_to_start_or_stop_leaves_a_reason_not_an_exception():
@@ -160,6 +161,18 @@ def test_a_profiler_that_fails_to_start_or_stop_leaves_a_reason_not_an_exception
 
 
 # -- asking for it ---------------------------------------------------------------------------------
+
+
+def test_arming_preloads_what_the_profilers_first_start_imports(monkeypatch):
+    from monitors.deep_profile import control
+
+    started = []
+    monkeypatch.setattr(control, "preload_profiler", lambda: started.append(True))
+    controller = DeepProfileController(DeepProfileSwitch(environ={}))
+    controller.arm(False)
+    assert started == [] and not controller.switch.armed
+    controller.arm(True)
+    assert started == [True] and controller.switch.armed
 
 
 def test_the_switch_profiles_exactly_one_prompt_and_the_environment_arms_the_first():
