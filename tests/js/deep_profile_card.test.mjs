@@ -29,9 +29,21 @@ test("the card shows wall time against host op time without CUDA, and the top op
   assert.equal(bars.items[0].fraction, 1);
   assert.match(bars.note, /no CUDA/);
   assert.equal(ops.type, "table");
-  assert.deepEqual(ops.rows.map((r) => r.cells.slice(0, 3)), [["#3 KSampler", "aten::conv2d", "20"], ["", "aten::linear", "10"], ["#8 VAEDecode", "aten::conv2d", "3"]]);
-  assert.equal(ops.rows[0].cells[4], "66.7 %");
+  assert.deepEqual(ops.rows.map((r) => r.cells.slice(0, 2)), [["#3 KSampler", ""], ["  aten::conv2d", "20"], ["  aten::linear", "10"], ["#8 VAEDecode", ""], ["  aten::conv2d", "3"]]);
+  assert.equal(ops.rows[0].tone, "node");
+  assert.equal(ops.rows[1].cells[3], "66.7 %");
+  assert.equal(ops.columns.length, 4); // fits the 312 px sidebar
   assert.equal(more[0].rows[0].title, "device time: no CUDA");
+});
+
+test("the card shows the six slowest nodes in the order they ran; Details has them all", () => {
+  const step = structuredClone(cpuStep);
+  step.details.nodes = Array.from({ length: 9 }, (_, i) => ({ ...cpuStep.details.nodes[1], node_id: String(i), wall_s: i === 4 ? 0.001 : 1 + i / 10 }));
+  const { sections, more } = deepProfileBlocks(step);
+  const shown = sections[0].items.filter((b) => b.label.startsWith("#")).map((b) => b.label);
+  assert.deepEqual(shown, ["2", "3", "5", "6", "7", "8"].map((id) => `#${id} VAEDecode`));
+  assert.match(sections[0].note, /3 more nodes in Details/);
+  assert.equal(more[0].rows.length, 9);
 });
 
 test("with CUDA the bars compare wall time with device time", () => {

@@ -13,6 +13,7 @@ const NODE = DEEP_PROFILE_FIELDS.node;
 const OP = DEEP_PROFILE_FIELDS.topOp;
 /** The node rows' keys, by property access (their names are declared once, in the vocabulary). */
 const N = /** @type {Record<string, string>} */ (Object.fromEntries(Object.keys(NODE).map((k) => [k, k])));
+const CARD_NODES = 6; // nodes the card shows (the slowest); Details has them all
 const NODE_COLUMNS = [N.wall_s, N.host_op_time_s, N.device_time_s, N.gpu_busy_pct, N.n_syncs];
 const REASONS = /** @type {Record<string, string>} */ ({ device_time_s: "device_time_unknown_reason", gpu_busy_pct: "gpu_busy_unknown_reason", n_syncs: "n_syncs_unknown_reason" });
 
@@ -36,29 +37,38 @@ export function deepProfileBlocks(step) {
   if (!rows.length) return { sections: [{ type: "text", title: "Per node", text: "No node was profiled.", note: notes || undefined }], more: [] };
   const cuda = rows.some((r) => isNumber(r.device_time_s));
   const second = cuda ? N.device_time_s : N.host_op_time_s;
-  const longest = Math.max(...rows.flatMap((r) => [r[N.wall_s], r[second]].filter(isNumber)), 0) || 1;
+  // The sidebar is narrow: the slowest nodes, in the order they ran; every node is in Details.
+  const slowest = new Set([...rows].sort((a, b) => (b[N.wall_s] ?? 0) - (a[N.wall_s] ?? 0)).slice(0, CARD_NODES));
+  const shown = rows.filter((r) => slowest.has(r));
+  const left = rows.length - shown.length;
+  const longest = Math.max(...shown.flatMap((r) => [r[N.wall_s], r[second]].filter(isNumber)), 0) || 1;
   /** @type {{label: string, fraction: number, text: string}[]} */
   const bars = [];
-  // Two bars per node, the wall time under the node's name, then the device (or host op) time:
-  // short labels, the sidebar is narrow; each row's title names both.
-  for (const r of rows) {
+  // Two bars per node: the wall time under the node's name, then the device (or host op) time.
+  for (const r of shown) {
     for (const key of [N.wall_s, second]) {
       const label = key === N.wall_s ? nodeLabel(r) : `↳ ${cuda ? "device" : "host ops"}`;
       if (isNumber(r[key])) bars.push({ label, fraction: r[key] / longest, text: formatSeconds(r[key]) });
     }
   }
-  const topRows = rows.flatMap((r) => arr(r.top_ops).map((op, i) => ({
-    cells: [i ? "" : nodeLabel(r), String(op.name), formatValue("n_calls", op.n_calls), formatSeconds(op.total_s), formatValue("share_pct", op.share_pct)],
-    title: `${nodeLabel(r)}: ${op.name}`,
-  })));
+  // One heading row per node, then its ops: four columns fit the 312 px sidebar.
+  const topRows = shown.flatMap((r) => [
+    { cells: [nodeLabel(r), "", formatSeconds(r[second]), ""], tone: "node", title: `${nodeLabel(r)}: ${NODE[second].label}` },
+    ...arr(r.top_ops).map((op) => ({
+      cells: [`  ${op.name}`, formatValue("n_calls", op.n_calls), formatSeconds(op.total_s), formatValue("share_pct", op.share_pct)],
+      title: `${nodeLabel(r)}: ${op.name}`,
+    })),
+  ]);
   const by = rows[0].top_ops_by === "device" ? "device" : "host";
+  const more = left > 0 ? `${left} more nodes in Details` : undefined;
   return {
     sections: [
-      { type: "bars", title: `Wall time vs ${NODE[second].label} per node`, items: bars, note: cuda ? undefined : "no CUDA device was profiled: host op time instead of device time" },
+      { type: "bars", title: `Wall time vs ${NODE[second].label} per node`, items: bars,
+        note: [cuda ? "" : "no CUDA device was profiled: host op time instead of device time", more ?? ""].filter(Boolean).join("; ") || undefined },
       { type: "table", title: `Top ops per node (by ${by} time)`, cls: "pm-deep-ops",
-        columns: [{ label: "Node" }, { label: OP.name.label, title: OP.name.description }, { label: OP.n_calls.label, num: true, title: OP.n_calls.description },
+        columns: [{ label: OP.name.label, title: OP.name.description }, { label: OP.n_calls.label, num: true, title: OP.n_calls.description },
           { label: OP.total_s.label, num: true, title: OP.total_s.description }, { label: OP.share_pct.label, num: true, title: OP.share_pct.description }],
-        rows: topRows.length ? topRows : [{ cells: ["", "no ops recorded", "", "", ""] }] },
+        rows: topRows },
     ],
     more: [{ type: "table", title: "Per node", cls: "pm-deep-nodes",
       columns: [{ label: "Node" }, ...NODE_COLUMNS.map((k) => ({ label: NODE[k].label, num: true, title: NODE[k].description }))],
