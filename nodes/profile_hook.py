@@ -211,6 +211,7 @@ def install() -> bool:
             except Exception:
                 log.exception("pipeline monitor: could not finish the run record")
 
+    deep_profile_call("state")  # made at start-up: PIPELINE_MONITOR_DEEP_PROFILE=1 preloads the profiler now
     setattr(reset_progress_state, _WRAPPED, True)
     setattr(execute_async, _WRAPPED, True)
     execution.reset_progress_state = reset_progress_state

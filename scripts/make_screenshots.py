@@ -234,6 +234,10 @@ def make_panel_states(page, server: Server, out: Path) -> None:
         page.evaluate("window.app.queuePrompt(0, 1)")
         server.wait_new_run(known)
     compare_run = next(r["prompt_id"] for r in server.runs() if "tensor_compare" in r["step_kinds"])
+    # a deep-profiled run of the same graph (the panel's "Deep-profile next prompt" button does this)
+    requests.post(f"{server.url}/pipeline_monitor/deep_profile", json={"armed": True}, timeout=10)
+    queue_from_page(page, named(rich_prompt(LORA, WAN, WAN_VAE, 2), "LoRA + VAE chain (test graph)"))
+    deep_run = server.wait_new_run(known)
     # a failed run: the models monitor ran, then a node raised
     failing = {
         "1": {"class_type": "UNETLoader", "inputs": {"unet_name": WAN, "weight_dtype": "default"}},
@@ -278,6 +282,9 @@ def make_panel_states(page, server: Server, out: Path) -> None:
     show(page, {"name": "run", "id": compare_run}, '.pm-step[data-kind="tensor_compare"]')
     page.locator('.pm-step[data-kind="tensor_compare"]').scroll_into_view_if_needed()
     shot(page, out, "04_card_tensor_compare", '.pm-step[data-kind="tensor_compare"]')
+    show(page, {"name": "run", "id": deep_run}, '.pm-step[data-kind="deep_profile"]')
+    page.locator('.pm-step[data-kind="deep_profile"]').scroll_into_view_if_needed()
+    shot(page, out, "04_card_deep_profile", '.pm-step[data-kind="deep_profile"]')
     show(page, {"name": "compare", "a": rich[0], "b": rich[1]}, ".pm-compare .pm-compare-nodes")
     shot(page, out, "05_compare")
     show(page, {"name": "run", "id": failed}, ".pm-run .pm-problems")

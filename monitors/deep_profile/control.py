@@ -76,6 +76,8 @@ def preload_profiler() -> threading.Thread:
 class DeepProfileController:
     def __init__(self, switch: DeepProfileSwitch | None = None, profiler_factory: Callable | None = None):
         self.switch = switch or DeepProfileSwitch()
+        if self.switch.armed:  # armed by the environment: the first prompt need not pay the import
+            preload_profiler()
         self.active: DeepProfiler | None = None
         self._factory = profiler_factory
         self._node_lookup: Callable | None = None

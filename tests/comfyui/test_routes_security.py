@@ -200,6 +200,7 @@ def test_every_pack_response_sets_content_type_and_nosniff(server, xss_run, plan
         "/pipeline_monitor/live": "application/json",
         "/pipeline_monitor/settings": "application/json",
         "/pipeline_monitor/metrics": "text/plain",  # Prometheus text format
+        "/pipeline_monitor/deep_profile": "application/json",
     }
     for path, content_type in paths.items():
         for prefix in ("", "/api"):
@@ -208,7 +209,11 @@ def test_every_pack_response_sets_content_type_and_nosniff(server, xss_run, plan
             assert headers["content-type"].startswith(content_type), (path, headers["content-type"])
     import requests
 
-    for path, body in (("/pipeline_monitor/live", b"{bad"), ("/pipeline_monitor/settings", b"[1]")):
+    for path, body in (
+        ("/pipeline_monitor/live", b"{bad"),
+        ("/pipeline_monitor/settings", b"[1]"),
+        ("/pipeline_monitor/deep_profile", b'{"armed": "yes"}'),
+    ):
         response = requests.post(server.url + path, data=body, timeout=10)
         assert response.status_code == 400 and response.headers["X-Content-Type-Options"] == "nosniff"
         assert response.headers["Content-Type"].startswith("application/json")

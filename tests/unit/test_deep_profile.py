@@ -223,7 +223,8 @@ def test_a_deep_profiled_prompt_gets_the_step_and_the_next_one_is_plain(tmp_path
 def test_the_trace_nests_every_op_inside_its_node_span_and_has_counter_tracks(tmp_path):
     store = RunStore(str(tmp_path))
     recorder = RunRecorder(store, probes=fake_probes("1 GPU"))
-    controller = DeepProfileController(DeepProfileSwitch(environ={"PIPELINE_MONITOR_DEEP_PROFILE": "1"}))
+    controller = DeepProfileController(DeepProfileSwitch(environ={}))
+    controller.switch.set(True)  # (arm() would also preload torch._dynamo on a thread)
     report = run_prompt(recorder, controller, "deep-1").to_dict()
     ops = trace_ops.read_ops(str(tmp_path / "deep-1.json"), "deep-1")
     assert ops and ops["host"]
@@ -269,7 +270,8 @@ def test_the_html_report_shows_the_per_node_table_with_top_ops_escaped(tmp_path)
 
     store = RunStore(str(tmp_path))
     recorder = RunRecorder(store, probes=fake_probes())
-    controller = DeepProfileController(DeepProfileSwitch(environ={"PIPELINE_MONITOR_DEEP_PROFILE": "1"}))
+    controller = DeepProfileController(DeepProfileSwitch(environ={}))
+    controller.switch.set(True)  # (arm() would also preload torch._dynamo on a thread)
     report = run_prompt(recorder, controller, "deep-1").to_dict()
     report["steps"][0]["details"]["nodes"][0]["class_type"] = "<b>KSampler</b>"
     page = render_html(report)
