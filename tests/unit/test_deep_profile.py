@@ -279,3 +279,42 @@ def test_the_html_report_shows_the_per_node_table_with_top_ops_escaped(tmp_path)
     assert '<table class="dnodes">' in page and "aten::matmul" in page
     assert "&lt;b&gt;KSampler&lt;/b&gt;" in page and "<b>KSampler</b>" not in page
     assert "no CUDA activity was profiled" in page  # the reason beside the missing device time
+
+
+# -- the profiling library -------------------------------------------------------------------------
+
+
+def test_profile_session_deep_gives_the_per_stage_breakdown_and_nests_ops_in_its_trace(tmp_path):
+    from monitors import profiling as pm
+
+    pm.configure(probes=fake_probes(), report={"output_dir": str(tmp_path), "format": "json", "trace": True})
+    try:
+        conv, x = torch.nn.Conv2d(4, 8, 3), torch.randn(1, 4, 32, 32)
+        with pm.profile_session("gen", deep=True) as session:
+            with pm.profile_method("denoise"):
+                for _ in range(3):
+                    conv(x)
+            with pm.profile_method("decode"):
+                torch.ones(64, 64) @ torch.ones(64, 64)
+    finally:
+        pm.configure()
+    report = session.report.to_dict()
+    step = next(s for s in report["steps"] if s["kind"] == "deep_profile")
+    rows = {r["class_type"]: r for r in step["details"]["nodes"]}
+    assert rows["denoise"]["top_ops"][0]["name"] == "aten::conv2d"
+    assert rows["decode"]["top_ops"][0]["name"] == "aten::matmul"
+    with open(session.paths["trace"], encoding="utf-8") as f:
+        events = json.load(f)["traceEvents"]
+    stages = {
+        e["args"]["node_id"]: e
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") in ("denoise", "decode")
+    }
+    ops = [e for e in events if e.get("cat") == "op"]
+    assert {op["args"]["node_id"] for op in ops} == set(stages)
+    for op in ops:
+        span = stages[op["args"]["node_id"]]
+        assert (
+            op["tid"] == span["tid"]
+            and span["ts"] <= op["ts"] <= op["ts"] + op["dur"] <= span["ts"] + span["dur"] + 1e-3
+        )
