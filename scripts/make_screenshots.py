@@ -282,8 +282,8 @@ def make_panel_states(page, server: Server, out: Path) -> None:
     show(page, {"name": "run", "id": compare_run}, '.pm-step[data-kind="tensor_compare"]')
     page.locator('.pm-step[data-kind="tensor_compare"]').scroll_into_view_if_needed()
     shot(page, out, "04_card_tensor_compare", '.pm-step[data-kind="tensor_compare"]')
+    # no scrolling: the card is taller than the window, and the panel's shot is taken from its top
     show(page, {"name": "run", "id": deep_run}, '.pm-step[data-kind="deep_profile"]')
-    page.locator('.pm-step[data-kind="deep_profile"]').scroll_into_view_if_needed()
     shot(page, out, "04_card_deep_profile", '.pm-step[data-kind="deep_profile"]')
     show(page, {"name": "compare", "a": rich[0], "b": rich[1]}, ".pm-compare .pm-compare-nodes")
     shot(page, out, "05_compare")
