@@ -290,7 +290,9 @@ export function stepCardView(step, options = {}) {
  */
 export function runView(report, runs, sort, actions) {
   const others = runs.filter((r) => r.prompt_id !== report.prompt_id);
-  const chosen = defaultCompareTarget(summaryOf(report, runs), others);
+  // first choice among runs profiled the same way: a deep profile's timings carry its overhead
+  const alike = others.filter((r) => isDeepProfiled(r) === isDeepProfiled(report));
+  const chosen = defaultCompareTarget(summaryOf(report, runs), alike) ?? defaultCompareTarget(summaryOf(report, runs), others);
   const select = h("select", { class: "pm-compare-select", title: "Run to compare with (first choice: the last successful run of this workflow)" },
     others.map((r) => h("option", { value: r.prompt_id, selected: r.prompt_id === chosen,
       text: `${runName(r)} · ${formatTime(r.started_unix_s)} · ${formatSeconds(r.duration_s)} · ${runStatus(r).text}` })));
