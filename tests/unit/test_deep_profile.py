@@ -318,3 +318,30 @@ def test_profile_session_deep_gives_the_per_stage_breakdown_and_nests_ops_in_its
             op["tid"] == span["tid"]
             and span["ts"] <= op["ts"] <= op["ts"] + op["dur"] <= span["ts"] + span["dur"] + 1e-3
         )
+
+
+def test_the_cli_compare_says_when_only_one_run_was_deep_profiled(tmp_path, capsys):
+    from monitors.cli import main
+    from tests.unit.test_cli import report, write
+
+    plain = report("a", 2.0, stages=(("denoise", 1.0),))
+    deep = report("b", 2.6, stages=(("denoise", 1.5),))
+    deep["steps"].append(
+        {
+            "kind": "deep_profile",
+            "node_id": None,
+            "summary": {},
+            "details": {},
+            "findings": [],
+            "monitor_errors": [],
+            "created_unix_s": 1.0,
+            "cached": False,
+        }
+    )
+    a, b = write(tmp_path, "a.json", plain), write(tmp_path, "b.json", deep)
+    out = tmp_path / "cmp.json"
+    main(["compare", a, b, "-o", str(out)])
+    assert "only B was deep-profiled" in capsys.readouterr().out
+    assert json.loads(out.read_text())["deep_profiled"] == {"a": False, "b": True}
+    main(["compare", a, a])
+    assert "deep-profiled" not in capsys.readouterr().out
