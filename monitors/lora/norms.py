@@ -14,12 +14,16 @@ is below LAMBDA * u * (sqrt(m) c_L^T |R| c_L + sqrt(n) c_R^T |L| c_R), c the Gra
 GRAM_SQUARED_TOLERANCE of the result (heavy cancellation: nearly dependent factor columns), the
 Grams are formed again in float64, so a norm stays within 1e-4 relative of float64 (tested).
 Plain norms sum float32 squares of cache-sized chunks with torch's cascade sum (error ~ u log k)
-into a float64 total, float64 where a chunk's squares overflow float32.
+into a float64 total on a CPU, one fused reduction on a GPU, float64 where squares overflow float32.
+Each norm has a `*_deferred` form that stays on the device until the step reads every figure back
+at once (deferred.py): on a GPU a read-back per key is a synchronisation per key.
 """
 
 from __future__ import annotations
 
 import math
+
+from .deferred import Expr, Scalar, figure_value, root
 
 # Elements per chunk of a plain norm: 1 Mi float32 (4 MiB) stays in cache, where a 4 Mi chunk's
 # float32 copy and squares run ~10x slower on a 2-core machine.
@@ -43,74 +47,104 @@ def _as_matrix(tensor, dtype=None):
 
 
 def frobenius_norm(tensor) -> float:
-    """||t||_F of any float tensor, in chunks: never a full float32 or float64 copy."""
+    """||t||_F of any float tensor (one read-back)."""
+    return figure_value(frobenius_deferred(tensor))
+
+
+def frobenius_deferred(tensor) -> Expr:
+    """||t||_F left on the device: one fused whole-tensor reduction on a GPU (half types are
+    widened inside the kernel), cache-sized chunks on a CPU (never a full float32 or float64 copy);
+    float64 again where float32 squares overflow."""
     import torch
 
     flat = tensor.detach().reshape(-1)
-    n = int(flat.numel())
-    total = 0.0
+    dtype = torch.float64 if flat.dtype == torch.float64 else torch.float32
     with torch.no_grad():
-        # One reused buffer, squared in place: a new float32 copy and a squares tensor per chunk
-        # cost twice the time (allocation and cache misses).
-        dtype = torch.float64 if flat.dtype == torch.float64 else torch.float32
-        buffer = torch.empty(min(n, CHUNK_ELEMENTS), dtype=dtype, device=flat.device)
-        same_type = flat.dtype == dtype
-        for start in range(0, n, CHUNK_ELEMENTS):
-            chunk = flat[start : start + CHUNK_ELEMENTS]
-            values = buffer[: chunk.numel()]
-            if same_type:  # squared straight into the buffer: one pass over the weight, not two
-                torch.mul(chunk, chunk, out=values)
-            else:  # half types are widened first: their squares would round and overflow
-                values.copy_(chunk)
-                values.mul_(values)
-            squares = float(torch.sum(values))
-            if not math.isfinite(squares):  # a square beyond float32's range (bf16/fp32 > 1.8e19)
-                squares = float(torch.sum(torch.square(chunk.to(torch.float64))))
-            total += squares
-    return math.sqrt(total)
+        if flat.device.type == "cpu":
+            squares = _chunked_squares(flat, dtype)
+        else:
+            squares = torch.linalg.vector_norm(flat, dtype=dtype).to(torch.float64).square()
+    return root(Scalar(squares, exact=None if dtype == torch.float64 else lambda: _squares64(flat)))
 
 
-def _gram_trace(left_gram, right_gram) -> float:
-    """trace(L R) for symmetric L, R: the squared norm of the product they describe (summed in
-    float64 whatever the Grams' type)."""
+def _chunked_squares(flat, dtype):
+    """Sum of squares of a CPU tensor, chunk by chunk into a float64 0-dim tensor (no read-back)."""
     import torch
 
-    return max(0.0, float(torch.sum(left_gram * right_gram, dtype=torch.float64)))
+    n = int(flat.numel())
+    total = torch.zeros((), dtype=torch.float64)
+    # One reused buffer, squared in place: a new float32 copy and a squares tensor per chunk
+    # cost twice the time (allocation and cache misses).
+    buffer = torch.empty(min(n, CHUNK_ELEMENTS), dtype=dtype)
+    same_type = flat.dtype == dtype
+    for start in range(0, n, CHUNK_ELEMENTS):
+        chunk = flat[start : start + CHUNK_ELEMENTS]
+        values = buffer[: chunk.numel()]
+        if same_type:  # squared straight into the buffer: one pass over the weight, not two
+            torch.mul(chunk, chunk, out=values)
+        else:  # half types are widened first: their squares would round and overflow
+            values.copy_(chunk)
+            values.mul_(values)
+        total += torch.sum(values)
+    return total
 
 
-def _gram_error_bound(left_gram, right_gram, m: int, n: int) -> float:
-    """Bound on the rounding error of _gram_trace for float32 Grams of inner lengths m and n.
+def _squares64(flat):
+    """Sum of squares in float64 (a square beyond float32's range: bf16/fp32 values > 1.8e19)."""
+    import torch
+
+    if flat.device.type != "cpu":
+        return torch.linalg.vector_norm(flat, dtype=torch.float64).square()
+    return _chunked_squares(flat, torch.float64)
+
+
+def _gram_trace(left_gram, right_gram):
+    """trace(L R) for symmetric L, R: the squared norm of the product they describe (summed in
+    float64 whatever the Grams' type), as a 0-dim tensor on their device, never negative."""
+    import torch
+
+    return torch.clamp(torch.sum(left_gram * right_gram, dtype=torch.float64), min=0.0)
+
+
+def _gram_error_bound(left_gram, right_gram, m: int, n: int):
+    """Bound on the rounding error of _gram_trace for float32 Grams of inner lengths m and n
+    (a 0-dim tensor on their device).
 
     Entry (i, j) of L = A^T A is off by at most LAMBDA sqrt(m) u |a_i| |a_j| (column norms
     c = sqrt(diag L)), so sum(dL * R) is off by at most LAMBDA sqrt(m) u c^T |R| c; likewise for R."""
     # In the Grams' own type: a bound needs no more precision, and each extra op costs more than
     # the arithmetic of a small Gram.
     c_left, c_right = left_gram.diagonal().sqrt(), right_gram.diagonal().sqrt()
-    from_left, from_right = (
-        (c_left @ right_gram.abs() @ c_left).item(),
-        (c_right @ left_gram.abs() @ c_right).item(),
-    )
+    from_left = c_left @ right_gram.abs() @ c_left
+    from_right = c_right @ left_gram.abs() @ c_right
     return LAMBDA * UNIT_ROUNDOFF_FLOAT32 * (math.sqrt(m) * from_left + math.sqrt(n) * from_right)
 
 
-def _product_norm_sq(a, b) -> float:
-    """||a @ b.T||_F^2 = sum((a^T a) * (b^T b)) for a [m, k], b [n, k]; float64 again where the
-    float32 result's error bound is not small enough."""
+def _product_norm_sq(a, b) -> Scalar:
+    """||a @ b.T||_F^2 = sum((a^T a) * (b^T b)) for a [m, k], b [n, k], on the device; formed again
+    in float64 at read-back where the float32 result's error bound is not small enough."""
     import torch
 
     left, right = a.T @ a, b.T @ b
     total = _gram_trace(left, right)
     if left.dtype == torch.float64:
-        return total
+        return Scalar(total)
     bound = _gram_error_bound(left, right, int(a.shape[0]), int(b.shape[0]))
-    if math.isfinite(total) and math.isfinite(bound) and bound <= GRAM_SQUARED_TOLERANCE * total:
-        return total
-    a64, b64 = a.to(torch.float64), b.to(torch.float64)
-    return _gram_trace(a64.T @ a64, b64.T @ b64)
+
+    def exact():
+        a64, b64 = a.to(torch.float64), b.to(torch.float64)
+        return _gram_trace(a64.T @ a64, b64.T @ b64)
+
+    return Scalar(total, bound=bound, exact=exact, tolerance=GRAM_SQUARED_TOLERANCE)
 
 
 def lora_norm(up, down) -> float:
     """||up @ down||_F for up [m, r(, 1, 1)] and down [r, n(, kh, kw)], in O(r^2 (m + n))."""
+    return figure_value(lora_deferred(up, down))
+
+
+def lora_deferred(up, down) -> Expr:
+    """lora_norm left on the device until resolved with the step's other figures."""
     import torch
 
     with torch.no_grad():
@@ -118,11 +152,16 @@ def lora_norm(up, down) -> float:
         d = _as_matrix(down, u.dtype)
         if u.shape[1] != d.shape[0]:
             raise ValueError(f"rank mismatch: up {tuple(up.shape)} down {tuple(down.shape)}")
-        return math.sqrt(_product_norm_sq(u, d.T))
+        return root(_product_norm_sq(u, d.T))
 
 
 def loha_norm(w1a, w1b, w2a, w2b) -> float:
-    """||(w1a @ w1b) * (w2a @ w2b)||_F (Hadamard product of two low-rank products).
+    """||(w1a @ w1b) * (w2a @ w2b)||_F (Hadamard product of two low-rank products)."""
+    return figure_value(loha_deferred(w1a, w1b, w2a, w2b))
+
+
+def loha_deferred(w1a, w1b, w2a, w2b) -> Expr:
+    """loha_norm left on the device.
 
     With P[i, (a, b)] = w1a[i, a] * w2a[i, b] and Q[j, (a, b)] = w1b[a, j] * w2b[b, j] the change is
     P @ Q^T, so its squared norm is sum((P^T P) * (Q^T Q)): two (r1 r2)^2 Gram matrices, cost
@@ -144,13 +183,13 @@ def loha_norm(w1a, w1b, w2a, w2b) -> float:
         if gram_cost <= block_cost:
             p = (a1.unsqueeze(2) * a2.unsqueeze(1)).reshape(m, r1 * r2)
             q = (b1.T.unsqueeze(2) * b2.T.unsqueeze(1)).reshape(n, r1 * r2)
-            return math.sqrt(_product_norm_sq(p, q))
+            return root(_product_norm_sq(p, q))
         rows = max(1, CHUNK_ELEMENTS // max(1, n))
-        total = 0.0
+        total = torch.zeros((), dtype=torch.float64, device=a1.device)
         for start in range(0, m, rows):
             block = (a1[start : start + rows] @ b1) * (a2[start : start + rows] @ b2)
-            total += float(torch.sum(block * block, dtype=torch.float64))
-        return math.sqrt(total)
+            total += torch.sum(block * block, dtype=torch.float64)
+        return root(Scalar(total))
 
 
 def kron_norm(left_norm: float, right_norm: float) -> float:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 
 from ..report import MAX_TRACEBACK_CHARS, Finding, StepReport, sum_known
 from ..upstream_memory import step_memory
+from .caches import file_identity
 from .coverage import attribute_hops, loader_findings, merge_loaders, upstream_loaders
 from .file import lora_file_status
 from .side import analyse_side
@@ -160,6 +161,20 @@ def _applied(side: dict | None) -> bool:
     )
 
 
+def loader_files(loaders: list[dict], kind: str) -> list[tuple]:
+    """(file identity or None, strength) of the active loaders on one path, nearest first: what
+    lets a side reuse the figures of a file it analysed before (caches.py)."""
+    strength_field = "strength_model" if kind == "model" else "strength_clip"
+    found = []
+    for loader in loaders:
+        if not loader[f"on_{kind}_path"] or loader["skipped"]:
+            continue
+        status = loader.get("file") or {}
+        usable = status.get("exists") and status.get("header_ok") and status.get("data_ok") is not False
+        found.append((file_identity(status.get("path")) if usable else None, loader.get(strength_field)))
+    return found
+
+
 def _no_file(name: str | None) -> None:
     return None
 
@@ -188,6 +203,11 @@ def build_lora_step(
     """
     started = time.perf_counter()
     errors, exceptions, findings, sides = [], [], [], {}
+    # the loaders first (the sides reuse their files' figures); their errors are listed after the sides'
+    loader_errors, loader_exceptions = [], []
+    loaders = analyse_loaders(
+        node_id, prompt, model, clip, loader_errors, recorder, lora_path, coverage, loader_exceptions
+    )
     for kind, after, before in (("model", model, model_before), ("clip", clip, clip_before)):
         if after is None:
             if before is not None:
@@ -196,12 +216,14 @@ def build_lora_step(
                 )
             continue
         try:
-            sides[kind] = analyse_side(kind, after, before, calculate=calculate)
+            hop_files = loader_files(loaders, kind)
+            sides[kind] = analyse_side(kind, after, before, calculate=calculate, hop_files=hop_files)
         except Exception as exc:
             errors.append(f"{kind}: {type(exc).__name__}: {exc}")
             exceptions.append(_exception(kind, exc))
             log.warning("pipeline monitor: LoRA analysis of %s failed: %s", kind, exc)
-    loaders = analyse_loaders(node_id, prompt, model, clip, errors, recorder, lora_path, coverage, exceptions)
+    errors.extend(loader_errors)
+    exceptions.extend(loader_exceptions)
     paired = [
         _attach_attribution(sides.get("model"), loaders, "model", "strength_model"),
         _attach_attribution(sides.get("clip"), loaders, "clip", "strength_clip"),
@@ -255,6 +277,8 @@ def build_lora_step(
         summary[f"{kind}_delta_norm_partial"] = totals.get("delta_norm_partial")
         summary[f"{kind}_n_patches_not_applied"] = totals.get("n_not_applied")
         summary[f"{kind}_relative_change_ratio"] = totals.get("relative_change")
+        summary[f"{kind}_relative_change_partial"] = totals.get("relative_change_partial")
+        summary[f"{kind}_n_weights_relative_change"] = totals.get("n_weights_relative_change")
         summary[f"{kind}_patch_bytes"] = totals.get("patch_bytes")
         modifications = side.get("weight_modifications", {}) if totals else {}
         summary[f"{kind}_n_state_dict_keys_before"] = modifications.get("n_state_dict_keys_before")

@@ -11,20 +11,22 @@ from __future__ import annotations
 from typing import Any
 
 from ..models.state import describe_clip, describe_model
+from ..tensor_stats import one_cpu_thread
 from .analysis import (
-    BASE_NORM_ELEMENT_BUDGET,
+    MATERIALISE_ELEMENT_BUDGET,
     MAX_LISTED_KEYS,
+    RowPlan,
     added_entries,
     aggregate,
     base_weight_lookup,
     by_block,
     parent_chain,
-    patch_rows,
     patches_of,
-    weights_of,
 )
+from .caches import Reuse
+from .deferred import resolve
 from .state_dicts import state_dict_of
-from .weights import leaf_parameter_rule
+from .weights import WeightPlan, leaf_parameter_rule
 
 MAX_LISTED_NAMES = 200  # state-dict key names listed per change kind
 PLACEMENT_FIELDS = (
@@ -60,12 +62,17 @@ def not_patched_rule(patcher):
     return leaf_parameter_rule(getattr(patcher, "model", None))
 
 
-def analyse_side(kind: str, after, before=None, base_norms: bool = True, calculate=None) -> dict[str, Any]:
+def analyse_side(
+    kind: str, after, before=None, base_norms: bool = True, calculate=None, hop_files=None, reuse=None
+) -> dict[str, Any]:
     """Everything the step reports for one side; `before` None means: walk the parent chain.
 
     `calculate(entries, weight, key)` is the framework's weight arithmetic (ComfyUI's
     calculate_weight): with it, patches whose change depends on the base weight get exact norms
-    on a copy of that weight, within the read budget.
+    on a copy of that weight, within the read budget. `hop_files`: (file identity, strength) of
+    the loaders that made the patching hops, nearest first (caches.file_identity), so that the
+    figures of a file already analysed are reused; `reuse`: the caches (default: the pack's own).
+    Every figure of the side is read back in two batches: the patches', then the weights'.
     """
     after_patcher = patcher_of(kind, after)
     if after_patcher is None or not hasattr(after_patcher, "patches"):
@@ -83,44 +90,24 @@ def analyse_side(kind: str, after, before=None, base_norms: bool = True, calcula
         mode = "parent_chain"
     lookup = base_weight_lookup(after_patcher) if base_norms else None
     rule = not_patched_rule(after_patcher)
-    budget = [BASE_NORM_ELEMENT_BUDGET]
-    listed = [MAX_LISTED_KEYS]
-    cache: dict = {}
-    hops, all_rows, patched_keys, all_added = [], [], set(), {}
-    for index, (child, parent) in enumerate(pairs):
-        added = added_entries(patches_of(child), patches_of(parent))
-        removed = added_entries(patches_of(parent), patches_of(child))
-        rows = patch_rows(added, lookup, budget, rule)
-        weights = weights_of(added, rows, lookup, calculate, budget, cache)
-        patched_keys.update(str(k) for k in added)
-        all_rows.extend(rows)
-        for key, entries in added.items():
-            all_added.setdefault(key, []).extend(entries)
-        shown = rows[: listed[0]]
-        listed[0] -= len(shown)
-        hops.append(
-            {
-                "index": index,
-                "after_object_id": id(child),
-                "before_object_id": id(parent),
-                "after_patches_uuid": _str(getattr(child, "patches_uuid", None)),
-                "patches_uuid_changed": getattr(child, "patches_uuid", None)
-                != getattr(parent, "patches_uuid", None),
-                "n_patch_keys_added": len(added),
-                "n_entries_added": sum(len(v) for v in added.values()),
-                "n_entries_removed": sum(len(v) for v in removed.values()),
-                "totals": aggregate(rows, weights),
-                "by_block": by_block(rows, weights),
-                "keys": shown,
-                "keys_truncated": len(shown) < len(rows),
-            }
-        )
+    budget = [MATERIALISE_ELEMENT_BUDGET]
+    added_by_hop = [added_entries(patches_of(child), patches_of(parent)) for child, parent in pairs]
+    files = entry_files(pairs, added_by_hop, hop_files) if mode == "parent_chain" else {}
+    if reuse is None:
+        reuse = Reuse(getattr(after_patcher, "model", None), files)
+    else:
+        reuse.files_by_entry = files
+    hops, all_rows, patched_keys, all_added = _hops(pairs, added_by_hop, lookup, rule, reuse)
     # All hops together, each key's entries in the order ComfyUI applies them (its patches list)
     ordered = {k: _in_patch_order(all_rows, k, all_added[k], after_patcher) for k in all_added}
     overall_rows = [row for k in sorted(ordered, key=str) for row, _ in ordered[k]]
-    overall_weights = weights_of(
-        {k: [e for _, e in v] for k, v in ordered.items()}, overall_rows, lookup, calculate, budget, cache
-    )
+    overall_added = {str(k): [e for _, e in v] for k, v in ordered.items()}
+    weights = _weights(hops, added_by_hop, overall_added, overall_rows, lookup, calculate, budget, reuse)
+    overall_weights = weights[-1]
+    for hop, hop_weights in zip(hops, weights[:-1], strict=True):
+        rows = hop.pop("_rows")
+        hop["totals"] = aggregate(rows, hop_weights)
+        hop["by_block"] = by_block(rows, hop_weights)
     states = state_dicts(before_patcher, after_patcher)
     add_weight_figures(overall_weights[:MAX_LISTED_KEYS], states, before_patcher, after_patcher)
     after_info = _describe(kind, after, is_patcher=False)
@@ -138,9 +125,103 @@ def analyse_side(kind: str, after, before=None, base_norms: bool = True, calcula
             "weights": overall_weights[:MAX_LISTED_KEYS],
             "weights_truncated": len(overall_weights) > MAX_LISTED_KEYS,
         },
+        "reuse": reuse.to_dict(),
         "weight_modifications": weight_modifications(before_patcher, after_patcher, patched_keys, states),
         "placement_changes": placement_changes(baseline, after_info),
     }
+
+
+def entry_files(pairs: list, added_by_hop: list[dict], hop_files) -> dict[int, tuple]:
+    """id(entry) -> file identity, for the entries of patching hops paired with their loaders one
+    to one and whose strengths are the loader's (anything else: no file figure is reused)."""
+    if not hop_files:
+        return {}
+    patching = [
+        added
+        for (child, parent), added in zip(pairs, added_by_hop, strict=True)
+        if added or getattr(child, "patches_uuid", None) != getattr(parent, "patches_uuid", None)
+    ]
+    if len(patching) != len(hop_files):
+        return {}
+    found: dict[int, tuple] = {}
+    for added, (ident, strength) in zip(patching, hop_files, strict=True):
+        for entries in added.values():
+            for entry in entries:
+                if strength is not None and _strength(entry) != strength:
+                    return {}  # not the loader's patches, or not only them: attribution doubtful
+                if ident is not None:
+                    found[id(entry)] = ident
+    return found
+
+
+def _strength(entry) -> float | None:
+    try:
+        return float(entry[0])
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def _hops(pairs, added_by_hop, lookup, rule, reuse) -> tuple:
+    """The hops' rows, every patch figure read back at once."""
+    plans = [RowPlan(added, lookup, rule, reuse) for added in added_by_hop]
+    resolve([figure for plan in plans for figure in plan.figures()])
+    hops, all_rows, patched_keys, all_added = [], [], set(), {}
+    listed = [MAX_LISTED_KEYS]
+    for index, ((child, parent), added, plan) in enumerate(zip(pairs, added_by_hop, plans, strict=True)):
+        rows = plan.finish()
+        removed = added_entries(patches_of(parent), patches_of(child))
+        patched_keys.update(str(k) for k in added)
+        all_rows.extend(rows)
+        for key, entries in added.items():
+            all_added.setdefault(key, []).extend(entries)
+        shown = rows[: listed[0]]
+        listed[0] -= len(shown)
+        hops.append(
+            {
+                "index": index,
+                "after_object_id": id(child),
+                "before_object_id": id(parent),
+                "after_patches_uuid": _str(getattr(child, "patches_uuid", None)),
+                "patches_uuid_changed": getattr(child, "patches_uuid", None)
+                != getattr(parent, "patches_uuid", None),
+                "n_patch_keys_added": len(added),
+                "n_entries_added": sum(len(v) for v in added.values()),
+                "n_entries_removed": sum(len(v) for v in removed.values()),
+                "_rows": rows,
+                "keys": shown,
+                "keys_truncated": len(shown) < len(rows),
+            }
+        )
+    return hops, all_rows, patched_keys, all_added
+
+
+def _weights(hops, added_by_hop, overall_added, overall_rows, lookup, calculate, budget, reuse) -> list:
+    """Weight rows of each hop and of all hops together, every figure read back at once."""
+    cache: dict = {}
+    pending: dict = {}  # a weight with the same applied entries in a hop and overall: planned once
+    with one_cpu_thread("cpu"):
+        plans = [
+            WeightPlan(
+                _str_keys(added), _by_key(hop["_rows"]), lookup, calculate, budget, cache, reuse, pending
+            )
+            for hop, added in zip(hops, added_by_hop, strict=True)
+        ]
+        plans.append(
+            WeightPlan(overall_added, _by_key(overall_rows), lookup, calculate, budget, cache, reuse, pending)
+        )
+    resolve([figure for plan in plans for figure in plan.figures()])
+    return [plan.finish() for plan in plans]
+
+
+def _str_keys(added: dict) -> dict:
+    return {str(k): v for k, v in added.items()}
+
+
+def _by_key(rows: list[dict]) -> dict[str, list]:
+    found: dict[str, list] = {}
+    for row in rows:
+        found.setdefault(row["key"], []).append(row)
+    return found
 
 
 def _in_patch_order(rows: list[dict], key, entries: list, patcher) -> list[tuple]:

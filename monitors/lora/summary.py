@@ -52,6 +52,22 @@ LORA = StepKindVocabulary(
                     "number",
                 ),
                 SummaryField(
+                    "relative_change_partial",
+                    "change of |W| partial",
+                    None,
+                    "true when the relative change covers fewer weights than were patched (weights "
+                    "without a base norm; each weight row says why): numerator and denominator always "
+                    "cover the same weights",
+                    "boolean",
+                ),
+                SummaryField(
+                    "n_weights_relative_change",
+                    "weights in change of |W|",
+                    "count",
+                    "patched weights the relative change covers (both a change norm and a base norm)",
+                    "integer",
+                ),
+                SummaryField(
                     "n_patch_keys_added",
                     "patched weights",
                     "count",

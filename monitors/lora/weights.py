@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..tensor_stats import one_cpu_thread
+from .deferred import Expr, Scalar, figure_value, known, resolve, root
 
 LINEAR_CHEAP = ("lora", "diff")  # types whose cross inner products need no base weight
 
@@ -135,32 +136,67 @@ def _linear_term(row: Mapping, entry) -> tuple | None:
     return coef, "dense", (tensor.detach().to(torch.float64),)
 
 
-def _inner(a: tuple, b: tuple) -> float:
+def _inner(a: tuple, b: tuple):
+    """<change a, change b> at unit coefficients, a float64 0-dim tensor on their device."""
     _, kind_a, fa = a
     _, kind_b, fb = b
     if kind_a == "lowrank" and kind_b == "lowrank":
         (u1, d1), (u2, d2) = fa, fb
         if u1.shape[0] != u2.shape[0] or d1.shape[1] != d2.shape[1]:
-            return float(((u1 @ d1).reshape(-1) * (u2 @ d2).reshape(-1)).sum())
-        return float(((u1.T @ u2) * (d1 @ d2.T)).sum())
+            return ((u1 @ d1).reshape(-1) * (u2 @ d2).reshape(-1)).sum()
+        return ((u1.T @ u2) * (d1 @ d2.T)).sum()
     if kind_a == "dense" and kind_b == "dense":
-        return float((fa[0].reshape(-1) * fb[0].reshape(-1)).sum())
+        return (fa[0].reshape(-1) * fb[0].reshape(-1)).sum()
     (u, d), m = (fa, fb[0]) if kind_a == "lowrank" else (fb, fa[0])
-    return float(((u.T @ m.reshape(u.shape[0], -1)) * d).sum())
+    return ((u.T @ m.reshape(u.shape[0], -1)) * d).sum()
 
 
 def summed_linear_norm(rows: list[Mapping], entries: list) -> float | None:
     """||sum of the changes|| of lora/diff patches on one weight, from inner products."""
-    terms = [_linear_term(r, e) for r, e in zip(rows, entries, strict=True)]
-    if any(t is None for t in terms):
-        return None
-    total = 0.0
-    for i, a in enumerate(terms):
-        for j in range(i, len(terms)):
-            b = terms[j]
-            ip = a[0] * b[0] * _inner(a, b)
-            total += ip if i == j else 2.0 * ip
-    return math.sqrt(max(0.0, total))
+    figure, _ = summed_linear_deferred(rows, entries)
+    return figure_value(figure)
+
+
+def summed_linear_deferred(rows: list[Mapping], entries: list, key: str = "", reuse=None) -> tuple:
+    """(summed_linear_norm as a figure on the device, inner products to cache once read).
+
+    `reuse` (caches.Reuse): inner products of entries whose files are known come from the file
+    cache; a new strength only changes the coefficients."""
+    if len(rows) != len(entries):
+        raise ValueError(f"{len(rows)} rows for {len(entries)} entries")
+    coefs = [r["effective_scale"] for r in rows]
+    if any(c is None for c in coefs):
+        return known(None), []
+    terms: dict[int, tuple] = {}
+    scalars, order, to_store = [], [], []
+    for i in range(len(rows)):
+        for j in range(i, len(rows)):
+            cached, store = _cached_inner(reuse, key, entries[i], entries[j])
+            if cached is not None:
+                order.append((i, j, cached))
+                continue
+            for k in (i, j):
+                if k not in terms:
+                    terms[k] = _linear_term(rows[k], entries[k])
+            scalar = Scalar(_inner(terms[i], terms[j]))
+            scalars.append(scalar)
+            order.append((i, j, scalar))
+            if store is not None:
+                to_store.append((store, scalar))
+
+    def combine(_values) -> float:
+        total = 0.0
+        for i, j, ip in order:
+            value = ip.value if isinstance(ip, Scalar) else ip
+            total += coefs[i] * coefs[j] * value * (1.0 if i == j else 2.0)
+        return math.sqrt(max(0.0, total))
+
+    return Expr(scalars, combine), to_store
+
+
+def _cached_inner(reuse, key: str, a, b) -> tuple:
+    """(cached unit inner product or None, how to store it once computed or None)."""
+    return (None, None) if reuse is None else reuse.inner(key, a, b)
 
 
 def cheap_linear(row: Mapping) -> bool:
@@ -174,12 +210,17 @@ def cheap_linear(row: Mapping) -> bool:
 
 def materialised_change(calculate, entries: list, weight, key: str) -> float:
     """||calculate(entries, W) - W|| on a float32 copy: the framework's own arithmetic."""
+    return figure_value(materialised_deferred(calculate, entries, weight, key))
+
+
+def materialised_deferred(calculate, entries: list, weight, key: str) -> Expr:
     import torch
 
     with torch.no_grad():
         base = weight.detach().to(torch.float32)
         patched = calculate(list(entries), base.clone(), key)
-        return float(torch.linalg.vector_norm(patched.to(torch.float64) - base.to(torch.float64)))
+        difference = patched.to(torch.float64) - base.to(torch.float64)
+        return root(Scalar(torch.sum(difference * difference)))
 
 
 def weight_total(
@@ -193,50 +234,126 @@ def weight_total(
 ) -> tuple[float | None, str | None]:
     """(norm of the summed change of the applied patches on `key`, reason when unknown).
 
-    Fills the delta_norm of rows that need the base weight when it can be read.
-    """
-    applied = [(r, e) for r, e in zip(rows, entries, strict=True) if r["applied"]]
-    if not applied:
-        return 0.0, None
-    cache_key = (key, tuple(id(e) for _, e in applied))
-    if cache_key in cache:
-        return cache[cache_key]
-    result: tuple[float | None, str | None]
-    needs_weight = any(r["delta_norm"] is None for r, _ in applied) or (
-        len(applied) > 1 and not all(cheap_linear(r) for r, _ in applied)
-    )
-    if not needs_weight:
-        if len(applied) == 1:
-            result = (applied[0][0]["delta_norm"], None)
-        else:
-            result = (summed_linear_norm([r for r, _ in applied], [e for _, e in applied]), None)
-    else:
-        result = _materialise(key, applied, weight, calculate, budget)
-    cache[cache_key] = result
-    return result
+    Fills the delta_norm of rows that need the base weight when it can be read (one read-back)."""
+    plan = WeightPlan({key: entries}, {key: rows}, lambda _key: weight, calculate, budget, cache)
+    resolve(plan.figures())
+    plan.finish()
+    return plan.results[key]
 
 
-def _materialise(key, applied, weight, calculate, budget) -> tuple[float | None, str | None]:
+class WeightPlan:
+    """weight_rows before its read-back: every weight's total as a figure on the device."""
+
+    def __init__(
+        self, added, rows_by_key, lookup, calculate, budget, cache, reuse=None, pending=None
+    ) -> None:
+        self.cache, self.reuse = cache, reuse
+        self.pending = {} if pending is None else pending  # cache key -> (figure, reason), shared
+        self.rows_by_key = rows_by_key
+        self.keys = sorted(added, key=str)
+        self.planned: dict = {}  # key -> (figure or None, reason, fills, stores, cache key)
+        self.results: dict = {}
+        for key in self.keys:
+            weight = None
+            try:
+                weight = lookup(key) if lookup is not None else None
+            except Exception:
+                weight = None
+            self.planned[key] = self._plan(str(key), rows_by_key[key], added[key], weight, calculate, budget)
+
+    def _plan(self, key, rows, entries, weight, calculate, budget) -> tuple:
+        applied = [(r, e) for r, e in zip(rows, entries, strict=True) if r["applied"]]
+        if not applied:
+            return known(0.0), None, [], [], None
+        cache_key = (key, tuple(id(e) for _, e in applied))
+        if cache_key in self.cache:
+            total, reason = self.cache[cache_key]
+            return known(total), reason, [], [], None
+        if cache_key in self.pending:  # planned by another plan of this batch, which fills its rows
+            figure, reason = self.pending[cache_key]
+            return figure, reason, [], [], cache_key
+        planned = self._plan_total(key, applied, weight, calculate, budget)
+        self.pending[cache_key] = (planned[0], planned[1])
+        return (*planned, cache_key)
+
+    def _plan_total(self, key, applied, weight, calculate, budget) -> tuple:
+        needs_weight = any(r["delta_norm"] is None for r, _ in applied) or (
+            len(applied) > 1 and not all(cheap_linear(r) for r, _ in applied)
+        )
+        if not needs_weight:
+            if len(applied) == 1:
+                return known(applied[0][0]["delta_norm"]), None, [], []
+            figure, stores = summed_linear_deferred(
+                [r for r, _ in applied], [e for _, e in applied], key, self.reuse
+            )
+            return figure, None, [], stores
+        figure, reason, fills = _materialise(key, applied, weight, calculate, budget)
+        return figure, reason, fills, []
+
+    def figures(self) -> list:
+        planned = self.planned.values()
+        return [p[0] for p in planned] + [figure for p in planned for _, figure in p[2]]
+
+    def finish(self) -> list[dict[str, Any]]:
+        out = []
+        for key in self.keys:
+            figure, reason, fills, stores, cache_key = self.planned[key]
+            for row, row_figure in fills:
+                row["delta_norm"] = row_figure.value()
+                row["delta_norm_unavailable"] = None
+                row["delta_norm_method"] = "patched copy of the base weight"
+            for store, scalar in stores:
+                store(scalar.value)
+            total = None if figure is None else figure.value()
+            if cache_key is not None:
+                self.cache[cache_key] = (total, reason)
+            self.results[key] = (total, reason)
+            out.append(_weight_row(key, self.rows_by_key[key], total, reason))
+        return out
+
+
+def _weight_row(key, rows: list[dict], total, reason) -> dict[str, Any]:
+    base_norm = rows[0]["base_norm"] if rows else None
+    for row in rows:  # rows filled in by the materialisation get their relative change now
+        if row["delta_norm"] is not None and row["base_norm"]:
+            row["relative_change"] = row["delta_norm"] / row["base_norm"]
+    return {
+        "key": str(key),
+        "block": rows[0]["block"] if rows else None,
+        "n_entries": len(rows),
+        "n_applied": sum(1 for r in rows if r["applied"]),
+        "applied": any(r["applied"] for r in rows),
+        "delta_norm": total,
+        "delta_norm_unavailable": reason if total is None else None,
+        "base_norm": base_norm,
+        "base_norm_unavailable": rows[0].get("base_norm_unavailable") if rows and base_norm is None else None,
+        "relative_change": total / base_norm if total is not None and base_norm else None,
+    }
+
+
+def _materialise(key, applied, weight, calculate, budget) -> tuple:
+    """(figure of the total or None, why none, [(row, its own figure)])."""
     if calculate is None:
-        return None, "the change depends on the base weight (no framework arithmetic given)"
+        return None, "the change depends on the base weight (no framework arithmetic given)", []
     if weight is None or not _plain(weight):
-        return None, "base weight not readable"
+        return None, "base weight not readable", []
     n = int(weight.numel())
     if budget is not None:
         if budget[0] < n:
-            return None, "skipped: base-weight read budget spent"
+            return None, "skipped: base-weight read budget spent", []
         budget[0] -= n
     try:
-        for row, entry in applied:
-            if row["delta_norm"] is None:
-                row["delta_norm"] = materialised_change(calculate, [entry], weight, key)
-                row["delta_norm_unavailable"] = None
-                row["delta_norm_method"] = "patched copy of the base weight"
+        fills = [
+            (row, materialised_deferred(calculate, [entry], weight, key))
+            for row, entry in applied
+            if row["delta_norm"] is None
+        ]
         if len(applied) == 1:
-            return applied[0][0]["delta_norm"], None
-        return materialised_change(calculate, [e for _, e in applied], weight, key), None
+            figure = fills[0][1] if fills else known(applied[0][0]["delta_norm"])
+            return figure, None, fills
+        return materialised_deferred(calculate, [e for _, e in applied], weight, key), None, fills
     except Exception as exc:
-        return None, f"patched copy failed: {type(exc).__name__}: {exc}"
+        return None, f"patched copy failed: {type(exc).__name__}: {exc}", []
 
 
 def _plain(tensor) -> bool:
@@ -252,37 +369,10 @@ def weight_rows(
     calculate: Callable | None,
     budget: list | None,
     cache: dict,
+    reuse=None,
 ) -> list[dict[str, Any]]:
-    """One row per weight: its patches' summed change, base norm and relative change."""
-    with one_cpu_thread("cpu"):  # small kernels on torch's thread pool: see analysis.patch_rows
-        return _weight_rows(added, rows_by_key, lookup, calculate, budget, cache)
-
-
-def _weight_rows(added, rows_by_key, lookup, calculate, budget, cache) -> list[dict[str, Any]]:
-    out = []
-    for key in sorted(added, key=str):
-        rows, entries = rows_by_key[key], added[key]
-        weight = None
-        try:
-            weight = lookup(key) if lookup is not None else None
-        except Exception:
-            weight = None
-        total, reason = weight_total(str(key), rows, entries, weight, calculate, budget, cache)
-        base_norm = rows[0]["base_norm"] if rows else None
-        for row in rows:  # rows filled in by weight_total get their relative change now
-            if row["delta_norm"] is not None and row["base_norm"]:
-                row["relative_change"] = row["delta_norm"] / row["base_norm"]
-        out.append(
-            {
-                "key": str(key),
-                "block": rows[0]["block"] if rows else None,
-                "n_entries": len(rows),
-                "n_applied": sum(1 for r in rows if r["applied"]),
-                "applied": any(r["applied"] for r in rows),
-                "delta_norm": total,
-                "delta_norm_unavailable": reason if total is None else None,
-                "base_norm": base_norm,
-                "relative_change": total / base_norm if total is not None and base_norm else None,
-            }
-        )
-    return out
+    """One row per weight: its patches' summed change, base norm and relative change (one read-back)."""
+    with one_cpu_thread("cpu"):  # small kernels on torch's thread pool: see analysis.RowPlan
+        plan = WeightPlan(added, rows_by_key, lookup, calculate, budget, cache, reuse)
+        resolve(plan.figures())
+        return plan.finish()

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import monitors.lora.analysis as analysis
+import monitors.lora.entries as entries
 import monitors.lora.norms as norms
 import monitors.lora.weights as weights
 
@@ -31,33 +32,32 @@ def two_threads():
 
 def test_patch_rows_and_weight_rows_run_on_one_thread_and_restore_the_count(monkeypatch, two_threads):
     seen = []
-    original_lora_norm, original_norm = analysis.lora_norm, analysis.frobenius_norm
+    original_lora, original_norm = entries.lora_deferred, analysis.frobenius_deferred
 
-    def spy_lora_norm(up, down):
+    def spy_lora(up, down):
         seen.append(("lora_norm", torch.get_num_threads()))
-        return original_lora_norm(up, down)
+        return original_lora(up, down)
 
     def spy_norm(tensor):
         seen.append(("base_norm", torch.get_num_threads()))
         return original_norm(tensor)
 
-    monkeypatch.setattr(analysis, "lora_norm", spy_lora_norm)
-    monkeypatch.setattr(analysis, "frobenius_norm", spy_norm)
-    monkeypatch.setattr(analysis, "ADAPTER_INFO", {**analysis.ADAPTER_INFO, "lora": analysis._lora_info})
+    monkeypatch.setattr(entries, "lora_deferred", spy_lora)
+    monkeypatch.setattr(analysis, "frobenius_deferred", spy_norm)
     added = {"a.weight": [lora_entry(1)], "b.weight": [lora_entry(3), lora_entry(5, 0.5)]}
     base = rand(16, 24, seed=9)
-    rows = analysis.patch_rows(added, lambda key: base, [1 << 20])
+    rows = analysis.patch_rows(added, lambda key: base)
     assert torch.get_num_threads() == two_threads
     assert {name for name, _ in seen} == {"lora_norm", "base_norm"} and {n for _, n in seen} == {1}
 
     summed = []
-    original_summed = weights.summed_linear_norm
+    original_summed = weights.summed_linear_deferred
 
-    def spy_summed(rows_, entries):
+    def spy_summed(*args):
         summed.append(torch.get_num_threads())
-        return original_summed(rows_, entries)
+        return original_summed(*args)
 
-    monkeypatch.setattr(weights, "summed_linear_norm", spy_summed)
+    monkeypatch.setattr(weights, "summed_linear_deferred", spy_summed)
     out = analysis.weights_of(added, rows, lambda key: base, None, [1 << 20], {})
     assert summed == [1] and torch.get_num_threads() == two_threads
     assert [w["key"] for w in out] == ["a.weight", "b.weight"]
@@ -71,9 +71,16 @@ def test_the_thread_count_is_restored_when_the_analysis_raises(monkeypatch, two_
     with pytest.raises(RuntimeError):
         analysis.patch_rows({"a.weight": [lora_entry(1)]})
     assert torch.get_num_threads() == two_threads
-    monkeypatch.setattr(weights, "weight_total", boom)
+    monkeypatch.setattr(weights, "cheap_linear", boom)
     with pytest.raises(RuntimeError):
-        weights.weight_rows({"a.weight": [lora_entry(1)]}, {"a.weight": [{}]}, None, None, None, {})
+        weights.weight_rows(
+            {"a.weight": [lora_entry(1), lora_entry(2)]},
+            {"a.weight": [{"applied": True, "delta_norm": 1.0}] * 2},
+            None,
+            None,
+            None,
+            {},
+        )
     assert torch.get_num_threads() == two_threads
 
 

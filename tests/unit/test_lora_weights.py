@@ -437,6 +437,7 @@ def test_weight_rows_per_weight():
         "delta_norm": pytest.approx(1.5),
         "delta_norm_unavailable": None,
         "base_norm": 4.0,
+        "base_norm_unavailable": None,
         "relative_change": pytest.approx(1.5 / 4.0),
     }
     # the set's norm (3 everywhere on 4 elements: 6) is filled in, with its relative change

@@ -133,6 +133,16 @@ export const VOCABULARY = {
     "unit": "fraction",
     "description": "model: norm of the weight change relative to the base weights' norm"
    },
+   "model_relative_change_partial": {
+    "label": "model change of |W| partial",
+    "unit": null,
+    "description": "model: true when the relative change covers fewer weights than were patched (weights without a base norm; each weight row says why): numerator and denominator always cover the same weights"
+   },
+   "model_n_weights_relative_change": {
+    "label": "model weights in change of |W|",
+    "unit": "count",
+    "description": "model: patched weights the relative change covers (both a change norm and a base norm)"
+   },
    "model_n_patch_keys_added": {
     "label": "model patched weights",
     "unit": "count",
@@ -177,6 +187,16 @@ export const VOCABULARY = {
     "label": "clip change of |W|",
     "unit": "fraction",
     "description": "clip: norm of the weight change relative to the base weights' norm"
+   },
+   "clip_relative_change_partial": {
+    "label": "clip change of |W| partial",
+    "unit": null,
+    "description": "clip: true when the relative change covers fewer weights than were patched (weights without a base norm; each weight row says why): numerator and denominator always cover the same weights"
+   },
+   "clip_n_weights_relative_change": {
+    "label": "clip weights in change of |W|",
+    "unit": "count",
+    "description": "clip: patched weights the relative change covers (both a change norm and a base norm)"
    },
    "clip_n_patch_keys_added": {
     "label": "clip patched weights",
@@ -1186,6 +1206,8 @@ export const KEYS = /** @type {const} */ ({
   "n_matched_keys": "n_matched_keys",
   "n_file_keys": "n_file_keys",
   "model_relative_change_ratio": "model_relative_change_ratio",
+  "model_relative_change_partial": "model_relative_change_partial",
+  "model_n_weights_relative_change": "model_n_weights_relative_change",
   "model_n_patch_keys_added": "model_n_patch_keys_added",
   "model_n_hops": "model_n_hops",
   "model_delta_norm": "model_delta_norm",
@@ -1195,6 +1217,8 @@ export const KEYS = /** @type {const} */ ({
   "model_n_state_dict_keys_before": "model_n_state_dict_keys_before",
   "model_n_state_dict_keys_after": "model_n_state_dict_keys_after",
   "clip_relative_change_ratio": "clip_relative_change_ratio",
+  "clip_relative_change_partial": "clip_relative_change_partial",
+  "clip_n_weights_relative_change": "clip_n_weights_relative_change",
   "clip_n_patch_keys_added": "clip_n_patch_keys_added",
   "clip_n_hops": "clip_n_hops",
   "clip_delta_norm": "clip_delta_norm",

@@ -1,0 +1,250 @@
+"""What a LoRA step reuses from the steps before it: base-weight norms per loaded model, figures per
+LoRA file.
+
+A base weight's norm is a property of the loaded base model, not of the prompt. It is kept per
+module object (weakly: when ComfyUI drops or replaces the model, its norms go with it) and per
+state-dict key, checked against the weight's shape and dtype. The module rather than the weight
+tensor is the key because ComfyUI copies the unpatched weight into a new backup tensor each time it
+loads a patched model onto a GPU: a cache tied to that tensor would miss on every new strength.
+ComfyUI never changes a base weight's values in place (patches live beside it), so the module and
+key name the same values for as long as the module lives.
+
+A LoRA file's figures (per weight: the norm of its change at unit strength; per pair of stacked
+files: the inner products of their changes) are properties of the file. They are kept by the file's
+identity (path, size, modification time), in a bounded LRU; each figure also records the patch's
+type and tensor shapes, and is reused only when the patch in hand has the same. A new strength
+rescales them exactly: a change is linear in its strength, and a stack's total is
+sqrt(sum_ij c_i c_j <D_i, D_j>).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections import OrderedDict
+from typing import Any
+
+MAX_FILES = 32  # LoRA files whose figures are kept (a few MB of floats for real-size files)
+MAX_PAIRS = 64  # pairs of stacked files whose inner products are kept
+
+
+def file_identity(path: str | None) -> tuple | None:
+    """(path, size, mtime_ns) of a file, None when it cannot be stated."""
+    if not path:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (os.path.abspath(path), int(stat.st_size), int(stat.st_mtime_ns))
+
+
+def patch_signature(key: str, entry) -> tuple:
+    """What a cached figure must match: weight key, patch type name, offset and tensor shapes/dtypes."""
+    from .entries import classify_patch, patch_tensors
+
+    value = entry[1] if len(entry) > 1 else None
+    offset = entry[3] if len(entry) > 3 else None
+    tensors = tuple((tuple(t.shape), str(t.dtype)) for t in patch_tensors(value))
+    return (key, classify_patch(value), tuple(offset) if offset else None, tensors)
+
+
+class BaseNorms:
+    """module -> {(key, offset): ((shape, dtype), norm)}, the module held weakly."""
+
+    def __init__(self) -> None:
+        from torch.utils.weak import WeakIdKeyDictionary
+
+        self._by_module = WeakIdKeyDictionary()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _check(weight) -> tuple:
+        return (tuple(weight.shape), str(weight.dtype))
+
+    def get(self, module, key: str, offset, weight) -> float | None:
+        if module is None:
+            return None
+        with self._lock:
+            found = self._by_module.get(module, {}).get((key, _offset(offset)))
+        return found[1] if found is not None and found[0] == self._check(weight) else None
+
+    def put(self, module, key: str, offset, weight, norm: float) -> None:
+        if module is None:
+            return
+        with self._lock:
+            per_module = self._by_module.get(module)
+            if per_module is None:
+                per_module = self._by_module[module] = {}
+            per_module[(key, _offset(offset))] = (self._check(weight), norm)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._by_module.clear()
+
+    def n_models(self) -> int:
+        return len(self._by_module)
+
+
+def _offset(offset) -> tuple | None:
+    return tuple(int(v) for v in offset) if offset else None
+
+
+class FileFigures:
+    """Figures of LoRA files by file identity, bounded (least recently used dropped first).
+
+    Each figure keeps weak references to the patch tensors it was computed from: while those are
+    alive, a patch with other tensors (another copy of the file, or patches that did not come from
+    it) does not get it; once they are gone (the loader read the file again), the file identity
+    alone vouches for it."""
+
+    def __init__(self, max_files: int = MAX_FILES, max_pairs: int = MAX_PAIRS) -> None:
+        self._norms: OrderedDict[tuple, dict] = OrderedDict()
+        self._inner: OrderedDict[tuple, dict] = OrderedDict()
+        self.max_files, self.max_pairs = max_files, max_pairs
+        self._lock = threading.Lock()
+
+    def _table(self, store: OrderedDict, ident: tuple, limit: int, create: bool) -> dict | None:
+        with self._lock:
+            table = store.get(ident)
+            if table is not None:
+                store.move_to_end(ident)
+            elif create:
+                table = store[ident] = {}
+                while len(store) > limit:
+                    store.popitem(last=False)
+            return table
+
+    def unit_norm(self, file: tuple | None, signature: tuple, tensors: list) -> float | None:
+        """The norm of the file's change on one weight at unit strength, when known."""
+        table = None if file is None else self._table(self._norms, file, self.max_files, False)
+        return _valid(None if table is None else table.get(signature), tensors)
+
+    def put_unit_norm(self, file: tuple | None, signature: tuple, tensors: list, norm: float) -> None:
+        if file is not None and norm is not None:
+            self._table(self._norms, file, self.max_files, True)[signature] = (norm, _refs(tensors))
+
+    def inner(self, files: tuple, signatures: tuple, tensors: list) -> float | None:
+        """<D_a, D_b> at unit strengths for entries of files (a, b) on one weight, when known."""
+        if None in files:
+            return None
+        table = self._table(self._inner, _pair(files), self.max_pairs, False)
+        return _valid(None if table is None else table.get(_pair_key(files, signatures)), tensors)
+
+    def put_inner(self, files: tuple, signatures: tuple, tensors: list, value: float) -> None:
+        if None not in files and value is not None:
+            table = self._table(self._inner, _pair(files), self.max_pairs, True)
+            table[_pair_key(files, signatures)] = (value, _refs(tensors))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._norms.clear()
+            self._inner.clear()
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {"n_files": len(self._norms), "n_file_pairs": len(self._inner)}
+
+
+def _refs(tensors: list) -> tuple:
+    return tuple(weakref.ref(t) for t in tensors)
+
+
+def _valid(record, tensors: list) -> float | None:
+    """The record's figure when its tensors are these, or all gone (see FileFigures)."""
+    if record is None:
+        return None
+    figure, refs = record
+    alive = [ref() for ref in refs]
+    if all(t is None for t in alive) or (
+        len(alive) == len(tensors) and all(a is t for a, t in zip(alive, tensors, strict=True))
+    ):
+        return figure
+    return None
+
+
+def _pair(files: tuple) -> tuple:
+    return tuple(sorted(files))
+
+
+def _pair_key(files: tuple, signatures: tuple) -> tuple:
+    """Order-free key of an inner product (it is symmetric)."""
+    return tuple(sorted(zip(files, signatures, strict=True), key=repr))
+
+
+BASE_NORMS = BaseNorms()
+FILE_FIGURES = FileFigures()
+
+
+def clear_caches() -> None:
+    """Forget every cached figure (tests; a user never needs it: entries go with their model)."""
+    BASE_NORMS.clear()
+    FILE_FIGURES.clear()
+
+
+class Reuse:
+    """One side of one step: which file each patch entry came from, the caches, and counts of the
+    figures reused and computed (reported as the side's `reuse`)."""
+
+    def __init__(self, module=None, files_by_entry: dict | None = None, base_norms=None, files=None) -> None:
+        self.module = module
+        self.files_by_entry = files_by_entry or {}
+        self.base_norms = BASE_NORMS if base_norms is None else base_norms
+        self.files = FILE_FIGURES if files is None else files
+        self.pending_base: dict = {}  # (key, offset) -> figure within one batch
+        self.counts = dict.fromkeys(COUNTS, 0)
+
+    def file_of(self, entry) -> tuple | None:
+        return self.files_by_entry.get(id(entry))
+
+    def count(self, name: str) -> None:
+        self.counts[name] += 1
+
+    def unit_norm(self, key: str, entry) -> float | None:
+        """The cached unit-strength norm of an entry whose file is known (counted either way)."""
+        file = self.file_of(entry)
+        if file is None:
+            return None
+        found = self.files.unit_norm(file, patch_signature(key, entry), _tensors(entry))
+        self.count("n_delta_norms_reused" if found is not None else "n_delta_norms_computed")
+        return found
+
+    def put_unit_norm(self, key: str, entry, norm: float) -> None:
+        self.files.put_unit_norm(self.file_of(entry), patch_signature(key, entry), _tensors(entry), norm)
+
+    def inner(self, key: str, a, b) -> tuple:
+        """(cached unit inner product of two entries or None, how to store it once computed or None)."""
+        files = (self.file_of(a), self.file_of(b))
+        if None in files:
+            return None, None
+        signatures = (patch_signature(key, a), patch_signature(key, b))
+        tensors = _tensors(a) + _tensors(b)
+        found = self.files.inner(files, signatures, tensors)
+        self.count("n_inner_products_reused" if found is not None else "n_inner_products_computed")
+        if found is not None:
+            return found, None
+        return None, lambda value: self.files.put_inner(files, signatures, tensors, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.counts,
+            "n_entries_with_file": len(self.files_by_entry),
+            "files": sorted({ident[0] for ident in self.files_by_entry.values()}),
+        }
+
+
+def _tensors(entry) -> list:
+    from .entries import patch_tensors
+
+    return patch_tensors(entry[1]) if len(entry) > 1 else []
+
+
+COUNTS = (
+    "n_base_norms_reused",
+    "n_base_norms_computed",
+    "n_delta_norms_reused",
+    "n_delta_norms_computed",
+    "n_inner_products_reused",
+    "n_inner_products_computed",
+)
