@@ -15,7 +15,9 @@ sums that overflow the accumulation type and values so small that their squares 
 (UNDERFLOW_SCALE) take the exact float64 path.
 
 On the CPU, once fused_kernels.py has compiled them, full chunks take one fused kernel instead
-(same figures, same bound: rows of ROW_ELEMENTS in float32, then float64).
+(same figures, same bound: rows of ROW_ELEMENTS in float32, then float64). On a GPU the whole
+tensor is reduced at once (aminmax, row sums and row norms widened inside the kernel: same rows,
+same bound), one read-back per tensor; chunks there would only multiply kernel launches.
 
 Error bound (floating tensors; u = 2**-24 for float32 accumulation, 2**-53 for float64):
 min, max, counts: exact. torch reduces a chunk as a tree (CPU: a cascade sum, at most 16 sequential
@@ -43,6 +45,9 @@ import threading
 from typing import Any
 
 CHUNK_ELEMENTS = 1 << 20  # 1 Mi elements per pass: bounded temporary memory, kept in cache
+# On a GPU the masked and float64 paths (NaN/Inf, integers) take 16 Mi-element chunks: a few
+# hundred MB of temporaries at most, and 16x fewer kernel launches than CPU-sized chunks.
+DEVICE_CHUNK_ELEMENTS = 1 << 24
 # Up to this size float64 accumulation costs next to nothing (the call's fixed cost dominates), and
 # small tensors are where a caller compares figures by eye: they keep float64's precision.
 FLOAT64_MAX_ELEMENTS = 1 << 16
@@ -130,8 +135,10 @@ def value_stats(tensor) -> dict[str, Any]:
             with one_cpu_thread(flat.device.type):
                 lo_s, hi_s, sum_s, sq_s = ([x] for x in _small_reductions(flat))
         else:
-            # Full chunks by the fused kernels once compiled (fused_kernels.py); the rest here.
-            fused_parts, fused_elements = KERNELS.stats_chunks(flat) if acc == torch.float32 else ([], 0)
+            if _whole_tensor(flat):  # a GPU: one fused kernel per figure over the whole tensor
+                fused_parts, fused_elements = [_device_reductions(flat, acc)], n
+            else:  # full chunks by the fused kernels once compiled (fused_kernels.py); the rest here
+                fused_parts, fused_elements = KERNELS.stats_chunks(flat) if acc == torch.float32 else ([], 0)
             with one_cpu_thread(flat.device.type):
                 mins, maxs, sums, sums_sq = _chunk_reductions(flat[fused_elements:], acc)
             for part in fused_parts:
@@ -164,6 +171,45 @@ def value_stats(tensor) -> dict[str, Any]:
     variance = max(0.0, math.fsum(sq_s) / n_finite - mean * mean)
     stats.update(min=lo, max=hi, mean=mean, std=math.sqrt(variance))
     return stats
+
+
+# Types whose GPU reductions widen to float32 inside the kernel (no float32 copy of the tensor).
+WHOLE_TENSOR_DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+
+def _whole_tensor(flat) -> bool:
+    """Whether to reduce the whole tensor at once: on a GPU, where the chunking that bounds a CPU's
+    temporaries only multiplies kernel launches (1 Gi elements: 22.7x one fused pass, issue 25)."""
+    return flat.device.type not in ("cpu", "meta") and str(flat.dtype).replace("torch.", "") in (
+        WHOLE_TENSOR_DTYPES
+    )
+
+
+def chunk_elements(flat) -> int:
+    """Chunk length of the masked and float64 paths on the tensor's device."""
+    return CHUNK_ELEMENTS if flat.device.type == "cpu" else DEVICE_CHUNK_ELEMENTS
+
+
+def _device_reductions(flat, acc) -> tuple:
+    """min, max, sum and sum of squares of a whole GPU tensor as device scalars: aminmax in the
+    tensor's type (exact), sums of rows of ROW_ELEMENTS widened to `acc` inside the kernel, the row
+    results summed in float64 (the error bound of the chunked path: no element passes through more
+    than ROW_ELEMENTS additions in `acc`). Temporaries: the row results, 1/ROW_ELEMENTS of the tensor."""
+    import torch
+
+    n = int(flat.numel())
+    full = n // ROW_ELEMENTS * ROW_ELEMENTS
+    lo, hi = torch.aminmax(flat)
+    sums, squares = [], []
+    if full:
+        rows = flat[:full].view(-1, ROW_ELEMENTS)
+        sums.append(rows.sum(dim=1, dtype=acc).sum(dtype=torch.float64))
+        squares.append(torch.linalg.vector_norm(rows, dim=1, dtype=acc).to(torch.float64).square().sum())
+    if full < n:
+        tail = flat[full:].to(acc)
+        sums.append(tail.sum().to(torch.float64))
+        squares.append(torch.linalg.vector_norm(tail).to(torch.float64).square())
+    return lo.to(acc), hi.to(acc), torch.stack(sums).sum(), torch.stack(squares).sum()
 
 
 def _small_reductions(flat) -> list[float]:
@@ -226,8 +272,9 @@ def _masked_reductions(flat, acc):
     import torch
 
     parts = []
-    for start in range(0, int(flat.numel()), CHUNK_ELEMENTS):
-        chunk = flat[start : start + CHUNK_ELEMENTS]
+    size = chunk_elements(flat)
+    for start in range(0, int(flat.numel()), size):
+        chunk = flat[start : start + size]
         finite = torch.isfinite(chunk)
         zeroed = torch.where(finite, chunk, 0).to(acc)
         inf = torch.tensor(math.inf, dtype=acc, device=chunk.device)
@@ -257,35 +304,50 @@ def _masked_reductions(flat, acc):
 
 
 def _exact_float64_stats(flat, stats: dict[str, Any]) -> dict[str, Any]:
-    """Integer and bool tensors, and finite values whose float32 sums overflow: float64 throughout."""
+    """Integer and bool tensors, and finite values whose float32 sums overflow: float64 throughout,
+    non-finite values masked (never compacted: that would be a host sync per chunk), one read-back."""
     import torch
 
-    total = 0.0
-    total_sq = 0.0
-    n_finite = 0
-    lo = math.inf
-    hi = -math.inf
     is_float = flat.is_floating_point()
-    stats["n_nan"] = stats["n_inf"] = 0
+    parts = []
     with torch.no_grad():
-        for start in range(0, int(flat.numel()), CHUNK_ELEMENTS):
-            chunk = flat[start : start + CHUNK_ELEMENTS].to(torch.float64)
-            if is_float:
-                finite = torch.isfinite(chunk)
-                n_nan = int(torch.isnan(chunk).sum())
-                stats["n_nan"] += n_nan
-                stats["n_inf"] += int((~finite).sum()) - n_nan
-                chunk = chunk[finite]
-            if chunk.numel() == 0:
-                continue
-            n_finite += int(chunk.numel())
-            total += float(chunk.sum())
-            total_sq += float((chunk * chunk).sum())
-            lo = min(lo, float(chunk.min()))
-            hi = max(hi, float(chunk.max()))
+        size = chunk_elements(flat)
+        for start in range(0, int(flat.numel()), size):
+            chunk = flat[start : start + size].to(torch.float64)
+            parts.append(_masked_float64_figures(chunk, is_float))
+        lo_s, hi_s, sum_s, sq_s, nan_s, finite_s = torch.stack(parts).T.tolist()
+    n_finite = int(sum(finite_s))
+    stats["n_nan"] = int(sum(nan_s))
+    stats["n_inf"] = int(flat.numel()) - n_finite - stats["n_nan"]
     if n_finite == 0:
         return stats
-    mean = total / n_finite
-    variance = max(0.0, total_sq / n_finite - mean * mean)
-    stats.update(min=lo, max=hi, mean=mean, std=math.sqrt(variance))
+    keep = [i for i, count in enumerate(finite_s) if count]
+    mean = math.fsum(sum_s) / n_finite
+    variance = max(0.0, math.fsum(sq_s) / n_finite - mean * mean)
+    stats.update(
+        min=min(lo_s[i] for i in keep), max=max(hi_s[i] for i in keep), mean=mean, std=math.sqrt(variance)
+    )
     return stats
+
+
+def _masked_float64_figures(chunk, is_float: bool):
+    """[min, max, sum, sum of squares, NaN count, finite count] of a float64 chunk's finite values."""
+    import torch
+
+    if not is_float:
+        count = torch.tensor(float(chunk.numel()), dtype=torch.float64, device=chunk.device)
+        lo, hi = torch.aminmax(chunk)
+        return torch.stack([lo, hi, chunk.sum(), (chunk * chunk).sum(), count * 0, count])
+    finite = torch.isfinite(chunk)
+    zeroed = torch.where(finite, chunk, 0.0)
+    inf = torch.tensor(math.inf, dtype=torch.float64, device=chunk.device)
+    return torch.stack(
+        [
+            torch.where(finite, chunk, inf).amin(),
+            torch.where(finite, chunk, -inf).amax(),
+            zeroed.sum(),
+            (zeroed * zeroed).sum(),
+            torch.isnan(chunk).sum().to(torch.float64),
+            finite.sum().to(torch.float64),
+        ]
+    )

@@ -12,6 +12,7 @@ import functools
 import inspect
 from typing import Any
 
+from ..monitors.lora.caches import COVERAGE, file_identity
 from ..monitors.lora.coverage import coverage_from_patches
 from ..monitors.lora.file import placeholder_state_dict
 
@@ -26,17 +27,28 @@ def lora_path(name: str | None) -> str | None:
 
 
 def recompute_coverage(model, clip, path: str, index: dict[str, dict] | None) -> dict[str, Any]:
-    """Key coverage of the file at `path` against the MODEL and/or CLIP given (None = not checked)."""
-    import comfy.lora
-    import comfy.lora_convert
-
+    """Key coverage of the file at `path` against the MODEL and/or CLIP given (None = not checked);
+    computed once per file and model (monitors/lora/caches.py), then reused."""
     if index is None:
         # .ckpt / .pt files are pickles: the pack never unpickles a user's file, even restricted.
         return {"computed": False, "reason": "not a safetensors file: keys not checked (never unpickled)"}
-    lora = placeholder_state_dict(path, index)
-    key_map: dict = {}
     model_module = getattr(model, "model", None) if model is not None else None
     clip_module = getattr(clip, "cond_stage_model", None) if clip is not None else None
+    file = file_identity(path)
+    cached = COVERAGE.get(file, (model_module, clip_module))
+    if cached is not None:
+        return cached
+    coverage = _coverage(path, index, model_module, clip_module)
+    COVERAGE.put(file, (model_module, clip_module), coverage)
+    return coverage
+
+
+def _coverage(path: str, index: dict[str, dict], model_module, clip_module) -> dict[str, Any]:
+    import comfy.lora
+    import comfy.lora_convert
+
+    lora = placeholder_state_dict(path, index)
+    key_map: dict = {}
     if model_module is not None:
         key_map = comfy.lora.model_lora_keys_unet(model_module, key_map)
     if clip_module is not None:

@@ -44,6 +44,9 @@ CHUNK_ELEMENTS = 1 << 22  # the float64 path's chunk
 FAST_CHUNK_ELEMENTS = (
     1 << 20
 )  # the fast path's: four 4 MiB buffers, in the CPU's last-level cache; fewer kernel launches
+# On a GPU: 16 Mi-element chunks (four 64 MiB buffers); 1 Mi chunks cost 12-14x the yardstick
+# there in kernel launches (issue 25).
+DEVICE_CHUNK_ELEMENTS = 1 << 24
 FLOAT64_MAX_ELEMENTS = 1 << 16
 POLARIZATION_LIMIT = 4.0  # above: the dot product is summed from the products in a second pass
 STATUSES = ("identical", "close", "different", "incompatible", "nothing_to_compare")
@@ -172,11 +175,12 @@ def _add_eager_parts(parts: list, flat_a, flat_b, acc, rtol: float, atol: float,
     import torch
 
     n = int(flat_a.numel())
-    size = min(n, FAST_CHUNK_ELEMENTS)
+    step = _fast_chunk(flat_a)
+    size = min(n, step)
     a_buf, b_buf, diff_buf, work_buf = (torch.empty(size, dtype=acc, device=flat_a.device) for _ in range(4))
-    for start in range(0, n, FAST_CHUNK_ELEMENTS):
-        raw_a = flat_a[start : start + FAST_CHUNK_ELEMENTS]
-        raw_b = flat_b[start : start + FAST_CHUNK_ELEMENTS]
+    for start in range(0, n, step):
+        raw_a = flat_a[start : start + step]
+        raw_b = flat_b[start : start + step]
         length = int(raw_a.numel())
         ca = raw_a if raw_a.dtype == acc else a_buf[:length].copy_(raw_a)  # exact: half to float32
         cb = raw_b if raw_b.dtype == acc else b_buf[:length].copy_(raw_b)
@@ -201,7 +205,7 @@ def _summed_dot(flat_a, flat_b, acc) -> float:
     """a.b summed from the products (chunks by torch.sum's cascade sum, then float64)."""
     import torch
 
-    size = min(int(flat_a.numel()), FAST_CHUNK_ELEMENTS)
+    size = min(int(flat_a.numel()), _fast_chunk(flat_a))
     a_buf, b_buf, work = (torch.empty(size, dtype=acc, device=flat_a.device) for _ in range(3))
     dots = [
         torch.mul(ca, cb, out=work[: int(ca.numel())]).sum()
@@ -219,8 +223,9 @@ def polarization_factor(norm_a2: float, norm_b2: float, diff2: float) -> float:
 def _acc_chunks(flat_a, flat_b, acc, a_buf, b_buf):
     """Pairs of chunks in the accumulation type: views where the type already is, else converted
     (exactly: half precision to float32) into the reused buffers."""
-    for start in range(0, int(flat_a.numel()), FAST_CHUNK_ELEMENTS):
-        ca, cb = flat_a[start : start + FAST_CHUNK_ELEMENTS], flat_b[start : start + FAST_CHUNK_ELEMENTS]
+    step = _fast_chunk(flat_a)
+    for start in range(0, int(flat_a.numel()), step):
+        ca, cb = flat_a[start : start + step], flat_b[start : start + step]
         length = int(ca.numel())
         yield (
             ca if ca.dtype == acc else a_buf[:length].copy_(ca),
@@ -228,59 +233,60 @@ def _acc_chunks(flat_a, flat_b, acc, a_buf, b_buf):
         )
 
 
+def _fast_chunk(flat) -> int:
+    return FAST_CHUNK_ELEMENTS if flat.device.type == "cpu" else DEVICE_CHUNK_ELEMENTS
+
+
+FLOAT64_FIGURES = ("max_diff", "sum_diff", "n_finite_diff", "n_not_close", "n_nan_mismatch")
+FLOAT64_SUMS = ("dot", "norm_a2", "norm_b2", "diff2")
+
+
 def _float64_totals(flat_a, flat_b, rtol: float, atol: float) -> dict:
-    """Chunks in float64 on the tensors' device, NaN and Inf handled; syncs per chunk."""
+    """Chunks in float64 on the tensors' device, NaN and Inf handled by masks (never compacted:
+    that would be a host sync per chunk); the per-chunk figures are read back once per pair."""
     import torch
 
-    totals = dict.fromkeys(("sum_diff", "dot", "norm_a2", "norm_b2", "diff2"), 0.0)
-    totals.update(max_diff=0.0, n_finite_diff=0, n_not_close=0, n_nan_mismatch=0)
-    for start in range(0, int(flat_a.numel()), CHUNK_ELEMENTS):
-        ca = flat_a[start : start + CHUNK_ELEMENTS].to(torch.float64)
-        cb = flat_b[start : start + CHUNK_ELEMENTS].to(torch.float64)
-        both_finite = torch.isfinite(ca) & torch.isfinite(cb)
-        if bool(both_finite.all()):
-            _add_finite_chunk(totals, ca, cb, rtol, atol)
-        else:
-            _add_chunk_with_specials(totals, ca, cb, both_finite, rtol, atol)
+    parts = []
+    step = CHUNK_ELEMENTS if flat_a.device.type == "cpu" else DEVICE_CHUNK_ELEMENTS
+    for start in range(0, int(flat_a.numel()), step):
+        ca = flat_a[start : start + step].to(torch.float64)
+        cb = flat_b[start : start + step].to(torch.float64)
+        parts.append(_chunk_with_specials(ca, cb, rtol, atol))
+    columns = torch.stack(parts).T.tolist()
+    totals = {name: math.fsum(column) for name, column in zip(FLOAT64_FIGURES + FLOAT64_SUMS, columns, strict=True)}
+    totals["max_diff"] = max(columns[0])
+    for name in ("n_finite_diff", "n_not_close", "n_nan_mismatch"):
+        totals[name] = int(totals[name])
     return totals
 
 
-def _add_finite_chunk(totals: dict, ca, cb, rtol: float, atol: float) -> None:
-    """The common case, in few passes: every value of both chunks is finite."""
-    import torch
-
-    diff = (cb - ca).abs_()
-    totals["n_not_close"] += int((diff > ca.abs().mul_(rtol).add_(atol)).sum())
-    totals["max_diff"] = max(totals["max_diff"], float(diff.max()))
-    totals["sum_diff"] += float(diff.sum())
-    totals["n_finite_diff"] += int(diff.numel())
-    totals["dot"] += float(torch.dot(ca, cb))
-    totals["norm_a2"] += float(torch.dot(ca, ca))
-    totals["norm_b2"] += float(torch.dot(cb, cb))
-    totals["diff2"] += float(torch.dot(diff, diff))
-
-
-def _add_chunk_with_specials(totals: dict, ca, cb, both_finite, rtol: float, atol: float) -> None:
-    """NaN equals NaN, an Inf equals the same Inf; norms and cosine use the finite pairs only."""
+def _chunk_with_specials(ca, cb, rtol: float, atol: float):
+    """One float64 chunk pair's figures, in the order FLOAT64_FIGURES + FLOAT64_SUMS: NaN equals NaN,
+    an Inf equals the same Inf; norms and cosine use the finite pairs only."""
     import torch
 
     nan_a, nan_b = torch.isnan(ca), torch.isnan(cb)
-    totals["n_nan_mismatch"] += int((nan_a ^ nan_b).sum())
     same_special = (nan_a & nan_b) | (torch.isinf(ca) & (ca == cb))
     diff = torch.where(same_special, torch.zeros_like(ca), (cb - ca).abs())
     finite_diff = torch.isfinite(diff)
     close = finite_diff & (diff <= atol + rtol * ca.abs().nan_to_num(posinf=0.0))
-    totals["n_not_close"] += int((~close).sum())
-    if bool(finite_diff.any()):
-        d = diff[finite_diff]
-        totals["max_diff"] = max(totals["max_diff"], float(d.max()))
-        totals["sum_diff"] += float(d.sum())
-        totals["n_finite_diff"] += int(d.numel())
-    fa, fb = ca[both_finite], cb[both_finite]
-    totals["dot"] += float(torch.dot(fa, fb))
-    totals["norm_a2"] += float(torch.dot(fa, fa))
-    totals["norm_b2"] += float(torch.dot(fb, fb))
-    totals["diff2"] += float(torch.dot(fb - fa, fb - fa))
+    both_finite = torch.isfinite(ca) & torch.isfinite(cb)
+    fa, fb = torch.where(both_finite, ca, 0.0), torch.where(both_finite, cb, 0.0)
+    finite_values = torch.where(finite_diff, diff, 0.0)
+    pair_diff = fb - fa
+    return torch.stack(
+        [
+            finite_values.amax() if finite_values.numel() else finite_values.sum(),
+            finite_values.sum(),
+            finite_diff.sum().to(torch.float64),
+            (~close).sum().to(torch.float64),
+            (nan_a ^ nan_b).sum().to(torch.float64),
+            torch.dot(fa, fb),
+            torch.dot(fa, fa),
+            torch.dot(fb, fb),
+            torch.dot(pair_diff, pair_diff),
+        ]
+    )
 
 
 def compare_sets(

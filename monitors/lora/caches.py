@@ -19,6 +19,7 @@ sqrt(sum_ij c_i c_j <D_i, D_j>).
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import weakref
@@ -177,12 +178,6 @@ BASE_NORMS = BaseNorms()
 FILE_FIGURES = FileFigures()
 
 
-def clear_caches() -> None:
-    """Forget every cached figure (tests; a user never needs it: entries go with their model)."""
-    BASE_NORMS.clear()
-    FILE_FIGURES.clear()
-
-
 class Reuse:
     """One side of one step: which file each patch entry came from, the caches, and counts of the
     figures reused and computed (reported as the side's `reuse`)."""
@@ -248,3 +243,49 @@ COUNTS = (
     "n_inner_products_reused",
     "n_inner_products_computed",
 )
+
+
+class CoverageCache:
+    """Key coverage of a LoRA file against the modules it was checked on: a property of the file and
+    the model, kept by (file identity, modules), the modules held weakly, bounded."""
+
+    def __init__(self, max_entries: int = MAX_FILES) -> None:
+        self._entries: OrderedDict[tuple, tuple] = OrderedDict()
+        self.max_entries = max_entries
+        self._lock = threading.Lock()
+
+    def get(self, file: tuple | None, modules: tuple) -> dict | None:
+        if file is None:
+            return None
+        with self._lock:
+            found = self._entries.get((file, tuple(id(m) for m in modules)))
+        if found is None or not all(_same(ref, m) for ref, m in zip(found[0], modules, strict=True)):
+            return None
+        return copy.deepcopy(found[1])
+
+    def put(self, file: tuple | None, modules: tuple, coverage: dict) -> None:
+        if file is None:
+            return
+        refs = tuple(None if m is None else weakref.ref(m) for m in modules)
+        with self._lock:
+            self._entries[(file, tuple(id(m) for m in modules))] = (refs, copy.deepcopy(coverage))
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+def _same(ref, module) -> bool:
+    return module is None if ref is None else ref() is module
+
+
+COVERAGE = CoverageCache()
+
+
+def clear_caches() -> None:
+    """Forget every cached figure (tests; a user never needs it: entries go with their model)."""
+    BASE_NORMS.clear()
+    FILE_FIGURES.clear()
+    COVERAGE.clear()

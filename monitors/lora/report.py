@@ -278,7 +278,7 @@ def build_lora_step(
         summary[f"{kind}_n_patches_not_applied"] = totals.get("n_not_applied")
         summary[f"{kind}_relative_change_ratio"] = totals.get("relative_change")
         summary[f"{kind}_relative_change_partial"] = totals.get("relative_change_partial")
-        summary[f"{kind}_n_weights_relative_change"] = totals.get("n_weights_relative_change")
+        summary[f"{kind}_n_weights_relative_change"] = totals.get("n_with_relative_change")
         summary[f"{kind}_patch_bytes"] = totals.get("patch_bytes")
         modifications = side.get("weight_modifications", {}) if totals else {}
         summary[f"{kind}_n_state_dict_keys_before"] = modifications.get("n_state_dict_keys_before")

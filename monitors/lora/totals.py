@@ -31,8 +31,13 @@ def aggregate(rows: list[dict], weights: list[dict] | None = None) -> dict[str, 
     """
     weights = weights if weights is not None else _weights_from_rows(rows)
     with_norm = [w for w in weights if w["delta_norm"] is not None]
-    relative = [w for w in with_norm if w["base_norm"]]
-    top = max(relative, key=lambda w: w["relative_change"], default=None)
+    # measured weights: a change norm and a base norm (0 included: a zero bias still counts)
+    relative = [w for w in with_norm if w["base_norm"] is not None]
+    top = max(
+        (w for w in relative if w["relative_change"] is not None),
+        key=lambda w: w["relative_change"],
+        default=None,
+    )
     # no patched weight at all: the change is known to be 0; weights without a norm: unknown
     delta_norm = _root_sum_square(w["delta_norm"] for w in with_norm) if with_norm or not weights else None
     base_norm = _root_sum_square(w["base_norm"] for w in relative) if relative else None
@@ -65,9 +70,8 @@ def aggregate(rows: list[dict], weights: list[dict] | None = None) -> dict[str, 
         "base_norm": base_norm,
         "relative_change": ratio,
         "relative_change_partial": None if ratio is None else len(relative) < len(weights),
-        "n_weights_relative_change": len(relative),
         "reasons_without_base_norm": dict(
-            Counter(_without_base_reason(w) for w in weights if not w["base_norm"])
+            Counter(_without_base_reason(w) for w in weights if w["base_norm"] is None)
         ),
         "max_relative_change": None if top is None else top["relative_change"],
         "max_relative_change_key": None if top is None else top["key"],
@@ -77,8 +81,6 @@ def aggregate(rows: list[dict], weights: list[dict] | None = None) -> dict[str, 
 
 
 def _without_base_reason(weight: dict) -> str:
-    if weight["base_norm"] == 0.0:
-        return "the base weight is zero"
     return weight.get("base_norm_unavailable") or "no base weight looked up"
 
 
@@ -130,7 +132,7 @@ def by_block(rows: list[dict], weights: list[dict] | None = None) -> dict[str, d
             "delta_norm": _root_sum_square(norms) if norms else None,
             "delta_norm_partial": len(norms) < len(members),
             "relative_change": _relative(
-                [w for w in members if w["delta_norm"] is not None and w["base_norm"]]
+                [w for w in members if w["delta_norm"] is not None and w["base_norm"] is not None]
             ),
         }
     return result

@@ -53,3 +53,52 @@ def test_full_size_example_runs_with_every_monitor(full_size_run):
     assert cond["positive_n_tokens"] == 77 and cond["positive_hidden_size"] == 768
     assert cond["positive_pooled_size"] == 768
     assert history["outputs"]["11"]["images"]
+
+
+FORMER_READ_BUDGET_ELEMENTS = 1 << 27  # the per-side base-weight read budget before issue 26
+
+
+def float64_model_relative_change(base: Path, strength: float) -> tuple[float, int, int]:
+    """(||change|| / ||base weights|| over every UNet weight the LoRA file patches, in float64 from
+    the two files, the number of those weights, their elements)."""
+    from safetensors import safe_open
+
+    make_models = load_script("make_models")
+    comfy = make_models.tiny.import_comfy()
+    paths = make_models.full_size_paths(str(base))
+    with safe_open(paths["checkpoint"], framework="pt") as checkpoint:
+        unet_keys = [k[len("model.") :] for k in checkpoint.keys() if k.startswith("model.")]
+        targets = make_models.lora_targets(
+            comfy.supported_models.SD15(dict(make_models.SD15_UNET)), unet_keys
+        )
+        delta_sq = base_sq = 0.0
+        n_weights = n_elements = 0
+        with safe_open(paths["lora"], framework="pt") as lora:
+            names = {k.rsplit(".", 2)[0] for k in lora.keys() if k.startswith("lora_unet_")}
+            for name in sorted(names):
+                up = lora.get_tensor(f"{name}.lora_up.weight").double().flatten(1)
+                down = lora.get_tensor(f"{name}.lora_down.weight").double().flatten(1)
+                alpha = float(lora.get_tensor(f"{name}.alpha"))
+                scale = strength * alpha / down.shape[0]
+                delta_sq += scale**2 * float(((up.T @ up) * (down @ down.T)).sum())
+                weight = checkpoint.get_tensor("model." + targets[name]).double()
+                base_sq += float(weight.pow(2).sum())
+                n_weights += 1
+                n_elements += weight.numel()
+    return (delta_sq / base_sq) ** 0.5, n_weights, n_elements
+
+
+def test_relative_change_covers_every_weight_and_equals_float64_from_the_files(full_size_run, server):
+    """Issue 26, point 4: numerator and denominator over the same weights, all of them, although
+    the patched weights exceed the read budget that used to leave most base weights unmeasured."""
+    _, report = full_size_run
+    lora = next(s for s in report["steps"] if s["kind"] == "lora")
+    strength = json.loads(WORKFLOW.read_text())["3"]["inputs"]["strength_model"]
+    expected, n_weights, n_elements = float64_model_relative_change(server.base, strength)
+    assert n_elements > FORMER_READ_BUDGET_ELEMENTS
+    summary = lora["summary"]
+    assert summary["model_relative_change_partial"] is False
+    assert summary["model_n_weights_relative_change"] == n_weights == summary["model_n_patch_keys_added"]
+    assert summary["model_relative_change_ratio"] == pytest.approx(expected, rel=1e-4)
+    weights = lora["details"]["model"]["overall"]["weights"]
+    assert all(w["base_norm"] is not None and w["base_norm_unavailable"] is None for w in weights)
