@@ -24,6 +24,11 @@ elements outside tolerance: the count is part of the work).
 
 Targets (issue 14): >= 1 GB/s on this machine's CPU and within 1.3x of the yardstick, for the
 statistics and for the comparison; one verdict line per target and yardstick, decided by the median.
+
+`--device cuda` (issue 25; `auto`: cuda when torch sees one): 1 GiB tensors (256 Mi float32
+elements) on the GPU, float32, float16 and bfloat16, every call timed between synchronisations.
+Yardsticks there: statistics against one aminmax + sum + sum-of-squares pass (target <= 1.5x),
+the comparison against max |b - a| + isclose (target <= 2x).
 """
 
 from __future__ import annotations
@@ -41,13 +46,29 @@ from bench.verdicts import add_quick_flag, fmt_spread, spread, verdict_line  # n
 
 THROUGHPUT_TARGET_BPS = 1e9
 RATIO_TARGET = 1.3
+CUDA_STATS_RATIO_TARGET = 1.5
+CUDA_COMPARE_RATIO_TARGET = 2.0
+CUDA_BYTES = 1 << 30  # per tensor on a GPU: 1 GiB
 FUSED_COMPILE_TIMEOUT_S = 300
 
 
+SYNC = [lambda: None]  # torch.cuda.synchronize on a GPU: each timing covers its kernels
+
+
 def _time(fn) -> float:
+    SYNC[0]()
     started = time.perf_counter()
     fn()
+    SYNC[0]()
     return time.perf_counter() - started
+
+
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def paired(variant, yardsticks: dict, pairs: int) -> tuple[list[float], dict[str, list[float]]]:
@@ -140,7 +161,76 @@ def measure(elements: int, pairs: int, yardstick_threads: str = "variant") -> di
     }
 
 
+def measure_cuda(pairs: int, elements: int | None = None) -> dict:
+    """The GPU yardsticks of issue 25, on 1 GiB tensors of each dtype."""
+    import torch
+
+    from monitors.dumps.compare import compare_pair
+    from monitors.tensor_stats import value_stats
+
+    SYNC[0] = torch.cuda.synchronize
+    cases = {}
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        n = elements or CUDA_BYTES // torch.tensor([], dtype=dtype).element_size()
+        generator = torch.Generator(device="cuda").manual_seed(0)
+        a = torch.randn(n, generator=generator, device="cuda").to(dtype)
+        b = (a.float() + 1e-3 * torch.randn(n, generator=generator, device="cuda")).to(dtype)
+        name = str(dtype).replace("torch.", "")
+        nbytes = a.numel() * a.element_size()
+        stats_yardsticks = {
+            "aminmax+sum+sum of squares": lambda a=a: (
+                torch.aminmax(a),
+                a.sum(dtype=torch.float32),
+                torch.linalg.vector_norm(a, dtype=torch.float32),
+            )
+        }
+        compare_yardsticks = {
+            "max |b - a| + isclose": lambda a=a, b=b: ((b - a).abs().max(), torch.isclose(b, a, 1e-5, 1e-8))
+        }
+        for kind, variant, yardsticks, read_bytes in (
+            ("value_stats", lambda a=a: value_stats(a), stats_yardsticks, nbytes),
+            ("compare_pair", lambda a=a, b=b: compare_pair(a, b, 1e-5, 1e-8), compare_yardsticks, 2 * nbytes),
+        ):
+            v_s, y_s = paired(variant, yardsticks, pairs)
+            cases[f"{kind} {name}"] = {
+                "bytes": read_bytes,
+                "variant_s": v_s,
+                "yardsticks": {
+                    k: {"seconds": s, "ratios": [v / y for v, y in zip(v_s, s, strict=True)]}
+                    for k, s in y_s.items()
+                },
+                "throughput_bps": [read_bytes / v for v in v_s],
+            }
+        del a, b
+        torch.cuda.empty_cache()
+    return {
+        "elements": "1 GiB per tensor" if elements is None else elements,
+        "pairs": pairs,
+        "device": torch.cuda.get_device_name(),
+        "yardstick_threads": "GPU",
+        "cases": cases,
+    }
+
+
+def cuda_verdicts(result: dict) -> list[str]:
+    lines = []
+    for name, case in result["cases"].items():
+        target = CUDA_STATS_RATIO_TARGET if name.startswith("value_stats") else CUDA_COMPARE_RATIO_TARGET
+        for yardstick, figures in case["yardsticks"].items():
+            gbps = spread(case["throughput_bps"])["median"] / 1e9
+            lines.append(
+                verdict_line(
+                    spread(figures["ratios"])["median"] <= target,
+                    f"{name} on CUDA <= {target:g}x {yardstick}",
+                    "ratio " + fmt_spread(figures["ratios"], ".2f") + f", {gbps:.0f} GB/s",
+                )
+            )
+    return lines
+
+
 def verdicts(result: dict) -> list[str]:
+    if result.get("yardstick_threads") == "GPU":
+        return cuda_verdicts(result)
     lines = []
     for name, case in result["cases"].items():
         gbps = [t / 1e9 for t in case["throughput_bps"]]
@@ -179,17 +269,22 @@ def main(argv=None) -> int:
         help="PIPELINE_MONITOR_FUSED_KERNELS for the variant (default on: compiled at its first call)",
     )
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu")
     add_quick_flag(parser)
     args = parser.parse_args(argv)
     os.environ["PIPELINE_MONITOR_FUSED_KERNELS"] = args.fused  # read when monitors is first imported
+    device = resolve_device(args.device)
     if args.quick:
         args.elements, args.pairs = 1 << 16, 1
-    result = measure(args.elements, args.pairs, args.yardstick_threads)
+    if device == "cuda":
+        result = measure_cuda(args.pairs, args.elements if args.quick else None)
+    else:
+        result = measure(args.elements, args.pairs, args.yardstick_threads)
     from monitors.fused_kernels import KERNELS
 
     print(
-        f"{result['elements']} elements per tensor, {result['pairs']} pairs; variant on 1 CPU thread, "
-        f"yardsticks on {result['yardstick_threads']}; fused kernels {KERNELS.status()}"
+        f"{result['elements']} elements per tensor, {result['pairs']} pairs, {device}; yardsticks on "
+        f"{result['yardstick_threads']} threads; fused kernels {KERNELS.status()}"
     )
     print(
         f"{'case':<24}{'yardstick':<30}{'variant ms':>11}{'yardstick ms':>13}{'ratio':>7}{'GB/s':>7}   (medians)"

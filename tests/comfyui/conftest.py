@@ -257,8 +257,9 @@ def free_port() -> int:
 class ComfyServer:
     """A ComfyUI server process and a small HTTP client for it."""
 
-    def __init__(self, base: Path, port: int, log_path: Path):
+    def __init__(self, base: Path, port: int, log_path: Path, device_args: tuple = ("--cpu",)):
         self.base, self.port, self.log_path = base, port, log_path
+        self.device_args = tuple(device_args)  # () on a GPU bench: ComfyUI picks the GPU itself
         self.url = f"http://127.0.0.1:{port}"
         self.client_id = uuid.uuid4().hex
         self.process = None
@@ -267,7 +268,7 @@ class ComfyServer:
         command = [
             sys.executable,
             "main.py",
-            "--cpu",
+            *self.device_args,
             "--listen",
             "127.0.0.1",
             "--port",
