@@ -15,6 +15,7 @@ import importlib
 import importlib.util
 import os
 import random
+import shlex
 import shutil
 import socket
 import subprocess
@@ -278,6 +279,8 @@ class ComfyServer:
             "--database-url",
             "sqlite:///:memory:",
             "--disable-api-nodes",
+            # e.g. --front-end-root DIR where the frontend package is missing (scripts/gpu_check.sh)
+            *shlex.split(os.environ.get("PIPELINE_MONITOR_COMFYUI_ARGS", "")),
         ]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with open(self.log_path, "wb") as log:
