@@ -137,6 +137,17 @@ def _side_findings(kind: str, side: dict | None) -> list[Finding]:
                 "lora_patches_not_applied",
             )
         )
+    if totals.get("relative_change_partial"):
+        reasons = "; ".join(f"{n} x {why}" for why, n in totals["reasons_without_base_norm"].items())
+        findings.append(
+            Finding(
+                "info",
+                f"{kind}: the relative change covers {totals['n_with_relative_change']} of "
+                f"{totals['n_weights']} patched weights, change and base norms over the same ones "
+                f"({reasons})",
+                "lora_relative_change_partial",
+            )
+        )
     if totals["delta_norm_partial"]:
         reasons = "; ".join(f"{n} x {why}" for why, n in totals["reasons_without_norm"].items())
         findings.append(

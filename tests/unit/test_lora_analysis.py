@@ -336,3 +336,49 @@ def test_summarise_rows_lists_1000_keys():
     exact = summarise_rows(rows[:1000])
     assert len(exact["keys"]) == 1000 and exact["keys_truncated"] is False
     assert summarise_rows(rows[:3], max_listed=2)["keys"] == rows[:2]
+
+
+def test_relative_change_divides_the_same_weights_and_says_when_it_is_partial():
+    """Issue 26, point 4: a weight without a base norm leaves the numerator too, and says why."""
+    weights = [
+        {"key": "a.w", "block": "a", "delta_norm": 3.0, "base_norm": 4.0, "relative_change": 0.75},
+        {"key": "b.w", "block": "b", "delta_norm": 0.0, "base_norm": 0.0, "relative_change": None},
+        {
+            "key": "c.w",
+            "block": "c",
+            "delta_norm": 12.0,
+            "base_norm": None,
+            "base_norm_unavailable": "base weight is a QuantizedTensor (quantised or offloaded)",
+            "relative_change": None,
+        },
+    ]
+    rows = [make_row(w["key"], w["delta_norm"], base=w["base_norm"]) for w in weights]
+    totals = aggregate(rows, weights)
+    assert totals["delta_norm"] == pytest.approx(153**0.5)  # every weight with a change norm
+    assert totals["relative_change"] == pytest.approx(3.0 / 4.0)  # a.w and b.w (a zero base counts)
+    assert totals["relative_change_partial"] is True and totals["n_with_relative_change"] == 2
+    assert totals["reasons_without_base_norm"] == {
+        "base weight is a QuantizedTensor (quantised or offloaded)": 1
+    }
+    whole = aggregate(rows[:2], weights[:2])
+    assert whole["relative_change_partial"] is False and whole["relative_change"] == pytest.approx(0.75)
+    nothing = aggregate(rows[2:], weights[2:])
+    assert nothing["relative_change"] is None and nothing["relative_change_partial"] is None
+
+
+def test_a_partial_relative_change_is_a_finding_and_in_the_summary():
+    from monitors.lora.report import build_lora_step
+
+    base = Patcher(tiny_module())
+    after = base.clone()
+    after.add_patches(
+        {"diffusion_model.out.weight": diff(8, 16), "diffusion_model.blocks.0.weight": diff(24, 16)}
+    )
+    after.backup = {"diffusion_model.out.weight": (torch.empty(8, 16, device="meta"), False)}  # offloaded
+    step = build_lora_step("9", {}, after)
+    assert step.summary["model_relative_change_partial"] is True
+    assert step.summary["model_n_weights_relative_change"] == 1
+    (finding,) = [f for f in step.findings if f.code == "lora_relative_change_partial"]
+    assert "covers 1 of 2 patched weights" in finding.message and "quantised or offloaded" in finding.message
+    weights = {w["key"]: w for w in step.details["model"]["overall"]["weights"]}
+    assert weights["diffusion_model.out.weight"]["base_norm_unavailable"].startswith("base weight is a")
