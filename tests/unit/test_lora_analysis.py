@@ -1,5 +1,5 @@
 """LoRA patch analysis pinned with exact values (issue 18): patch classification and the tensors a
-patch holds, GLoRA/OFT/BOFT ranks and alphas, applied or not, base norms within the read budget,
+patch holds, GLoRA/OFT/BOFT ranks and alphas, applied or not, base norms of every patched weight,
 totals and blocks with their counts, partial norms and relative changes."""
 
 from types import SimpleNamespace
