@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+import monitors.dumps.compare as compare
 import monitors.tensor_stats as tensor_stats
 from monitors.dumps.compare import compare_pair
 from monitors.tensor_stats import value_stats
@@ -31,6 +32,7 @@ def counted(fn, *args):
 def path(request, monkeypatch):
     if request.param == "whole":  # what a GPU tensor takes, on a CPU tensor
         monkeypatch.setattr(tensor_stats, "_whole_tensor", lambda flat: flat.dtype in DTYPES)
+        monkeypatch.setattr(compare, "_fast_chunk", lambda flat: compare.DEVICE_CHUNK_ELEMENTS)
     return request.param
 
 
@@ -79,7 +81,7 @@ def test_the_whole_tensor_reductions_equal_the_chunked_ones():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_compare_pair_reads_back_once_per_pair(dtype):
+def test_compare_pair_reads_back_once_per_pair(path, dtype):
     a = tensor(3 * (1 << 20) + 11, dtype)
     b = (a.double() * 1.001).to(dtype)
     row, n_reads = counted(compare_pair, a, b, 1e-5, 1e-8)
@@ -96,7 +98,7 @@ def test_compare_pair_of_integers_reads_back_once(dtype):
     assert n_reads == 1 and row["n_not_close"] == 1 and row["equal"] is False
 
 
-def test_compare_pair_with_nan_and_inf_reads_back_twice():
+def test_compare_pair_with_nan_and_inf_reads_back_twice(path):
     a = tensor(3 * (1 << 20), torch.float32)
     b = a.clone()
     a[3] = b[3] = math.nan
