@@ -284,8 +284,39 @@ def _same(ref, module) -> bool:
 COVERAGE = CoverageCache()
 
 
+class ModuleAnswers:
+    """Per module (held weakly), answers about its fixed structure: key -> value."""
+
+    def __init__(self) -> None:
+        from torch.utils.weak import WeakIdKeyDictionary
+
+        self._by_module = WeakIdKeyDictionary()
+        self._lock = threading.Lock()
+
+    def answers(self, module) -> dict | None:
+        """The module's dict of answers (None: a module that cannot be held weakly)."""
+        if module is None:
+            return None
+        with self._lock:
+            try:
+                found = self._by_module.get(module)
+                if found is None:
+                    found = self._by_module[module] = {}
+            except TypeError:
+                return None
+            return found
+
+    def clear(self) -> None:
+        with self._lock:
+            self._by_module.clear()
+
+
+RULES = ModuleAnswers()  # weights.leaf_parameter_rule: why ComfyUI's loader never patches a key
+
+
 def clear_caches() -> None:
     """Forget every cached figure (tests; a user never needs it: entries go with their model)."""
     BASE_NORMS.clear()
     FILE_FIGURES.clear()
     COVERAGE.clear()
+    RULES.clear()

@@ -137,7 +137,8 @@ def _side_findings(kind: str, side: dict | None) -> list[Finding]:
                 "lora_patches_not_applied",
             )
         )
-    if totals.get("relative_change_partial"):
+    if totals.get("relative_change_partial") and totals.get("reasons_without_base_norm"):
+        # (weights without a change norm have their own finding below)
         reasons = "; ".join(f"{n} x {why}" for why, n in totals["reasons_without_base_norm"].items())
         findings.append(
             Finding(

@@ -99,7 +99,8 @@ def analyse_side(
         reuse.files_by_entry = files
     hops, all_rows, patched_keys, all_added = _hops(pairs, added_by_hop, lookup, rule, reuse)
     # All hops together, each key's entries in the order ComfyUI applies them (its patches list)
-    ordered = {k: _in_patch_order(all_rows, k, all_added[k], after_patcher) for k in all_added}
+    rows_by_key = _by_key(all_rows)
+    ordered = {k: _in_patch_order(rows_by_key[str(k)], all_added[k], after_patcher) for k in all_added}
     overall_rows = [row for k in sorted(ordered, key=str) for row, _ in ordered[k]]
     overall_added = {str(k): [e for _, e in v] for k, v in ordered.items()}
     weights = _weights(hops, added_by_hop, overall_added, overall_rows, lookup, calculate, budget, reuse)
@@ -224,12 +225,17 @@ def _by_key(rows: list[dict]) -> dict[str, list]:
     return found
 
 
-def _in_patch_order(rows: list[dict], key, entries: list, patcher) -> list[tuple]:
-    """(row, entry) pairs of one key in the order of the patcher's own list for that key."""
-    pairs = {id(e): (r, e) for r, e in zip([r for r in rows if r["key"] == str(key)], entries, strict=True)}
+def _in_patch_order(key_rows: list[dict], entries: list, patcher) -> list[tuple]:
+    """(row, entry) pairs of one key (its rows, in the order of `entries`) in the order of the
+    patcher's own list for that key."""
+    key = key_rows[0]["key"] if key_rows else None
+    pairs = {id(e): (r, e) for r, e in zip(key_rows, entries, strict=True)}
     order = [id(e) for e in patches_of(patcher).get(key, ())]
+    if not order and entries:  # a key that is not a str: the patcher's own key object
+        order = [id(e) for k, v in patches_of(patcher).items() if str(k) == key for e in v]
+    listed = set(order)
     ranked = [pairs[i] for i in order if i in pairs]
-    return ranked + [p for i, p in pairs.items() if i not in set(order)]
+    return ranked + [p for i, p in pairs.items() if i not in listed]
 
 
 def _str(value) -> str | None:

@@ -95,10 +95,22 @@ def delta_shape_mismatch(patch_type: str, value, weight_shape: tuple) -> str | N
 
 
 def leaf_parameter_rule(model) -> Callable[[str], str | None]:
-    """key -> why ComfyUI's loader never patches it (None: it does), from the module tree."""
+    """key -> why ComfyUI's loader never patches it (None: it does), from the module tree; the
+    answers are kept per module (weakly: caches.py), the tree of a loaded model does not change."""
     get = getattr(model, "get_submodule", None)
+    from .caches import RULES
+
+    known = RULES.answers(model)
 
     def rule(key: str) -> str | None:
+        if known is not None and key in known:
+            return known[key]
+        answer = _rule(key)
+        if known is not None:
+            known[key] = answer
+        return answer
+
+    def _rule(key: str) -> str | None:
         if get is None or "." not in key:
             return None
         owner, name = key.rsplit(".", 1)
