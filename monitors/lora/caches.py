@@ -314,6 +314,36 @@ class ModuleAnswers:
 RULES = ModuleAnswers()  # weights.leaf_parameter_rule: why ComfyUI's loader never patches a key
 
 
+def entry_files(pairs: list, added_by_hop: list[dict], hop_files) -> dict[int, tuple]:
+    """id(entry) -> file identity, for the entries of patching hops paired with their loaders one
+    to one and whose strengths are the loader's (anything else: no file figure is reused)."""
+    if not hop_files:
+        return {}
+    patching = [
+        added
+        for (child, parent), added in zip(pairs, added_by_hop, strict=True)
+        if added or getattr(child, "patches_uuid", None) != getattr(parent, "patches_uuid", None)
+    ]
+    if len(patching) != len(hop_files):
+        return {}
+    found: dict[int, tuple] = {}
+    for added, (ident, strength) in zip(patching, hop_files, strict=True):
+        for entries in added.values():
+            for entry in entries:
+                if strength is not None and _strength(entry) != strength:
+                    return {}  # not the loader's patches, or not only them: attribution doubtful
+                if ident is not None:
+                    found[id(entry)] = ident
+    return found
+
+
+def _strength(entry) -> float | None:
+    try:
+        return float(entry[0])
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
 def clear_caches() -> None:
     """Forget every cached figure (tests; a user never needs it: entries go with their model)."""
     BASE_NORMS.clear()

@@ -214,26 +214,14 @@ def build_lora_step(
     node hands on, for their ids.
     """
     started = time.perf_counter()
-    errors, exceptions, findings, sides = [], [], [], {}
+    errors, exceptions, findings = [], [], []
     # the loaders first (the sides reuse their files' figures); their errors are listed after the sides'
     loader_errors, loader_exceptions = [], []
     loaders = analyse_loaders(
         node_id, prompt, model, clip, loader_errors, recorder, lora_path, coverage, loader_exceptions
     )
-    for kind, after, before in (("model", model, model_before), ("clip", clip, clip_before)):
-        if after is None:
-            if before is not None:
-                findings.append(
-                    Finding("warning", f"{kind}_before given without {kind}: ignored", "lora_before_only")
-                )
-            continue
-        try:
-            hop_files = loader_files(loaders, kind)
-            sides[kind] = analyse_side(kind, after, before, calculate=calculate, hop_files=hop_files)
-        except Exception as exc:
-            errors.append(f"{kind}: {type(exc).__name__}: {exc}")
-            exceptions.append(_exception(kind, exc))
-            log.warning("pipeline monitor: LoRA analysis of %s failed: %s", kind, exc)
+    pairs = (("model", model, model_before), ("clip", clip, clip_before))
+    sides = _sides(pairs, loaders, calculate, findings, errors, exceptions)
     errors.extend(loader_errors)
     exceptions.extend(loader_exceptions)
     paired = [
@@ -280,21 +268,7 @@ def build_lora_step(
     }
     returned_ids = _returned(returned)
     summary["n_models_returned"] = returned_ids["n_models"]
-    for kind in ("model", "clip"):
-        side = sides.get(kind)
-        totals = side["overall"]["totals"] if side and side.get("analysed") else {}
-        summary[f"{kind}_n_hops"] = len(side["hops"]) if totals else None
-        summary[f"{kind}_n_patch_keys_added"] = totals.get("n_keys")
-        summary[f"{kind}_delta_norm"] = totals.get("delta_norm")
-        summary[f"{kind}_delta_norm_partial"] = totals.get("delta_norm_partial")
-        summary[f"{kind}_n_patches_not_applied"] = totals.get("n_not_applied")
-        summary[f"{kind}_relative_change_ratio"] = totals.get("relative_change")
-        summary[f"{kind}_relative_change_partial"] = totals.get("relative_change_partial")
-        summary[f"{kind}_n_weights_relative_change"] = totals.get("n_with_relative_change")
-        summary[f"{kind}_patch_bytes"] = totals.get("patch_bytes")
-        modifications = side.get("weight_modifications", {}) if totals else {}
-        summary[f"{kind}_n_state_dict_keys_before"] = modifications.get("n_state_dict_keys_before")
-        summary[f"{kind}_n_state_dict_keys_after"] = modifications.get("n_state_dict_keys_after")
+    _side_summary(summary, sides)
     summary["analysis_s"] = time.perf_counter() - started
     return StepReport(
         kind=STEP_KIND,
@@ -313,3 +287,41 @@ def build_lora_step(
         monitor_errors=tuple(errors),
         created_unix_s=time.time(),
     )
+
+
+def _sides(pairs, loaders, calculate, findings: list, errors: list, exceptions: list) -> dict:
+    """Each side given, analysed with the figures of its loaders' files; failures recorded."""
+    sides = {}
+    for kind, after, before in pairs:
+        if after is None:
+            if before is not None:
+                findings.append(
+                    Finding("warning", f"{kind}_before given without {kind}: ignored", "lora_before_only")
+                )
+            continue
+        try:
+            hop_files = loader_files(loaders, kind)
+            sides[kind] = analyse_side(kind, after, before, calculate=calculate, hop_files=hop_files)
+        except Exception as exc:
+            errors.append(f"{kind}: {type(exc).__name__}: {exc}")
+            exceptions.append(_exception(kind, exc))
+            log.warning("pipeline monitor: LoRA analysis of %s failed: %s", kind, exc)
+    return sides
+
+
+def _side_summary(summary: dict, sides: dict) -> None:
+    for kind in ("model", "clip"):
+        side = sides.get(kind)
+        totals = side["overall"]["totals"] if side and side.get("analysed") else {}
+        summary[f"{kind}_n_hops"] = len(side["hops"]) if totals else None
+        summary[f"{kind}_n_patch_keys_added"] = totals.get("n_keys")
+        summary[f"{kind}_delta_norm"] = totals.get("delta_norm")
+        summary[f"{kind}_delta_norm_partial"] = totals.get("delta_norm_partial")
+        summary[f"{kind}_n_patches_not_applied"] = totals.get("n_not_applied")
+        summary[f"{kind}_relative_change_ratio"] = totals.get("relative_change")
+        summary[f"{kind}_relative_change_partial"] = totals.get("relative_change_partial")
+        summary[f"{kind}_n_weights_relative_change"] = totals.get("n_with_relative_change")
+        summary[f"{kind}_patch_bytes"] = totals.get("patch_bytes")
+        modifications = side.get("weight_modifications", {}) if totals else {}
+        summary[f"{kind}_n_state_dict_keys_before"] = modifications.get("n_state_dict_keys_before")
+        summary[f"{kind}_n_state_dict_keys_after"] = modifications.get("n_state_dict_keys_after")

@@ -23,7 +23,7 @@ from .analysis import (
     parent_chain,
     patches_of,
 )
-from .caches import Reuse
+from .caches import Reuse, entry_files
 from .deferred import resolve
 from .state_dicts import state_dict_of
 from .weights import WeightPlan, leaf_parameter_rule
@@ -130,36 +130,6 @@ def analyse_side(
         "weight_modifications": weight_modifications(before_patcher, after_patcher, patched_keys, states),
         "placement_changes": placement_changes(baseline, after_info),
     }
-
-
-def entry_files(pairs: list, added_by_hop: list[dict], hop_files) -> dict[int, tuple]:
-    """id(entry) -> file identity, for the entries of patching hops paired with their loaders one
-    to one and whose strengths are the loader's (anything else: no file figure is reused)."""
-    if not hop_files:
-        return {}
-    patching = [
-        added
-        for (child, parent), added in zip(pairs, added_by_hop, strict=True)
-        if added or getattr(child, "patches_uuid", None) != getattr(parent, "patches_uuid", None)
-    ]
-    if len(patching) != len(hop_files):
-        return {}
-    found: dict[int, tuple] = {}
-    for added, (ident, strength) in zip(patching, hop_files, strict=True):
-        for entries in added.values():
-            for entry in entries:
-                if strength is not None and _strength(entry) != strength:
-                    return {}  # not the loader's patches, or not only them: attribution doubtful
-                if ident is not None:
-                    found[id(entry)] = ident
-    return found
-
-
-def _strength(entry) -> float | None:
-    try:
-        return float(entry[0])
-    except (TypeError, ValueError, IndexError):
-        return None
 
 
 def _hops(pairs, added_by_hop, lookup, rule, reuse) -> tuple:
