@@ -1,0 +1,43 @@
+"""The GPU dynamic-VRAM check's code run on the CPU (tests/comfyui/dynamic_vram_support.py): a real
+ComfyUI 0.33 server with `--cpu --disable-dynamic-vram`, started the lent GPU machine's way (the
+frontend replaced by a folder with an index.html, PyAV by the import-only stand-in). The demo
+pipeline, the VAE monitor forced to its CPU rung, the LoRA'd model's patches (written in place by the
+estimate-based patcher) and the models step's loaded bytes against ComfyUI's loaded_size() hold here;
+tests/gpu/test_gpu_dynamic_vram.py runs the same checks on CUDA with dynamic VRAM on and off."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.comfyui import dynamic_vram_support as support
+from tests.comfyui.conftest import COMFYUI_PATH
+
+pytestmark = pytest.mark.comfyui
+SKIP_REASON = support.dynamic_vram_skip_reason(COMFYUI_PATH) if COMFYUI_PATH else None
+if SKIP_REASON:
+    pytestmark = [pytest.mark.comfyui, pytest.mark.skip(reason=SKIP_REASON)]
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory, pytestconfig):
+    base = tmp_path_factory.mktemp("dynamic_vram_cpu")
+    emit = support.verdict_emitter(pytestconfig)
+    yield support.started_run(base, support.CPU_ESTIMATE, emit, force_headless=True)
+    import shutil
+
+    shutil.rmtree(base / "models", ignore_errors=True)
+
+
+@pytest.mark.parametrize("check", list(support.CHECKS))
+def test_check_holds_on_the_cpu(cpu_run, check, pytestconfig):
+    support.run_check(cpu_run, check, support.verdict_emitter(pytestconfig))
+
+
+def test_a_failed_check_is_one_failed_line():
+    lines = []
+    with pytest.raises(AssertionError):
+        with support.checked("demo", "cpu", lines.append):
+            raise AssertionError("memory_manager\n{'model': 'estimate'}")
+    assert lines == [
+        "gpu-dynamic-vram: demo[cpu]: FAILED AssertionError: memory_manager {'model': 'estimate'}"
+    ]
