@@ -32,12 +32,3 @@ def cpu_run(tmp_path_factory, pytestconfig):
 def test_check_holds_on_the_cpu(cpu_run, check, pytestconfig):
     support.run_check(cpu_run, check, support.verdict_emitter(pytestconfig))
 
-
-def test_a_failed_check_is_one_failed_line():
-    lines = []
-    with pytest.raises(AssertionError):
-        with support.checked("demo", "cpu", lines.append):
-            raise AssertionError("memory_manager\n{'model': 'estimate'}")
-    assert lines == [
-        "gpu-dynamic-vram: demo[cpu]: FAILED AssertionError: memory_manager {'model': 'estimate'}"
-    ]

@@ -1,0 +1,71 @@
+"""The parts of the GPU dynamic-VRAM check that decide whether it runs and how it starts a server
+(tests/comfyui/dynamic_vram_support.py, headless_support.py), on any machine."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.comfyui import dynamic_vram_support as support
+from tests.comfyui import headless_support
+
+pytestmark = pytest.mark.comfyui
+
+
+def checkout(tmp_path, version: str):
+    (tmp_path / "comfyui_version.py").write_text(f'__version__ = "{version}"\n')
+    return str(tmp_path)
+
+
+def test_the_skip_reason_names_what_is_missing(tmp_path, monkeypatch):
+    assert "not a ComfyUI checkout" in support.dynamic_vram_skip_reason(None)
+    assert "not a ComfyUI checkout" in support.dynamic_vram_skip_reason(str(tmp_path))
+    assert "ComfyUI 0.8.0: dynamic VRAM needs 0.33" in support.dynamic_vram_skip_reason(
+        checkout(tmp_path, "0.8.0")
+    )
+    real_find_spec = support.importlib.util.find_spec
+    monkeypatch.setattr(
+        support.importlib.util,
+        "find_spec",
+        lambda name: None if name == "comfy_aimdo" else real_find_spec(name),
+    )
+    assert "comfy_aimdo is not installed" in support.dynamic_vram_skip_reason(checkout(tmp_path, "0.33.0"))
+    monkeypatch.setattr(support.importlib.util, "find_spec", lambda name: object())
+    assert support.dynamic_vram_skip_reason(checkout(tmp_path, "0.38.1")) is None
+    assert support.comfyui_version(checkout(tmp_path, "0.38.1")) == (0, 38, 1)
+
+
+def test_the_av_stand_in_imports_as_comfyui_imports_av(tmp_path):
+    args, env = headless_support.headless_setup(tmp_path, force=True)
+    assert args == ("--front-end-root", str(tmp_path / "frontend"))
+    assert (tmp_path / "frontend" / "index.html").is_file()
+    code = (
+        "import av\n"
+        "from av.container import InputContainer\n"
+        "from av.subtitles.stream import SubtitleStream\n"
+        "from av.video.reformatter import ColorRange\n"
+        "from av.codec import CodecContext\n"
+        "import av.audio.resampler\n"
+        "hint = av.VideoStream | None\n"
+        "class Frame(av.VideoFrame): pass\n"
+        f"assert av.__file__.startswith({str(tmp_path)!r}), av.__file__\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={"PYTHONPATH": env["PYTHONPATH"]}, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_failed_check_is_one_failed_line_and_propagates():
+    lines = []
+    with pytest.raises(AssertionError):
+        with support.checked("demo", "dynamic", lines.append):
+            raise AssertionError("memory_manager\n{'model': 'estimate'}")
+    with support.checked("vae-cpu", "dynamic", lines.append) as details:
+        details.append("strategy_used=cpu")
+    assert lines == [
+        "gpu-dynamic-vram: demo[dynamic]: FAILED AssertionError: memory_manager {'model': 'estimate'}",
+        "gpu-dynamic-vram: vae-cpu[dynamic]: ok strategy_used=cpu",
+    ]

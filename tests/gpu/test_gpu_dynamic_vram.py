@@ -1,0 +1,56 @@
+"""Dynamic VRAM on a real GPU: a ComfyUI 0.33+ server on CUDA (never --cpu) with this pack, run twice,
+once with dynamic VRAM on (ComfyUI's default on CUDA) and once with `--disable-dynamic-vram`.
+
+In each mode (tests/comfyui/dynamic_vram_support.py; the same code runs on the CPU in
+tests/comfyui/test_dynamic_vram_server.py):
+- the demo pipeline (workflows/api/models_profile_demo.json) succeeds and its models step names the
+  memory manager: "dynamic", or "estimate" without dynamic VRAM;
+- PipelineMonitorVAEEncode forced to `strategy=cpu` encodes on its CPU rung (a clone of a dynamic
+  patcher with the CPU as load device used to fail with KeyError);
+- after a sampler ran a LoRA'd tiny WAN 2.1, the models step says how the patches reach the weights:
+  applied on the fly (`weights_patched` false) under dynamic VRAM, written in place without;
+- the models step's loaded and resident bytes equal ComfyUI's own `patcher.loaded_size()`, read by a
+  test-only node just before it in the same server process (loaded_size() is only what it is under a
+  server started by ComfyUI's main.py, which initialises comfy-aimdo before CUDA, so the check goes
+  through the server rather than an in-process import).
+
+Every check prints one line, `gpu-dynamic-vram: <check>[dynamic|estimate]: ok|FAILED <detail>`.
+Needs CUDA, COMFYUI_PATH at ComfyUI 0.33 or later and comfy_aimdo; skipped with the reason otherwise.
+Where the frontend package or PyAV is missing, the server gets a `--front-end-root` and an import-only
+`av` stand-in (tests/comfyui/headless_support.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+
+from tests.comfyui import dynamic_vram_support as support
+
+COMFYUI_PATH = os.environ.get("COMFYUI_PATH")
+NO_CUDA = not torch.cuda.is_available()
+SKIP_REASON = (
+    "needs a CUDA GPU (torch.cuda.is_available() is False)"
+    if NO_CUDA
+    else support.dynamic_vram_skip_reason(COMFYUI_PATH)
+)
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(SKIP_REASON is not None, reason=SKIP_REASON or "")]
+MODES = {mode.name: mode for mode in (support.GPU_DYNAMIC, support.GPU_ESTIMATE)}
+
+
+@pytest.fixture(scope="module", params=list(MODES))
+def gpu_run(request, tmp_path_factory, pytestconfig):
+    """One server per mode, in turn: each is stopped once its prompts finished (support.run_mode),
+    so two never share the GPU; its checks then read what it gave."""
+    base = tmp_path_factory.mktemp(f"gpu_dynamic_vram_{request.param}")
+    emit = support.verdict_emitter(pytestconfig)
+    yield support.started_run(base, MODES[request.param], emit)
+    shutil.rmtree(base / "models", ignore_errors=True)
+
+
+@pytest.mark.parametrize("check", list(support.CHECKS))
+def test_dynamic_vram_check(gpu_run, check, pytestconfig):
+    support.run_check(gpu_run, check, support.verdict_emitter(pytestconfig))
