@@ -48,7 +48,8 @@ WAN_LORA_TARGETS = {
     }.items()
 }
 VAE_CPU_NODE, DEMO_MODELS_NODE = "8", "3"
-LOADED_SIZE_NODE, LOADED_MODELS_NODE = "20", "21"
+# loaded_size() read before (20) and after (22) the models step (21), nothing else run in between
+LOADED_SIZE_NODE, LOADED_MODELS_NODE, LOADED_SIZE_AFTER_NODE = "20", "21", "22"
 DYNAMIC_VRAM_ENABLED_LINE = "DynamicVRAM support detected and enabled"
 
 
@@ -182,6 +183,10 @@ def lora_prompt() -> dict:
             "class_type": "PipelineMonitorModels",
             "inputs": {"model": [LOADED_SIZE_NODE, 0]},
         },
+        LOADED_SIZE_AFTER_NODE: {
+            "class_type": "PMTestLoadedSize",
+            "inputs": {"model": [LOADED_MODELS_NODE, 0]},
+        },
     }
 
 
@@ -276,18 +281,22 @@ def check_lora(run: ModeRun) -> str:
 
 
 def check_loaded_size(run: ModeRun) -> str:
-    """The models step's loaded and resident bytes are ComfyUI's own loaded_size(), read just before."""
+    """The models step's loaded and resident bytes are ComfyUI's own loaded_size(), read just before
+    and just after it (equal unless comfy-aimdo moved pages between the nodes: then within them)."""
     model = step(run, "lora", LOADED_MODELS_NODE, "models")["details"]["objects"]["model"]
-    ui = run.histories["lora"]["outputs"][LOADED_SIZE_NODE]
-    loaded_size, estimate_count = ui["loaded_size"][0], ui["model_loaded_weight_memory"][0]
-    assert ui["is_dynamic"][0] is (run.mode.memory_manager == "dynamic"), ui
-    reported = (model["loaded_weight_bytes"], model["resident_bytes"])
-    assert loaded_size > 0 and reported == (loaded_size, loaded_size), (
-        f"loaded/resident {reported}, loaded_size() {loaded_size}, reasons {model['unknown_reasons']}"
+    outputs = run.histories["lora"]["outputs"]
+    before, after = outputs[LOADED_SIZE_NODE], outputs[LOADED_SIZE_AFTER_NODE]
+    sizes = (before["loaded_size"][0], after["loaded_size"][0])
+    assert before["is_dynamic"][0] is (run.mode.memory_manager == "dynamic"), before
+    loaded, resident = model["loaded_weight_bytes"], model["resident_bytes"]
+    assert min(sizes) > 0 and loaded == resident and min(sizes) <= loaded <= max(sizes), (
+        f"loaded {loaded} resident {resident}, loaded_size() before/after {sizes}, "
+        f"reasons {model['unknown_reasons']}"
     )
+    estimate_count = before["model_loaded_weight_memory"][0]
     return (
-        f"loaded_weight_bytes=resident_bytes=loaded_size()={loaded_size} "
-        f"(model_loaded_weight_memory={estimate_count}, dynamic part={loaded_size - estimate_count})"
+        f"loaded_weight_bytes=resident_bytes={loaded} loaded_size() before/after={sizes} "
+        f"(model_loaded_weight_memory={estimate_count}, dynamic part={sizes[0] - estimate_count})"
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.comfyui import dynamic_vram_inprocess as inprocess
 from tests.comfyui import dynamic_vram_support as support
 from tests.comfyui.conftest import COMFYUI_PATH
 
@@ -32,3 +33,13 @@ def cpu_run(tmp_path_factory, pytestconfig):
 def test_check_holds_on_the_cpu(cpu_run, check, pytestconfig):
     support.run_check(cpu_run, check, support.verdict_emitter(pytestconfig))
 
+
+def test_inprocess_check_holds_on_the_cpu(tmp_path_factory, pytestconfig):
+    """tests/comfyui/dynamic_vram_inprocess.py with ComfyUI on the CPU: the estimate-based patcher."""
+    base = support.prepare_base(tmp_path_factory.mktemp("dynamic_vram_inprocess_cpu"))
+    support.write_lora(base)
+    emit = support.verdict_emitter(pytestconfig)
+    with support.checked("inprocess", support.CPU_ESTIMATE.name, emit) as details:
+        result = inprocess.run_inprocess(base, support.CPU_ESTIMATE.name)
+        details.append(inprocess.check_inprocess(result, support.CPU_ESTIMATE))
+    assert result["patcher_class"] == "ModelPatcher" and result["load_device"] == "cpu", result

@@ -10,9 +10,11 @@ tests/comfyui/test_dynamic_vram_server.py):
 - after a sampler ran a LoRA'd tiny WAN 2.1, the models step says how the patches reach the weights:
   applied on the fly (`weights_patched` false) under dynamic VRAM, written in place without;
 - the models step's loaded and resident bytes equal ComfyUI's own `patcher.loaded_size()`, read by a
-  test-only node just before it in the same server process (loaded_size() is only what it is under a
-  server started by ComfyUI's main.py, which initialises comfy-aimdo before CUDA, so the check goes
-  through the server rather than an in-process import).
+  test-only node just before and just after it in the same server process.
+
+And with ComfyUI imported as a library (`test_dynamic_vram_inprocess`, in a process of its own since
+comfy-aimdo must start before CUDA, as main.py starts it): the LoRA'd tiny WAN sampled on CUDA, then
+the pack's models builder between two reads of `loaded_size()`, which must all agree.
 
 Every check prints one line, `gpu-dynamic-vram: <check>[dynamic|estimate]: ok|FAILED <detail>`.
 Needs CUDA, COMFYUI_PATH at ComfyUI 0.33 or later and comfy_aimdo; skipped with the reason otherwise.
@@ -28,6 +30,7 @@ import shutil
 import pytest
 import torch
 
+from tests.comfyui import dynamic_vram_inprocess as inprocess
 from tests.comfyui import dynamic_vram_support as support
 
 COMFYUI_PATH = os.environ.get("COMFYUI_PATH")
@@ -54,3 +57,18 @@ def gpu_run(request, tmp_path_factory, pytestconfig):
 @pytest.mark.parametrize("check", list(support.CHECKS))
 def test_dynamic_vram_check(gpu_run, check, pytestconfig):
     support.run_check(gpu_run, check, support.verdict_emitter(pytestconfig))
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_dynamic_vram_inprocess(mode, tmp_path_factory, pytestconfig):
+    """ComfyUI imported as a library on CUDA (tests/comfyui/dynamic_vram_inprocess.py, a process of
+    its own): the pack's models builder against patcher.loaded_size() with nothing in between."""
+    base = support.prepare_base(tmp_path_factory.mktemp(f"gpu_dynamic_vram_inprocess_{mode}"))
+    support.write_lora(base)
+    try:
+        with support.checked("inprocess", mode, support.verdict_emitter(pytestconfig)) as details:
+            result = inprocess.run_inprocess(base, mode)
+            details.append(inprocess.check_inprocess(result, MODES[mode]))
+        assert result["load_device"].startswith("cuda"), result
+    finally:
+        shutil.rmtree(base / "models", ignore_errors=True)
