@@ -201,6 +201,7 @@ class ModeRun:
     histories: dict[str, dict] = field(default_factory=dict)
     reports: dict[str, dict] = field(default_factory=dict)
     server_log: str = ""
+    error: str | None = None  # why the server did not start or a prompt did not finish
 
 
 def run_mode(base: Path, mode: Mode, force_headless: bool = False) -> ModeRun:
@@ -218,6 +219,8 @@ def run_mode(base: Path, mode: Mode, force_headless: bool = False) -> ModeRun:
             prompt_id, run.histories[name] = server.run(prompt)
             response = server.get(f"/pipeline_monitor/runs/{prompt_id}")
             run.reports[name] = response.json() if response.status_code == 200 else {}
+    except Exception as exc:  # every check then says so (check_prompts first)
+        run.error = f"{type(exc).__name__}: {exc}"
     finally:
         server.stop()
         run.server_log = server.log() if server.log_path.exists() else ""
@@ -227,7 +230,16 @@ def run_mode(base: Path, mode: Mode, force_headless: bool = False) -> ModeRun:
 # -- the checks ---------------------------------------------------------------------------------------
 
 
+def check_prompts(run: ModeRun) -> str:
+    """The server started and finished both prompts, each a success."""
+    assert run.error is None, f"the server run failed: {run.error[-1500:]}"
+    failed = {n: h["status"] for n, h in run.histories.items() if h["status"]["status_str"] != "success"}
+    assert not failed, f"prompts failed: {json.dumps(failed)[-1500:]}"
+    return ", ".join(f"{name}: success" for name in run.histories)
+
+
 def step(run: ModeRun, prompt: str, node_id: str, kind: str) -> dict:
+    assert run.error is None, f"the server run failed: {run.error[-600:]}"
     status = run.histories[prompt]["status"]
     assert status["status_str"] == "success", (
         f"{prompt} prompt failed: {json.dumps(status['messages'])[-1500:]}"
@@ -301,6 +313,7 @@ def check_loaded_size(run: ModeRun) -> str:
 
 
 CHECKS: dict[str, Callable[[ModeRun], str]] = {
+    "prompts": check_prompts,
     "server": check_server,
     "demo": check_demo,
     "vae-cpu": check_vae_cpu,
@@ -332,27 +345,18 @@ def run_check(run: ModeRun, check: str, emit: Callable[[str], None]) -> None:
         details.append(CHECKS[check](run))
 
 
-def started_run(base: Path, mode: Mode, emit: Callable[[str], None], force_headless: bool = False) -> ModeRun:
-    """run_mode with its own verdict line (`prompts[<mode>]`): a server that does not start or a
-    prompt that does not finish is a FAILED line too, with the server's last words."""
-    with checked("prompts", mode.name, emit) as details:
-        run = run_mode(base, mode, force_headless)
-        details.append(", ".join(f"{name}: {h['status']['status_str']}" for name, h in run.histories.items()))
-    return run
-
-
-def verdict_emitter(config) -> Callable[[str], None]:
-    """Each verdict line to the log and, past pytest's output capture, to the terminal (stdout), where
-    the GPU check collects them."""
+def verdict_emitter(request) -> Callable[[str], None]:
+    """Each verdict line to the log, to the terminal at once (past pytest's output capture) and into
+    the test's report (`user_properties`): under pytest-xdist, whose workers' output is lost, the
+    session's terminal summary lists them (tests/conftest.py)."""
+    config = request.config
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     capture = config.pluginmanager.get_plugin("capturemanager")
 
     def emit(line: str) -> None:
         log.info("%s", line)
-        if reporter is None:
-            return
-        if capture is None:
-            reporter.write_line(line)
+        request.node.user_properties.append((VERDICT_PREFIX, line))
+        if reporter is None or capture is None:
             return
         with capture.global_and_fixture_disabled():
             writer = getattr(reporter, "_tw", None)  # after -q's progress dots, a line of its own

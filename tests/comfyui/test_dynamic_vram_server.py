@@ -20,25 +20,24 @@ if SKIP_REASON:
 
 
 @pytest.fixture(scope="module")
-def cpu_run(tmp_path_factory, pytestconfig):
+def cpu_run(tmp_path_factory):
     base = tmp_path_factory.mktemp("dynamic_vram_cpu")
-    emit = support.verdict_emitter(pytestconfig)
-    yield support.started_run(base, support.CPU_ESTIMATE, emit, force_headless=True)
+    yield support.run_mode(base, support.CPU_ESTIMATE, force_headless=True)
     import shutil
 
     shutil.rmtree(base / "models", ignore_errors=True)
 
 
 @pytest.mark.parametrize("check", list(support.CHECKS))
-def test_check_holds_on_the_cpu(cpu_run, check, pytestconfig):
-    support.run_check(cpu_run, check, support.verdict_emitter(pytestconfig))
+def test_check_holds_on_the_cpu(cpu_run, check, request):
+    support.run_check(cpu_run, check, support.verdict_emitter(request))
 
 
-def test_inprocess_check_holds_on_the_cpu(tmp_path_factory, pytestconfig):
+def test_inprocess_check_holds_on_the_cpu(tmp_path_factory, request):
     """tests/comfyui/dynamic_vram_inprocess.py with ComfyUI on the CPU: the estimate-based patcher."""
     base = support.prepare_base(tmp_path_factory.mktemp("dynamic_vram_inprocess_cpu"))
     support.write_lora(base)
-    emit = support.verdict_emitter(pytestconfig)
+    emit = support.verdict_emitter(request)
     with support.checked("inprocess", support.CPU_ESTIMATE.name, emit) as details:
         result = inprocess.run_inprocess(base, support.CPU_ESTIMATE.name)
         details.append(inprocess.check_inprocess(result, support.CPU_ESTIMATE))

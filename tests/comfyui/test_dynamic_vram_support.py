@@ -69,3 +69,13 @@ def test_a_failed_check_is_one_failed_line_and_propagates():
         "gpu-dynamic-vram: demo[dynamic]: FAILED AssertionError: memory_manager {'model': 'estimate'}",
         "gpu-dynamic-vram: vae-cpu[dynamic]: ok strategy_used=cpu",
     ]
+
+
+def test_a_server_that_did_not_start_fails_every_check_with_why():
+    run = support.ModeRun(support.GPU_DYNAMIC, error="RuntimeError: ComfyUI exited with 1: no CUDA")
+    lines = []
+    for check in support.CHECKS:
+        with pytest.raises(AssertionError):
+            support.run_check(run, check, lines.append)
+    assert len(lines) == len(support.CHECKS) and all("[dynamic]: FAILED" in line for line in lines)
+    assert all("no CUDA" in line for line in lines if "server[" not in line), lines

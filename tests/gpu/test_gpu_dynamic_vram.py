@@ -45,28 +45,27 @@ MODES = {mode.name: mode for mode in (support.GPU_DYNAMIC, support.GPU_ESTIMATE)
 
 
 @pytest.fixture(scope="module", params=list(MODES))
-def gpu_run(request, tmp_path_factory, pytestconfig):
-    """One server per mode, in turn: each is stopped once its prompts finished (support.run_mode),
-    so two never share the GPU; its checks then read what it gave."""
+def gpu_run(request, tmp_path_factory):
+    """One server per mode, stopped once its prompts finished (support.run_mode), so in one pytest
+    process two never share the GPU; its checks then read what it gave (a failed start included)."""
     base = tmp_path_factory.mktemp(f"gpu_dynamic_vram_{request.param}")
-    emit = support.verdict_emitter(pytestconfig)
-    yield support.started_run(base, MODES[request.param], emit)
+    yield support.run_mode(base, MODES[request.param])
     shutil.rmtree(base / "models", ignore_errors=True)
 
 
 @pytest.mark.parametrize("check", list(support.CHECKS))
-def test_dynamic_vram_check(gpu_run, check, pytestconfig):
-    support.run_check(gpu_run, check, support.verdict_emitter(pytestconfig))
+def test_dynamic_vram_check(gpu_run, check, request):
+    support.run_check(gpu_run, check, support.verdict_emitter(request))
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_dynamic_vram_inprocess(mode, tmp_path_factory, pytestconfig):
+def test_dynamic_vram_inprocess(mode, tmp_path_factory, request):
     """ComfyUI imported as a library on CUDA (tests/comfyui/dynamic_vram_inprocess.py, a process of
     its own): the pack's models builder against patcher.loaded_size() with nothing in between."""
     base = support.prepare_base(tmp_path_factory.mktemp(f"gpu_dynamic_vram_inprocess_{mode}"))
     support.write_lora(base)
     try:
-        with support.checked("inprocess", mode, support.verdict_emitter(pytestconfig)) as details:
+        with support.checked("inprocess", mode, support.verdict_emitter(request)) as details:
             result = inprocess.run_inprocess(base, mode)
             details.append(inprocess.check_inprocess(result, MODES[mode]))
         assert result["load_device"].startswith("cuda"), result
