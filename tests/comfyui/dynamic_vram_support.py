@@ -51,6 +51,7 @@ VAE_CPU_NODE, DEMO_MODELS_NODE = "8", "3"
 # loaded_size() read before (20) and after (22) the models step (21), nothing else run in between
 LOADED_SIZE_NODE, LOADED_MODELS_NODE, LOADED_SIZE_AFTER_NODE = "20", "21", "22"
 DYNAMIC_VRAM_ENABLED_LINE = "DynamicVRAM support detected and enabled"
+MAX_DETAIL_CHARS = 800  # of a verdict line's detail
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,7 @@ def run_mode(base: Path, mode: Mode, force_headless: bool = False) -> ModeRun:
 
 def check_prompts(run: ModeRun) -> str:
     """The server started and finished both prompts, each a success."""
-    assert run.error is None, f"the server run failed: {run.error[-1500:]}"
+    assert run.error is None, f"the server run failed: {run.error}"
     failed = {n: h["status"] for n, h in run.histories.items() if h["status"]["status_str"] != "success"}
     assert not failed, f"prompts failed: {json.dumps(failed)[-1500:]}"
     return ", ".join(f"{name}: success" for name in run.histories)
@@ -323,7 +324,9 @@ CHECKS: dict[str, Callable[[ModeRun], str]] = {
 
 
 def verdict_line(check: str, mode: str, ok: bool, detail: str) -> str:
-    detail = " ".join(str(detail).split())[:600]  # one line, whatever the assertion said
+    detail = " ".join(str(detail).split())  # one line, whatever the assertion said
+    if len(detail) > MAX_DETAIL_CHARS:  # what failed leads, a server's or process's last words end
+        detail = f"{detail[: MAX_DETAIL_CHARS // 2]} ... {detail[-MAX_DETAIL_CHARS // 2 :]}"
     return f"{VERDICT_PREFIX}: {check}[{mode}]: {'ok' if ok else 'FAILED'} {detail}".rstrip()
 
 

@@ -79,3 +79,11 @@ def test_a_server_that_did_not_start_fails_every_check_with_why():
             support.run_check(run, check, lines.append)
     assert len(lines) == len(support.CHECKS) and all("[dynamic]: FAILED" in line for line in lines)
     assert all("no CUDA" in line for line in lines if "server[" not in line), lines
+
+
+def test_a_long_detail_keeps_its_head_and_its_tail():
+    line = support.verdict_line(
+        "prompts", "dynamic", False, "RuntimeError: exited\n" + "x" * 5000 + " CUDA error"
+    )
+    assert line.startswith("gpu-dynamic-vram: prompts[dynamic]: FAILED RuntimeError: exited x")
+    assert line.endswith("x CUDA error") and " ... " in line and len(line) < 900
