@@ -45,7 +45,12 @@ def setup_comfyui(mode: str) -> bool:
     if not aimdo_loaded:
         return False
     headroom_bytes = int(args.vram_headroom * 1024**3)
-    if not comfy_aimdo.control.init_devices((d.index, headroom_bytes) for d in mm.get_all_torch_devices()):
+    devices = mm.get_all_torch_devices()
+    try:
+        initialised = comfy_aimdo.control.init_devices((d.index, headroom_bytes) for d in devices)
+    except TypeError:  # comfy-aimdo 0.4.9 takes device indices only, as main.py allows
+        initialised = comfy_aimdo.control.init_devices(d.index for d in devices)
+    if not initialised:
         return False
     comfy.model_patcher.CoreModelPatcher = comfy.model_patcher.ModelPatcherDynamic
     comfy.memory_management.aimdo_enabled = True
