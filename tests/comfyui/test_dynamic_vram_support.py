@@ -87,3 +87,55 @@ def test_a_long_detail_keeps_its_head_and_its_tail():
     )
     assert line.startswith("gpu-dynamic-vram: prompts[dynamic]: FAILED RuntimeError: exited x")
     assert line.endswith("x CUDA error") and " ... " in line and len(line) < 900
+
+
+def dynamic_lora_run(model: dict, sizes=(9000, 9000)) -> support.ModeRun:
+    """A dynamic-mode server run as the LoRA prompt would leave it, the model's figures given."""
+    ok = {"status_str": "success", "messages": []}
+    read = [
+        {"loaded_size": [size], "model_loaded_weight_memory": [1000], "is_dynamic": [True]} for size in sizes
+    ]
+    outputs = {support.LOADED_SIZE_NODE: read[0], support.LOADED_SIZE_AFTER_NODE: read[1]}
+    step = {
+        "node_id": support.LOADED_MODELS_NODE,
+        "kind": "models",
+        "details": {"objects": {"model": {"unknown_reasons": {}, **model}}},
+    }
+    return support.ModeRun(
+        support.GPU_DYNAMIC,
+        histories={"lora": {"status": ok, "outputs": outputs}},
+        reports={"lora": {"steps": [step]}},
+    )
+
+
+DYNAMIC_MODEL = {
+    "memory_manager": "dynamic",
+    "patch_application": "on_the_fly",
+    "weights_patched": False,
+    "n_patched_on_the_fly": 20,
+    "n_patched_in_place": 0,
+    "loaded_weight_bytes": 9000,
+    "resident_bytes": 9000,
+}
+
+
+def test_the_dynamic_checks_pass_what_dynamic_vram_should_report():
+    run = dynamic_lora_run(DYNAMIC_MODEL)
+    assert "patch_application=on_the_fly" in support.check_lora(run)
+    assert "dynamic part=8000" in support.check_loaded_size(run)
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        {"weights_patched": True},  # issue 24 point 2: patches taken as written into the weights
+        {"patch_application": "in_place"},
+        {"memory_manager": "estimate"},
+        {"loaded_weight_bytes": 1000, "resident_bytes": 1000},  # point 3: the vbar part missed
+    ],
+)
+def test_the_dynamic_checks_fail_what_issue_24_described(wrong):
+    run = dynamic_lora_run({**DYNAMIC_MODEL, **wrong})
+    check = support.check_loaded_size if "loaded_weight_bytes" in wrong else support.check_lora
+    with pytest.raises(AssertionError):
+        check(run)
