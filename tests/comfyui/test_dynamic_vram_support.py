@@ -139,3 +139,26 @@ def test_the_dynamic_checks_fail_what_issue_24_described(wrong):
     check = support.check_loaded_size if "loaded_weight_bytes" in wrong else support.check_lora
     with pytest.raises(AssertionError):
         check(run)
+
+
+def test_the_inprocess_check_on_what_dynamic_vram_should_report():
+    from tests.comfyui import dynamic_vram_inprocess as inprocess
+
+    result = {
+        "aimdo_enabled": True,
+        "patcher_class": "ModelPatcherDynamic",
+        "load_device": "cuda:0",
+        "loaded_size_before": 9000,
+        "loaded_size_after": 9000,
+        "model_loaded_weight_memory": 1000,
+        "model": {"unknown_reasons": {}, **DYNAMIC_MODEL},
+    }
+    assert "ModelPatcherDynamic on cuda:0" in inprocess.check_inprocess(result, support.GPU_DYNAMIC)
+    for wrong in ({"aimdo_enabled": False}, {"loaded_size_after": 12000}):
+        with pytest.raises(AssertionError):
+            inprocess.check_inprocess({**result, **wrong}, support.GPU_DYNAMIC)
+    missed_vbar = {**DYNAMIC_MODEL, "loaded_weight_bytes": 1000, "resident_bytes": 1000}
+    with pytest.raises(AssertionError):
+        inprocess.check_inprocess(
+            {**result, "model": {"unknown_reasons": {}, **missed_vbar}}, support.GPU_DYNAMIC
+        )
