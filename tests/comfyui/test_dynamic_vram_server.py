@@ -7,6 +7,8 @@ tests/gpu/test_gpu_dynamic_vram.py runs the same checks on CUDA with dynamic VRA
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from tests.comfyui import dynamic_vram_inprocess as inprocess
@@ -23,8 +25,6 @@ if SKIP_REASON:
 def cpu_run(tmp_path_factory):
     base = tmp_path_factory.mktemp("dynamic_vram_cpu")
     yield support.run_mode(base, support.CPU_ESTIMATE, force_headless=True)
-    import shutil
-
     shutil.rmtree(base / "models", ignore_errors=True)
 
 
@@ -38,7 +38,10 @@ def test_inprocess_check_holds_on_the_cpu(tmp_path_factory, request):
     base = support.prepare_base(tmp_path_factory.mktemp("dynamic_vram_inprocess_cpu"))
     support.write_lora(base)
     emit = support.verdict_emitter(request)
-    with support.checked("inprocess", support.CPU_ESTIMATE.name, emit) as details:
-        result = inprocess.run_inprocess(base, support.CPU_ESTIMATE.name)
-        details.append(inprocess.check_inprocess(result, support.CPU_ESTIMATE))
+    try:
+        with support.checked("inprocess", support.CPU_ESTIMATE.name, emit) as details:
+            result = inprocess.run_inprocess(base, support.CPU_ESTIMATE.name)
+            details.append(inprocess.check_inprocess(result, support.CPU_ESTIMATE))
+    finally:
+        shutil.rmtree(base / "models", ignore_errors=True)
     assert result["patcher_class"] == "ModelPatcher" and result["load_device"] == "cpu", result
