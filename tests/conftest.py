@@ -25,6 +25,7 @@ def server(tmp_path_factory):
 
 REQUIRED_IN_CI = tuple(Path(__file__).resolve().parent / name for name in ("comfyui", "browser"))
 _skipped_required: list[str] = []
+_worker_verdicts: list[str] = []
 
 
 def _required_in_ci(report) -> bool:
@@ -35,6 +36,10 @@ def _required_in_ci(report) -> bool:
 def pytest_runtest_logreport(report):
     if report.skipped and _required_in_ci(report):
         _skipped_required.append(report.nodeid)
+    # Verdict lines a check wrote (tests/comfyui/dynamic_vram_support.py): printed as they come,
+    # except from pytest-xdist workers (reports with a `node`), whose output is lost: listed below.
+    if report.when == "teardown" and getattr(report, "node", None) is not None:
+        _worker_verdicts.extend(line for key, line in report.user_properties if key == "gpu-dynamic-vram")
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -43,6 +48,10 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter):
+    if _worker_verdicts:
+        terminalreporter.section("gpu-dynamic-vram verdicts")
+        for line in _worker_verdicts:
+            terminalreporter.line(line)
     if os.environ.get("CI") and _skipped_required:
         terminalreporter.section("skipped in CI (fails the run)", red=True)
         terminalreporter.line(

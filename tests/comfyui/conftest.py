@@ -258,9 +258,13 @@ def free_port() -> int:
 class ComfyServer:
     """A ComfyUI server process and a small HTTP client for it."""
 
-    def __init__(self, base: Path, port: int, log_path: Path, device_args: tuple = ("--cpu",)):
+    def __init__(
+        self, base: Path, port: int, log_path: Path, device_args=("--cpu",), extra_env: dict | None = None
+    ):
+        """`device_args`: where ComfyUI runs and how it manages memory (`--cpu`, or on a GPU e.g.
+        `--disable-dynamic-vram`); `extra_env`: variables set for the server process only."""
         self.base, self.port, self.log_path = base, port, log_path
-        self.device_args = tuple(device_args)  # () on a GPU bench: ComfyUI picks the GPU itself
+        self.device_args, self.extra_env = tuple(device_args), dict(extra_env or {})
         self.url = f"http://127.0.0.1:{port}"
         self.client_id = uuid.uuid4().hex
         self.process = None
@@ -282,7 +286,7 @@ class ComfyServer:
             # e.g. --front-end-root DIR where the frontend package is missing (scripts/gpu_check.sh)
             *shlex.split(os.environ.get("PIPELINE_MONITOR_COMFYUI_ARGS", "")),
         ]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.extra_env}
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 command, cwd=COMFYUI_PATH, stdout=log, stderr=subprocess.STDOUT, env=env
@@ -350,10 +354,9 @@ class ComfyServer:
         return prompt_id, self.wait(prompt_id)
 
 
-def session_server(tmp_path_factory):
-    """The `server` fixture's body; the fixture lives in tests/conftest.py so that the comfyui and
-    browser tests share one server per session."""
-    base = tmp_path_factory.mktemp("comfy_base")
+def prepare_base(base: Path) -> Path:
+    """A ComfyUI base directory: this pack and tests/comfyui/testing_pack in custom_nodes, and the
+    tiny model files from scripts/make_tiny_models.py."""
     for sub in ("custom_nodes", "models", "input", "output", "user"):
         (base / sub).mkdir()
     (base / "custom_nodes" / "pipeline-monitor").symlink_to(REPO_ROOT, target_is_directory=True)
@@ -365,6 +368,13 @@ def session_server(tmp_path_factory):
         timeout=120,
     )
     assert generate.returncode == 0, generate.stdout + generate.stderr
+    return base
+
+
+def session_server(tmp_path_factory):
+    """The `server` fixture's body; the fixture lives in tests/conftest.py so that the comfyui and
+    browser tests share one server per session."""
+    base = prepare_base(tmp_path_factory.mktemp("comfy_base"))
     instance = ComfyServer(base, free_port(), base / "server.log")
     try:
         yield instance.start()

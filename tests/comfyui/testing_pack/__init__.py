@@ -3,6 +3,7 @@
 PMTestObjectId  output node: returns the Python id() of each MODEL/CLIP/VAE it receives in its
                 ui, so a test can check that two nodes received the very same objects.
 PMTestRaise     output node that raises at run time (a runtime error, not a validation error).
+PMTestLoadedSize  (memory_nodes.py) the patcher's loaded_size() as ComfyUI counts it, in its ui.
 """
 
 
@@ -57,3 +58,7 @@ NODE_CLASS_MAPPINGS["PMTestNoiseImage"] = PMTestNoiseImage
 from .slow_nodes import PMTestSlow  # noqa: E402
 
 NODE_CLASS_MAPPINGS["PMTestSlow"] = PMTestSlow
+
+from .memory_nodes import PMTestLoadedSize  # noqa: E402
+
+NODE_CLASS_MAPPINGS["PMTestLoadedSize"] = PMTestLoadedSize
