@@ -102,3 +102,36 @@ def test_relative_change_covers_every_weight_and_equals_float64_from_the_files(f
     assert summary["model_relative_change_ratio"] == pytest.approx(expected, rel=1e-4)
     weights = lora["details"]["model"]["overall"]["weights"]
     assert all(w["base_norm"] is not None and w["base_norm_unavailable"] is None for w in weights)
+
+
+MATRIX_OPS = ("conv", "linear", "mm", "matmul", "addmm", "bmm", "attention")
+
+
+def test_a_deep_profiled_full_size_prompt_shows_each_nodes_own_top_ops(full_size_run, server):
+    """Issue 28 at real size: the full-size workflow deep-profiled once (a new seed, so the sampler
+    and the decode run again): the UNet's convolutions and matmuls land under KSampler, the VAE's
+    convolutions under VAEDecode, and the next prompt is plain again."""
+    import requests
+
+    response = requests.post(f"{server.url}/pipeline_monitor/deep_profile", json={"armed": True}, timeout=10)
+    assert response.status_code == 200 and response.json()["armed"] is True, response.text
+    prompt = json.loads(WORKFLOW.read_text())
+    prompt["9"]["inputs"]["seed"] = 8
+    with open(LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            deep_id = server.queue(prompt)
+            history = server.wait(deep_id, timeout=RUN_TIMEOUT_S)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    assert history["status"]["status_str"] == "success", history["status"]
+    assert server.get_json("/pipeline_monitor/deep_profile")["armed"] is False
+    report = server.get_json(f"/pipeline_monitor/runs/{deep_id}")
+    step = next(s for s in report["steps"] if s["kind"] == "deep_profile")
+    assert step["monitor_errors"] == []
+    rows = {row["class_type"]: row for row in step["details"]["nodes"]}
+    sampler_ops = [op["name"] for op in rows["KSampler"]["top_ops"]]
+    assert any(word in name for name in sampler_ops for word in MATRIX_OPS), sampler_ops
+    decode_ops = [op["name"] for op in rows["VAEDecode"]["top_ops"]]
+    assert any("conv" in name for name in decode_ops), decode_ops
+    assert rows["KSampler"]["host_op_time_s"] > 0 and rows["VAEDecode"]["host_op_time_s"] > 0
