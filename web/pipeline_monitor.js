@@ -9,7 +9,7 @@ import { MonitorPanel } from "./lib/panel.mjs";
 import { SETTINGS, settingsPusher } from "./lib/settings.mjs";
 import { markSummaryStale, showNodeSummary } from "./lib/node_summary.mjs";
 import { applyRunBadges, focusNode, staleMonitorIds } from "./lib/canvas_badges.mjs";
-import { nameQueuedWorkflows } from "./lib/workflow_name.mjs";
+import { nameQueuedWorkflows, noteQueuedPrompts } from "./lib/workflow_name.mjs";
 
 const TAB_ID = "pipeline-monitor";
 
@@ -74,6 +74,8 @@ app.registerExtension({
   setup() {
     addStylesheet();
     nameQueuedWorkflows(app); // runs are listed by their workflow's name
+    noteQueuedPrompts(api, (promptId, workflow) => panel.onQueued(promptId, workflow)); // the running row's workflow
+    api.addEventListener("execution_start", (/** @type {any} */ event) => panel.onPromptStart(event.detail));
     // Listeners are registered once; with the tab closed the server sends no samples, and a run
     // event only updates the list in memory.
     api.addEventListener(/** @type {any} */ ("pipeline_monitor.sample"), (/** @type {any} */ event) => panel.onSample(event.detail));

