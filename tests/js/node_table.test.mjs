@@ -1,0 +1,23 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { nodeColumns, nodeTableCsv } from "../../web/lib/run_views.mjs";
+
+const row = (/** @type {Record<string, any>} */ o) => ({ nodeId: "1", classType: "X", label: "X", status: "success", cached: false,
+  durationS: 0.5, gpuTimeS: null, rssAddedBytes: 10, peakRssBytes: 1e9, gpuAddedBytes: null, peakGpuBytes: null, ...o });
+
+test("the node table shows the node's own figures by default and names the hidden columns", () => {
+  const cpu = nodeColumns([row({})], false);
+  assert.deepEqual(cpu.shown.map((c) => c.key), ["nodeId", "durationS", "rssAddedBytes"]);
+  assert.deepEqual(cpu.hidden.map((c) => c.label), ["Peak RSS"]);
+  const gpu = nodeColumns([row({ gpuTimeS: 0.1, gpuAddedBytes: 5, peakGpuBytes: 9 })], false);
+  assert.deepEqual(gpu.shown.map((c) => c.key), ["nodeId", "durationS", "gpuTimeS", "gpuAddedBytes"]);
+  assert.deepEqual(gpu.hidden.map((c) => c.label), ["RSS +", "Peak RSS", "Peak GPU"]);
+  assert.deepEqual(nodeColumns([row({})], true).hidden, []);
+});
+
+test("the CSV has every column in seconds and bytes, and quotes text a spreadsheet would run", () => {
+  const csv = nodeTableCsv([row({ label: '=HYPERLINK("x")', cached: true })]);
+  const [head, line] = csv.trim().split("\n");
+  assert.equal(head, "node_id,class_type,title,status,cached,duration_s,gpu_time_s,rss_added_bytes,peak_rss_bytes,gpu_added_bytes,peak_gpu_bytes");
+  assert.equal(line, `1,X,"'=HYPERLINK(""x"")",success,true,0.5,,10,1000000000,,`);
+});
