@@ -217,26 +217,74 @@ def _diff(a, b, threshold_pct: float, min_abs: float) -> dict:
     }
 
 
+def history_limit(earlier: Sequence, threshold_pct: float, min_abs: float) -> dict:
+    """The value above which a new run counts as a regression, from the same figure in earlier
+    runs of the workflow: beyond their highest value by more than their spread (max - min), and
+    above their median by more than `min_abs` and by more than `threshold_pct`. One earlier run
+    has no spread: the limit is then the plain threshold. `n_runs` is how many runs it rests on.
+    The panel applies the same rule (web/lib/regression.mjs)."""
+    values = [float(v) for v in earlier if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not values:
+        return {"limit": None, "n_runs": 0, "median": None, "spread": None}
+    median = statistics.median(values)
+    spread = max(values) - min(values)
+    limit = max(max(values) + spread, median + min_abs, median * (1 + threshold_pct / 100.0))
+    return {"limit": limit, "n_runs": len(values), "median": median, "spread": spread}
+
+
+def _judge(d: dict, earlier: Sequence, threshold_pct: float, min_abs: float) -> dict:
+    """A diff's regression verdict from the history: B above the history's limit."""
+    verdict = history_limit(earlier, threshold_pct, min_abs)
+    b = d.get("b")
+    d["regression"] = bool(
+        verdict["limit"] is not None and isinstance(b, (int, float)) and b > verdict["limit"]
+    )
+    d["limit"] = verdict["limit"]
+    d["n_runs"] = verdict["n_runs"]
+    return d
+
+
+def _node_values(reports: Sequence[Mapping], key: tuple, figure) -> list:
+    """One node's figure in each report where it ran (cached runs did no work and are left out)."""
+    values = []
+    for report in reports:
+        for n in report.get("nodes") or ():
+            if (str(n.get("node_id")), n.get("class_type")) == key and not n.get("cached"):
+                values.append(figure(n))
+    return values
+
+
 def compare(
     a: Mapping,
     b: Mapping,
     threshold_pct: float = DEFAULT_THRESHOLD_PCT,
     min_seconds: float = DEFAULT_MIN_SECONDS,
     min_bytes: int = DEFAULT_MIN_BYTES,
+    history: Sequence[Mapping] = (),
 ) -> dict:
     """B against A: run figures, per stage and per node; a regression is B worse by more than
     `threshold_pct` and by more than `min_seconds` (times) or `min_bytes` (memory).
 
     Stages and nodes compare the memory they added above their own start, not the process's peak
     while they ran: that peak mostly follows whatever ran before (a node is not a regression
-    because the process was bigger when it started)."""
+    because the process was bigger when it started).
+
+    With `history` (earlier reports of the same workflow), the run's duration and each node's
+    figures are judged against A and that history (history_limit): a node is flagged only beyond
+    the spread of its earlier runs; each verdict says how many runs it rests on (`n_runs`)."""
+    earlier = [a, *[h for h in history if h.get("prompt_id") not in (a.get("prompt_id"), b.get("prompt_id"))]]
 
     def limit(key: str) -> float:
         return min_bytes if key.endswith("_bytes") else min_seconds
 
     fa, fb = run_figures(a), run_figures(b)
     run = {
-        k: _diff(fa[k], fb[k], threshold_pct, limit(k))
+        k: _judge(
+            _diff(fa[k], fb[k], threshold_pct, limit(k)),
+            [run_figures(r)[k] for r in earlier],
+            threshold_pct,
+            limit(k),
+        )
         for k in ("duration_s", "peak_rss_bytes", "peak_gpu_allocated_bytes")
     }
     for key in THROUGHPUT_KEYS:  # higher is better: a drop is the regression
@@ -249,46 +297,42 @@ def compare(
         }
     pa = {p["stage"]: p for p in report_phases(a)}
     pb = {p["stage"]: p for p in report_phases(b)}
+    earlier_phases = [{p["stage"]: p for p in report_phases(r)} for r in earlier]
     stages = []
     for stage in dict.fromkeys([*pa, *pb]):
         x, y = pa.get(stage) or {}, pb.get(stage) or {}
-        stages.append(
-            {
-                "stage": stage,
-                "only_in": None if x and y else ("a" if x else "b"),
-                "total_s": _diff(x.get("total_s"), y.get("total_s"), threshold_pct, min_seconds),
-                "peak_rss_above_start_bytes": _diff(
-                    x.get("peak_rss_above_start_bytes"),
-                    y.get("peak_rss_above_start_bytes"),
-                    threshold_pct,
-                    min_bytes,
-                ),
-            }
-        )
+        row = {"stage": stage, "only_in": None if x and y else ("a" if x else "b")}
+        for name, min_abs in (("total_s", min_seconds), ("peak_rss_above_start_bytes", min_bytes)):
+            d = _diff(x.get(name), y.get(name), threshold_pct, min_abs)
+            past = [phases[stage].get(name) for phases in earlier_phases if stage in phases]
+            row[name] = _judge(d, past, threshold_pct, min_abs)
+        stages.append(row)
     na = {(str(n.get("node_id")), n.get("class_type")): n for n in a.get("nodes") or []}
     nb = {(str(n.get("node_id")), n.get("class_type")): n for n in b.get("nodes") or []}
+    figures = {
+        "duration_s": (lambda n: n.get("duration_s"), min_seconds),
+        "peak_rss_above_start_bytes": (lambda n: n.get("peak_rss_above_start_bytes"), min_bytes),
+        "peak_gpu_allocated_above_start_bytes": (node_gpu_above_start, min_bytes),
+    }
     nodes = []
     for key in dict.fromkeys([*na, *nb]):
         x, y = na.get(key) or {}, nb.get(key) or {}
-        nodes.append(
-            {
-                "node_id": key[0],
-                "class_type": key[1],
-                "title": y.get("title") or x.get("title"),
-                "only_in": None if x and y else ("a" if x else "b"),
-                "cached": [x.get("cached"), y.get("cached")],
-                "duration_s": _diff(x.get("duration_s"), y.get("duration_s"), threshold_pct, min_seconds),
-                "peak_rss_above_start_bytes": _diff(
-                    x.get("peak_rss_above_start_bytes"),
-                    y.get("peak_rss_above_start_bytes"),
-                    threshold_pct,
-                    min_bytes,
-                ),
-                "peak_gpu_allocated_above_start_bytes": _diff(
-                    node_gpu_above_start(x), node_gpu_above_start(y), threshold_pct, min_bytes
-                ),
-            }
-        )
+        row = {
+            "node_id": key[0],
+            "class_type": key[1],
+            "title": y.get("title") or x.get("title"),
+            "only_in": None if x and y else ("a" if x else "b"),
+            "cached": [x.get("cached"), y.get("cached")],
+        }
+        for name, (figure, min_abs) in figures.items():
+            d = _diff(figure(x) if x else None, figure(y) if y else None, threshold_pct, min_abs)
+            # a node served from the cache in B did no work: nothing to judge
+            row[name] = (
+                d
+                if y.get("cached")
+                else _judge(d, _node_values(earlier, key, figure), threshold_pct, min_abs)
+            )
+        nodes.append(row)
     regressions = [f"run {k}" for k, v in run.items() if v["regression"]]
     regressions += [
         f"stage {s['stage']} {m}"
@@ -310,6 +354,7 @@ def compare(
         "threshold_pct": threshold_pct,
         "min_seconds": min_seconds,
         "min_bytes": min_bytes,
+        "n_history_runs": len(earlier),
         "run": run,
         "stages": stages,
         "nodes": nodes,

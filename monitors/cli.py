@@ -2,7 +2,7 @@
 
     python -m monitors aggregate rank0.json rank1.json -o job.json
     python -m monitors aggregate --reports_dir reports/ --output job.json   # every report in a folder
-    python -m monitors compare before.json after.json --threshold-pct 10
+    python -m monitors compare before.json after.json --threshold-pct 10 [--history earlier_reports/]
     python -m monitors trace rank0.json rank1.json -o job.trace.json
     python -m monitors table run.json --table nodes --format csv -o nodes.csv   # or steps; or json
 
@@ -142,7 +142,8 @@ def cmd_compare(args) -> int:
     if len(reports) != 2:
         _err("compare needs two usable reports")
         return EXIT_NO_INPUT
-    result = compare(reports[0], reports[1], args.threshold_pct, args.min_seconds, args.min_bytes)
+    history = _history(args.history or (), reports[0], reports[1])
+    result = compare(reports[0], reports[1], args.threshold_pct, args.min_seconds, args.min_bytes, history)
     result["deep_profiled"] = {"a": is_deep_profiled(reports[0]), "b": is_deep_profiled(reports[1])}
     if args.output:
         write_json_atomic(args.output, result)
@@ -171,13 +172,41 @@ def cmd_compare(args) -> int:
                 n["only_in"],
             )
         )
+    n_runs = result["n_history_runs"]
+    basis = (
+        f"the spread of {n_runs} earlier runs"
+        if n_runs > 1
+        else "1 earlier run (no spread known: --history adds runs)"
+    )
     if result["regressions"]:
-        _out(f"{len(result['regressions'])} regression(s) beyond {args.threshold_pct:g} %:")
+        _out(f"{len(result['regressions'])} regression(s) beyond {args.threshold_pct:g} % and {basis}:")
         for line in result["regressions"]:
             _out(f"  {line}")
         return EXIT_REGRESSION
-    _out(f"no regression beyond {args.threshold_pct:g} %")
+    _out(f"no regression beyond {args.threshold_pct:g} % and {basis}")
     return EXIT_OK
+
+
+def _history(paths, a: dict, b: dict) -> list[dict]:
+    """Earlier reports of A's workflow from --history files and folders (other workflows and
+    runs that did not succeed are left out; unreadable files are named and skipped)."""
+    files = [f for p in paths for f in (reports_in(p) if os.path.isdir(p) else [p])]
+    workflow = (a.get("workflow") or {}).get("id") or (a.get("workflow") or {}).get("name")
+    history = []
+    for path in files:
+        try:
+            report = load_report(path)
+        except ReportError as exc:
+            _err(f"history: skipped {path}: {exc}")
+            continue
+        other = (report.get("workflow") or {}).get("id") or (report.get("workflow") or {}).get("name")
+        if (
+            report.get("status") == "success"
+            and other == workflow
+            and report.get("started_unix_s", 0) <= b.get("started_unix_s", 0)
+        ):
+            history.append(report)
+    return history
 
 
 def _row(name: str, key: str, d: dict, only_in: str | None = None) -> str:
@@ -249,6 +278,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--min-seconds", type=float, default=DEFAULT_MIN_SECONDS, help="and by more than this many seconds"
     )
     p.add_argument("--min-bytes", type=int, default=DEFAULT_MIN_BYTES, help="or, for memory, this many bytes")
+    p.add_argument(
+        "--history",
+        nargs="*",
+        metavar="PATH",
+        help="earlier reports of the same workflow (files or folders): a node is flagged only beyond their spread",
+    )
     p.add_argument("-o", "--output", help="write the comparison as JSON here")
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("table", help="a report's per-node or step table as CSV (or JSON)")

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from .browser_support import CHROMIUM, CHROMIUM_ARGS, PANEL, TAB_BUTTON, artifacts_dir, open_app, wait_for_report
+from .browser_support import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    PANEL,
+    TAB_BUTTON,
+    artifacts_dir,
+    open_app,
+    wait_for_report,
+)
 
 WORKFLOW = "pm follow demo"
 WORKFLOW_ID = "pm-follow"
@@ -24,12 +32,18 @@ def slow_prompt(seconds: float, seed: int) -> dict:
         "3": {"class_type": "PreviewImage", "inputs": {"images": ["2", 0]}},
         "4": {"class_type": "PMTestTinyClip", "inputs": {"kind": "sd1", "seed": 0}},
         "5": {"class_type": "CLIPTextEncode", "inputs": {"clip": ["4", 0], "text": f"a cat {seed}"}},
-        "6": {"class_type": "PipelineMonitorConditioning", "inputs": {"positive": ["5", 0], "clip": ["4", 0]}},
+        "6": {
+            "class_type": "PipelineMonitorConditioning",
+            "inputs": {"positive": ["5", 0], "clip": ["4", 0]},
+        },
         "7": {
             "class_type": "EmptyHunyuanLatentVideo",
             "inputs": {"width": 32, "height": 32, "length": 1, "batch_size": 1},
         },
-        "8": {"class_type": "PipelineMonitorTensorDump", "inputs": {"latent": ["7", 0], "name": f"pm_follow_{seed}", "npy": False}},
+        "8": {
+            "class_type": "PipelineMonitorTensorDump",
+            "inputs": {"latent": ["7", 0], "name": f"pm_follow_{seed}", "npy": False},
+        },
     }
 
 
@@ -81,7 +95,9 @@ def first_run(page, server):
     return prompt_id
 
 
-def test_a_new_prompt_brings_the_zoomed_chart_back_to_live_and_is_the_first_row(page, server, first_run, shots):
+def test_a_new_prompt_brings_the_zoomed_chart_back_to_live_and_is_the_first_row(
+    page, server, first_run, shots
+):
     page.click(f'.pm-run-row[data-prompt-id="{first_run}"]')
     page.locator(".pm-zoom-bar").wait_for(state="visible", timeout=5_000)
     assert page.evaluate("window.__pipelineMonitor.zoom.promptId") == first_run
@@ -149,7 +165,9 @@ def test_no_table_is_wider_than_its_box_at_312_px(page, first_run, shots):
     assert 280 <= width <= 340, f"the sidebar is not at its default width: {width}px"
     page.evaluate("(id) => window.__pipelineMonitor.show({name: 'run', id})", first_run)
     page.wait_for_selector(f'.pm-run[data-prompt-id="{first_run}"] .pm-step[data-kind="tensor_dump"]')
-    page.wait_for_selector(f'.pm-run[data-prompt-id="{first_run}"] .pm-step[data-kind="conditioning"] .pm-memory')
+    page.wait_for_selector(
+        f'.pm-run[data-prompt-id="{first_run}"] .pm-step[data-kind="conditioning"] .pm-memory'
+    )
     sizes = assert_tables_fit(page)
     assert any("pm-stackable" in t["cls"] for t in sizes["tables"]), "the dump's statistics reflow"
     # the node table's hidden columns are named on the toggle, and shown by it

@@ -251,3 +251,50 @@ def test_two_rank_torch_distributed_job_aggregated(tmp_path):
     assert result["stages"]["all_reduce"]["max_s"] == pytest.approx(0.15, abs=1e-3)
     assert result["metrics"]["steps_per_s"]["max_rank"] == 0
     assert "slowest rank: 1" in done.stdout
+
+
+# A loader's times on a busy 2-core machine, recorded from six runs of one unchanged workflow
+# (seconds): the noise the regression rule must not call a regression.
+NOISY_LOADER_S = (0.101, 0.164, 0.098, 0.187, 0.122, 0.143)
+
+
+def noisy_run(run_id, loader_s, started):
+    data = report(run_id, 1.0 + loader_s, stages=(("CheckpointLoaderSimple", loader_s), ("KSampler", 1.0)))
+    data["started_unix_s"] = started
+    data["workflow"] = {"id": "wf-noisy", "name": "noisy.json"}
+    return data
+
+
+def test_compare_judges_a_node_against_the_spread_of_its_history(tmp_path, capsys):
+    folder = tmp_path / "history"
+    folder.mkdir()
+    for i, seconds in enumerate(NOISY_LOADER_S):
+        write(folder, f"h{i}.json", noisy_run(f"h{i}", seconds, 100.0 + i))
+    write(folder, "other.json", {**noisy_run("other", 0.01, 50.0), "workflow": {"id": "wf-other"}})
+    a = write(tmp_path, "a.json", noisy_run("a", 0.100, 110.0))
+    b = write(tmp_path, "b.json", noisy_run("b", 0.195, 111.0))
+    # two runs alone: +95 % and 95 ms, a regression by the plain threshold, resting on one run
+    assert main(["compare", a, b]) == EXIT_REGRESSION
+    assert "1 earlier run" in capsys.readouterr().out
+    # with the recorded history, 0.195 s is within the loader's spread (0.098-0.187 s)
+    out = tmp_path / "cmp.json"
+    assert main(["compare", a, b, "--history", str(folder), "-o", str(out)]) == EXIT_OK
+    result = json.loads(out.read_text())
+    loader = next(n for n in result["nodes"] if n["class_type"] == "CheckpointLoaderSimple")
+    assert loader["duration_s"]["n_runs"] == 7 and not loader["duration_s"]["regression"]
+    assert loader["duration_s"]["limit"] == pytest.approx(0.187 + (0.187 - 0.098))
+    assert result["n_history_runs"] == 7, "A and the six earlier runs; the other workflow is left out"
+    assert "the spread of 7 earlier runs" in capsys.readouterr().out
+    # a real slowdown is still flagged: beyond the highest earlier time by more than the spread
+    c = write(tmp_path, "c.json", noisy_run("c", 0.40, 112.0))
+    assert main(["compare", a, c, "--history", str(folder)]) == EXIT_REGRESSION
+    assert "node #1 CheckpointLoaderSimple duration_s" in capsys.readouterr().out
+
+
+def test_history_limit_rule():
+    from monitors.aggregate import history_limit
+
+    assert history_limit([], 10, 0.05)["limit"] is None
+    one = history_limit([1.0], 10, 0.05)
+    assert one["limit"] == pytest.approx(1.1) and one["n_runs"] == 1
+    assert history_limit([1.0, 1.4, 1.2], 10, 0.05)["limit"] == pytest.approx(1.8)
