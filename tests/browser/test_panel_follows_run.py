@@ -181,3 +181,25 @@ def test_no_table_is_wider_than_its_box_at_312_px(page, first_run, shots):
     page.locator(".pm-columns-toggle").click()
     page.wait_for_selector(".pm-nodes th[data-key='peakRssBytes']", state="detached")
     assert not page.errors, page.errors
+
+
+def test_compare_leads_with_the_largest_change_and_fits(page, server, first_run, shots):
+    runs = page.evaluate(
+        "(name) => window.__pipelineMonitor.runs.filter((r) => r.workflow_name === name).map((r) => r.prompt_id)",
+        WORKFLOW,
+    )
+    newer = next(r for r in runs if r != first_run)
+    page.evaluate("([a, b]) => window.__pipelineMonitor.show({name: 'compare', a, b})", [newer, first_run])
+    page.wait_for_selector(".pm-compare .pm-compare-nodes")
+    head = page.inner_text(".pm-compare-head")
+    assert head.count(WORKFLOW) == 2 and first_run[:8] not in head, head
+    changes = page.eval_on_selector_all(
+        ".pm-compare-nodes tbody tr",
+        "rows => rows.map((r) => [r.dataset.nodeId, parseFloat(r.dataset.change)])",
+    )
+    assert changes == sorted(changes, key=lambda c: -c[1]), changes
+    assert changes[0][0] == "2", "the slow node went from 1 s to 4 s: the largest change leads"
+    assert "earlier run" in page.inner_text(".pm-compare-basis")
+    assert_tables_fit(page)
+    page.locator(".pm-compare").screenshot(path=str(shots / "compare_312px.png"))
+    assert not page.errors, page.errors

@@ -1,8 +1,9 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
-  REGRESSION, compareRuns, isRegression, nodeRows, orderForCompare, orderedSummaryKeys, problems, sortRows, stepCard, upsertRun,
+  nodeRows, orderedSummaryKeys, problems, sortRows, stepCard, upsertRun,
 } from "../../web/lib/report_view.mjs";
+import { REGRESSION, compareRuns, historyLimit, isRegression, orderForCompare } from "../../web/lib/compare.mjs";
 
 const MiB = 1024 ** 2;
 
@@ -79,7 +80,7 @@ test("the same work on a bigger process is no memory regression", () => {
   assert.equal(c.nodes[0].memoryDelta, 0);
   const hungrier = makeReport({ prompt_id: "p3", started_unix_s: 3000 });
   hungrier.nodes = hungrier.nodes.map((n) => (n.node_id === "2" ? { ...n, peak_rss_above_start_bytes: 200 * MiB } : n));
-  assert.equal(compareRuns(base, hungrier).nodes[1].memoryRegression, true);
+  assert.equal(compareRuns(base, hungrier).nodes.find((n) => n.nodeId === "2")?.memoryRegression, true);
 });
 
 test("sorting keeps unknown values last in both directions and is stable", () => {
@@ -150,7 +151,7 @@ test("compare two runs per node and per step, flagging the regression", () => {
   assert.equal(c.nodes.find((n) => n.nodeId === "1")?.regression, false);
   assert.equal(c.totals.timeRegression, true);
   const step = c.steps[0];
-  assert.deepEqual(step.figures.map((f) => f.key), ["strategy_used", "duration_s", "latent_bytes"]);
+  assert.deepEqual(step.figures.map((f) => f.key), ["strategy_used", "duration_s"], "only the figures that changed (latent_bytes did not)");
   assert.equal(step.figures[0].changed, true);
   assert.equal(step.regression, false);
   const same = compareRuns(base, makeReport({ prompt_id: "p3", steps: base.steps }));
@@ -207,4 +208,28 @@ test("problems: seams the start-up self-check did not find are one warning of th
   assert.deepEqual(items.map((p) => [p.level, p.where]), [["warning", "monitor"]]);
   assert.match(items[0].message, /comfy\.model_management\.get_free_memory, execution\.reset_progress_state/);
   assert.deepEqual(problems(makeReport({ missing_seams: [] })), []);
+});
+
+test("compare sorts nodes by the size of their change and judges them against their history's spread", () => {
+  const node = (/** @type {string} */ id, /** @type {number} */ s, cached = false) => ({ node_id: id, class_type: `C${id}`, status: "success", cached, duration_s: s, peak_rss_above_start_bytes: MiB });
+  const run = (/** @type {string} */ id, /** @type {number} */ loader, t = 1) =>
+    makeReport({ prompt_id: id, started_unix_s: t, duration_s: 2 + loader, nodes: [node("1", loader), node("2", 2), node("3", 0, true)] });
+  const noisy = [0.101, 0.164, 0.098, 0.187, 0.122, 0.143].map((s, i) => run(`h${i}`, s, i));
+  const base = run("a", 0.1, 10);
+  const newer = run("b", 0.195, 11);
+  newer.nodes = [...(newer.nodes ?? []).slice(0, 1), node("2", 2.5), node("3", 0, true)];
+  const c = compareRuns(base, newer, noisy);
+  assert.deepEqual(c.nodes.map((n) => n.nodeId), ["2", "1", "3"], "largest change first: +0.5 s, then +0.095 s, then nothing");
+  const loader = c.nodes.find((n) => n.nodeId === "1");
+  assert.equal(loader?.regression, false, "0.195 s is within the loader's recorded spread");
+  assert.equal(loader?.nRuns, 7);
+  assert.equal(compareRuns(base, newer).nodes.find((n) => n.nodeId === "1")?.regression, true, "without history: the plain threshold");
+  assert.equal(c.nodes.find((n) => n.nodeId === "2")?.regression, true, "+0.5 s on a steady 2 s node is real");
+  assert.equal(c.totals.nRuns, 7);
+});
+
+test("the history rule matches monitors/aggregate.py history_limit", () => {
+  assert.deepEqual(historyLimit([], "seconds"), { limit: null, nRuns: 0 });
+  assert.ok(Math.abs(/** @type {number} */ (historyLimit([1.0], "seconds").limit) - 1.1) < 1e-9);
+  assert.ok(Math.abs(/** @type {number} */ (historyLimit([1.0, 1.4, 1.2], "seconds").limit) - 1.8) < 1e-9);
 });

@@ -4,15 +4,17 @@
 import { clear, h } from "./dom.mjs";
 import { formatBytes, formatPercent, formatTime, safeFileName } from "./format.mjs";
 import { SampleBuffer, WINDOW_S, bandAt, chartWindow, drawChart, pointNear, presentSeries, runRange, seriesValue } from "./live_chart.mjs";
-import { runName, sortRunsNewestFirst, upsertRun } from "./report_view.mjs";
+import { runName, sameWorkflow, sortRunsNewestFirst, upsertRun } from "./report_view.mjs";
 import { DeepProfileToggle } from "./deep_profile_card.mjs";
-import { compareView, runView, runningRowView, runsListView } from "./run_views.mjs";
+import { runView, runningRowView, runsListView } from "./run_views.mjs";
+import { compareView } from "./compare_view.mjs";
 import { RunningTracker, estimateProgress } from "./running.mjs";
 import { upgradeReport } from "./step_kinds.mjs";
 
 const READOUT_HINT = "Point at the chart for the values at that time; click a run's band to zoom to it.";
 export const RENEW_MS = 10_000; // the server forgets a watcher after 30 s without renewal
 const MAX_CACHED_REPORTS = 20;
+const HISTORY_RUNS = 10; // earlier runs of a workflow a comparison's verdicts rest on
 
 /**
  * What the panel needs from ComfyUI, injected so this module imports nothing of it.
@@ -377,6 +379,21 @@ export class MonitorPanel {
     return report;
   }
 
+  /**
+   * Earlier successful runs of the first run's workflow (at most HISTORY_RUNS, newest first, the two
+   * compared left out): the spread a regression must exceed.
+   * @param {string} a @param {string} b
+   */
+  historyIds(a, b) {
+    const run = this.runs.find((r) => r.prompt_id === a);
+    if (!run) return [];
+    const newest = Math.max(...[a, b].map((id) => this.runs.find((r) => r.prompt_id === id)?.started_unix_s ?? 0));
+    return sortRunsNewestFirst(this.runs)
+      .filter((r) => r.prompt_id !== a && r.prompt_id !== b && r.status === "success" && sameWorkflow(run, r) && (r.started_unix_s ?? 0) <= newest)
+      .slice(0, HISTORY_RUNS)
+      .map((r) => r.prompt_id);
+  }
+
   /** @param {MonitorPanel["view"]} view */
   show(view) {
     this.view = view;
@@ -397,12 +414,14 @@ export class MonitorPanel {
     }
     this.runningSlot = null;
     const generation = this.generation;
-    const ids = view.name === "run" ? [view.id] : [view.a, view.b];
-    Promise.all(ids.map((id) => this.report(id)))
+    const ids = view.name === "run" ? [view.id] : [view.a, view.b, ...this.historyIds(view.a, view.b)];
+    // a history report that cannot be read only narrows the verdict's basis
+    Promise.all(ids.map((id, i) => (i < 2 ? this.report(id) : this.report(id).catch(() => null))))
       .then((reports) => {
         if (generation !== this.generation || this.view !== view || !this.main) return;
         clear(main);
-        main.append(view.name === "run" ? runView(reports[0], this.runs, this.sort, this.actions) : compareView(reports[0], reports[1], this.actions));
+        const history = /** @type {import("./report_view.mjs").RunReport[]} */ (reports.slice(2).filter(Boolean));
+        main.append(view.name === "run" ? runView(reports[0], this.runs, this.sort, this.actions) : compareView(reports[0], reports[1], this.actions, history));
       })
       .catch((error) => {
         this.host.toast("error", "Pipeline Monitor", String(error));

@@ -1,6 +1,6 @@
 // Data shaping for the panel: run report JSON (schemas/run_report.schema.json) -> rows, cards and
 // comparisons. Pure functions, no DOM, so Node's test runner covers them.
-import { declaredField, isNumber, relativeChange } from "./format.mjs";
+import { isNumber } from "./format.mjs";
 import { kindInfo } from "./step_kinds.mjs";
 
 /**
@@ -29,8 +29,6 @@ import { kindInfo } from "./step_kinds.mjs";
  *   input_changes?: InputChanges | null}} RunSummary
  */
 
-/** Regression thresholds: a difference counts only above both the relative and the absolute one. */
-export const REGRESSION = { relative: 0.1, seconds: 0.05, bytes: 64 * 1024 * 1024 };
 
 /** @param {string} status */
 export function statusTone(status) {
@@ -317,127 +315,4 @@ export function stepCard(step) {
     monitorErrors,
     worst: levels.includes("error") ? "error" : levels.includes("warning") ? "warning" : monitorErrors.length ? "warning" : "info",
   };
-}
-
-/**
- * Whether `after` is worse than `before` for a time or memory figure.
- * @param {"seconds" | "bytes"} unit
- * @param {number | null | undefined} before
- * @param {number | null | undefined} after
- */
-export function isRegression(unit, before, after) {
-  if (!isNumber(before) || !isNumber(after)) return false;
-  const delta = after - before;
-  return delta > REGRESSION[unit] && delta > REGRESSION.relative * Math.abs(before);
-}
-
-/** @param {string} key */
-function unitOfKey(key) {
-  if (key.endsWith("_bytes")) return "bytes";
-  if (key.endsWith("_s") && !key.endsWith("_per_s") && !key.endsWith("_at_s")) return "seconds";
-  return null;
-}
-
-/** What the node itself needed (above its start), so a bigger process is no node regression. @param {NodeProfile} n */
-function nodeMemory(n) {
-  return nodeGpuAdded(n) ?? nodeRssAdded(n);
-}
-
-/**
- * Compare a base run with a candidate run, per node (by id and class) and per step (by kind and
- * node id); `regression` marks a candidate that is slower or needs more memory beyond REGRESSION.
- * @param {RunReport} base
- * @param {RunReport} candidate
- */
-export function compareRuns(base, candidate) {
-  const key = (/** @type {NodeProfile} */ n) => `${n.node_id}\u0000${n.class_type ?? ""}`;
-  const baseNodes = new Map((base.nodes ?? []).map((n) => [key(n), n]));
-  const candNodes = new Map((candidate.nodes ?? []).map((n) => [key(n), n]));
-  const nodeKeys = [...new Set([...baseNodes.keys(), ...candNodes.keys()])];
-  const nodes = nodeKeys.map((k) => {
-    const a = baseNodes.get(k);
-    const b = candNodes.get(k);
-    const any = /** @type {NodeProfile} */ (a ?? b);
-    const durA = a && isNumber(a.duration_s) ? a.duration_s : null;
-    const durB = b && isNumber(b.duration_s) ? b.duration_s : null;
-    const memA = a ? nodeMemory(a) : null;
-    const memB = b ? nodeMemory(b) : null;
-    const timeRegression = isRegression("seconds", durA, durB);
-    const memoryRegression = isRegression("bytes", memA, memB);
-    return {
-      nodeId: String(any.node_id),
-      label: any.title || any.class_type || "",
-      presence: a && b ? "both" : a ? "base only" : "candidate only",
-      cachedA: a ? Boolean(a.cached) : null,
-      cachedB: b ? Boolean(b.cached) : null,
-      durationA: durA,
-      durationB: durB,
-      durationDelta: durA !== null && durB !== null ? durB - durA : null,
-      durationPct: relativeChange(durA, durB),
-      memoryA: memA,
-      memoryB: memB,
-      memoryDelta: memA !== null && memB !== null ? memB - memA : null,
-      timeRegression,
-      memoryRegression,
-      regression: timeRegression || memoryRegression,
-    };
-  });
-  const stepKey = (/** @type {StepReport} */ s) => `${s.kind}\u0000${s.node_id ?? ""}`;
-  const baseSteps = new Map((base.steps ?? []).map((s) => [stepKey(s), s]));
-  const candSteps = new Map((candidate.steps ?? []).map((s) => [stepKey(s), s]));
-  const steps = [...new Set([...baseSteps.keys(), ...candSteps.keys()])].map((k) => {
-    const a = baseSteps.get(k);
-    const b = candSteps.get(k);
-    const any = /** @type {StepReport} */ (a ?? b);
-    const sa = a?.summary ?? {};
-    const sb = b?.summary ?? {};
-    const keys = orderedSummaryKeys(any.kind, { ...sa, ...sb });
-    const figures = [];
-    for (const name of keys) {
-      const va = sa[name];
-      const vb = sb[name];
-      const unit = declaredField(any.kind, name)?.processWide ? null : unitOfKey(name);
-      const numeric = isNumber(va) && isNumber(vb);
-      const changed = JSON.stringify(va) !== JSON.stringify(vb);
-      if (!changed && !unit) continue; // unchanged plain values add nothing to a comparison
-      figures.push({
-        key: name,
-        a: va,
-        b: vb,
-        delta: numeric ? /** @type {number} */ (vb) - /** @type {number} */ (va) : null,
-        changed,
-        regression: unit !== null && isRegression(unit, /** @type {any} */ (va), /** @type {any} */ (vb)),
-      });
-    }
-    return {
-      kind: any.kind,
-      title: kindInfo(any.kind).title,
-      nodeId: any.node_id,
-      presence: a && b ? "both" : a ? "base only" : "candidate only",
-      figures,
-      regression: figures.some((f) => f.regression),
-    };
-  });
-  const peakA = base.span?.peak_rss_bytes ?? null;
-  const peakB = candidate.span?.peak_rss_bytes ?? null;
-  const totals = {
-    durationA: base.duration_s ?? null,
-    durationB: candidate.duration_s ?? null,
-    peakRssA: peakA,
-    peakRssB: peakB,
-    timeRegression: isRegression("seconds", base.duration_s, candidate.duration_s),
-    memoryRegression: isRegression("bytes", peakA, peakB),
-  };
-  const regression =
-    totals.timeRegression || totals.memoryRegression || nodes.some((n) => n.regression) || steps.some((s) => s.regression);
-  return { base: base.prompt_id, candidate: candidate.prompt_id, totals, nodes, steps, regression };
-}
-
-/**
- * Base (older) and candidate (newer) of two reports.
- * @param {RunReport} x
- * @param {RunReport} y
- */
-export function orderForCompare(x, y) {
-  return (x.started_unix_s ?? 0) <= (y.started_unix_s ?? 0) ? [x, y] : [y, x];
 }

@@ -2,8 +2,8 @@
 // comparison of two runs. Each returns a fresh element; `actions` carries what the user can do.
 import { h } from "./dom.mjs";
 import { MISSING, clip, formatBytes, formatDelta, formatSeconds, formatTime, formatValue, labelFromKey, safeFileName } from "./format.mjs";
-import { compareRuns, defaultCompareTarget, inputChangesLine, nodeRows, orderForCompare, problems, runName, runStatus, sortRows } from "./report_view.mjs";
-import { deepCompareNote, isDeepProfiled } from "./deep_profile_card.mjs";
+import { defaultCompareTarget, inputChangesLine, nodeRows, problems, runName, runStatus, sortRows } from "./report_view.mjs";
+import { isDeepProfiled } from "./deep_profile_card.mjs";
 import { designedCard } from "./step_cards.mjs";
 
 /**
@@ -386,58 +386,4 @@ export function runView(report, runs, sort, actions) {
       : h("p", { class: "pm-muted pm-no-steps", text: report.status === "success"
         ? "No monitor nodes in this prompt."
         : `No monitor step recorded: the run ${report.status === "interrupted" ? "was interrupted" : "failed"} before any monitor node finished.` }));
-}
-
-/** @param {boolean} flag @param {string} [title] */
-function flagCell(flag, title) {
-  return h("td", {}, flag ? badge("regression", "error", title) : null);
-}
-
-/**
- * @param {RunReport} x
- * @param {RunReport} y
- * @param {Actions} actions
- */
-export function compareView(x, y, actions) {
-  const [base, candidate] = orderForCompare(x, y);
-  const c = compareRuns(base, candidate);
-  const t = c.totals;
-  const deltaText = (/** @type {string} */ key, /** @type {any} */ a, /** @type {any} */ b) =>
-    typeof a === "number" && typeof b === "number" ? formatDelta(key, b - a) : MISSING;
-  return h("section", { class: "pm-compare" },
-    h("div", { class: "pm-toolbar" },
-      h("button", { class: "pm-button pm-back", text: "← Back", onclick: () => actions.back() }),
-      c.regression ? badge("regression", "error", "the newer run is slower or needs more memory") : badge("no regression", "ok")),
-    h("p", { class: "pm-muted" }, "base ", h("span", { class: "pm-mono", text: clip(base.prompt_id, 14) }), ` (${formatTime(base.started_unix_s)}) → newer `,
-      h("span", { class: "pm-mono", text: clip(candidate.prompt_id, 14) }), ` (${formatTime(candidate.started_unix_s)})`),
-    deepCompareNote(base, candidate) ? h("p", { class: "pm-deep-note pm-level-warning", text: deepCompareNote(base, candidate) }) : null,
-    h("table", { class: "pm-table pm-compare-totals" },
-      h("thead", {}, h("tr", {}, h("th", { text: "" }), h("th", { class: "pm-num", text: "base" }), h("th", { class: "pm-num", text: "newer" }), h("th", { class: "pm-num", text: "Δ" }), h("th", { text: "" }))),
-      h("tbody", {},
-        h("tr", {}, h("td", { text: "duration" }), h("td", { class: "pm-num", text: formatSeconds(t.durationA) }), h("td", { class: "pm-num", text: formatSeconds(t.durationB) }),
-          h("td", { class: "pm-num", text: deltaText("duration_s", t.durationA, t.durationB) }), flagCell(t.timeRegression)),
-        h("tr", {}, h("td", { text: "peak RSS" }), h("td", { class: "pm-num", text: formatBytes(t.peakRssA) }), h("td", { class: "pm-num", text: formatBytes(t.peakRssB) }),
-          h("td", { class: "pm-num", text: deltaText("peak_bytes", t.peakRssA, t.peakRssB) }), flagCell(t.memoryRegression)))),
-    h("h4", { text: "Per node" }),
-    h("table", { class: "pm-table pm-compare-nodes" },
-      h("thead", {}, h("tr", {}, h("th", { text: "Node" }), h("th", { class: "pm-num", text: "time base → newer" }), h("th", { class: "pm-num", text: "Δ" }),
-        h("th", { class: "pm-num", text: "memory added base → newer", title: "peak above the node's start (GPU allocated, else RSS)" }), h("th", { class: "pm-num", text: "Δ" }), h("th", { text: "" }))),
-      h("tbody", {}, c.nodes.map((n) => h("tr", { class: n.regression ? "pm-regressed" : "", dataset: { nodeId: n.nodeId }, title: n.presence },
-        h("td", {}, h("span", { class: "pm-muted", text: `#${n.nodeId} ` }), ...breakable(clip(n.label, 24))),
-        h("td", { class: "pm-num", text: `${n.cachedA ? "cached" : formatSeconds(n.durationA)} → ${n.cachedB ? "cached" : formatSeconds(n.durationB)}` }),
-        h("td", { class: "pm-num pm-delta", text: formatDelta("duration_s", n.durationDelta) }),
-        h("td", { class: "pm-num", text: `${formatBytes(n.memoryA)} → ${formatBytes(n.memoryB)}` }),
-        h("td", { class: "pm-num pm-delta", text: formatDelta("peak_bytes", n.memoryDelta) }),
-        flagCell(n.regression, n.timeRegression ? "slower" : "more memory"))))),
-    h("h4", { text: "Per step" }),
-    c.steps.length ? c.steps.map((s) => h("article", { class: `pm-step pm-compare-step${s.regression ? " pm-regressed" : ""}`, dataset: { kind: s.kind } },
-      h("header", { class: "pm-step-head" }, h("span", { class: "pm-step-title", text: s.title }), h("span", { class: "pm-muted", text: ` #${s.nodeId ?? "?"} ${s.presence === "both" ? "" : `(${s.presence})`}` }),
-        s.regression ? badge("regression", "error") : null),
-      s.figures.length
-        ? h("table", { class: "pm-table" }, h("tbody", {}, s.figures.map((f) => h("tr", { class: f.regression ? "pm-regressed" : "" },
-          h("td", { text: labelFromKey(f.key, s.kind), title: f.key }), h("td", { class: "pm-num", text: formatValue(f.key, f.a, s.kind) }),
-          h("td", { class: "pm-num", text: formatValue(f.key, f.b, s.kind) }),
-          h("td", { class: "pm-num", text: f.delta !== null ? formatDelta(f.key, f.delta, s.kind) : f.changed ? "changed" : "" })))))
-        : h("p", { class: "pm-muted", text: "No differences in the key figures." })))
-      : h("p", { class: "pm-muted", text: "Neither run has monitor steps." }));
 }
