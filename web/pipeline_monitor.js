@@ -10,6 +10,7 @@ import { SETTINGS, settingsPusher } from "./lib/settings.mjs";
 import { markSummaryStale, showNodeSummary } from "./lib/node_summary.mjs";
 import { applyRunBadges, focusNode, staleMonitorIds } from "./lib/canvas_badges.mjs";
 import { nameQueuedWorkflows, noteQueuedPrompts } from "./lib/workflow_name.mjs";
+import { describeTemplateCards, packFolder } from "./lib/templates.mjs";
 
 const TAB_ID = "pipeline-monitor";
 
@@ -75,6 +76,13 @@ app.registerExtension({
     addStylesheet();
     nameQueuedWorkflows(app); // runs are listed by their workflow's name
     noteQueuedPrompts(api, (promptId, workflow) => panel.onQueued(promptId, workflow)); // the running row's workflow
+    const folder = packFolder(import.meta.url);
+    if (folder) {
+      // the template browser's cards show each example's extra.info, not its file name
+      describeTemplateCards(document,
+        async () => (await (await api.fetchApi("/workflow_templates")).json())?.[folder] ?? [],
+        async (name) => (await api.fetchApi(`/workflow_templates/${encodeURIComponent(folder)}/${encodeURIComponent(name)}.json`)).json());
+    }
     api.addEventListener("execution_start", (/** @type {any} */ event) => panel.onPromptStart(event.detail));
     // Listeners are registered once; with the tab closed the server sends no samples, and a run
     // event only updates the list in memory.

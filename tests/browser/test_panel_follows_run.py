@@ -7,6 +7,8 @@ assertions, no pixels; screenshots go to PIPELINE_MONITOR_ARTIFACTS (or a pytest
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from .browser_support import (
@@ -202,4 +204,80 @@ def test_compare_leads_with_the_largest_change_and_fits(page, server, first_run,
     assert "earlier run" in page.inner_text(".pm-compare-basis")
     assert_tables_fit(page)
     page.locator(".pm-compare").screenshot(path=str(shots / "compare_312px.png"))
+    assert not page.errors, page.errors
+
+
+EXAMPLES = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "workflows").glob("*.json"))
+
+# Load an example into the canvas, give every monitor node the longest summary it can show (more
+# lines than fit: the rest goes behind the tooltip), and return each node's rectangle in graph
+# coordinates, title bar included, with whether its summary is cut mid-line.
+SUMMARIES_ON_EXAMPLE = """async (workflow) => {
+  const app = window.comfyAPI.app.app;
+  await app.loadGraphData(workflow, true, true, 'pm-example');
+  const lines = Array.from({length: 12}, (_, i) => `line ${i}: ` + 'a long figure, '.repeat(6));
+  for (const node of app.graph.nodes) {
+    if (String(node.type).startsWith('PipelineMonitor')) node.onExecuted({text: lines});
+  }
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const title = window.LiteGraph?.NODE_TITLE_HEIGHT ?? 30;
+  return app.graph.nodes.map((n) => {
+    const w = (n.widgets || []).find((x) => x.name === 'pipeline_monitor_summary');
+    return {id: n.id, type: n.type, monitor: String(n.type).startsWith('PipelineMonitor'),
+      x: n.pos[0], y: n.pos[1] - title, w: n.size[0], h: n.size[1] + title,
+      cut: w ? w.element.scrollHeight > w.element.clientHeight + 1 : false};
+  });
+}"""
+
+
+def overlaps(a: dict, b: dict) -> bool:
+    return (
+        a["x"] < b["x"] + b["w"]
+        and b["x"] < a["x"] + a["w"]
+        and a["y"] < b["y"] + b["h"]
+        and b["y"] < a["y"] + a["h"]
+    )
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_no_canvas_summary_covers_another_node(page, name):
+    import json
+
+    workflow = json.loads((Path(__file__).resolve().parents[2] / "workflows" / f"{name}.json").read_text())
+    nodes = page.evaluate(SUMMARIES_ON_EXAMPLE, workflow)
+    monitors = [n for n in nodes if n["monitor"]]
+    assert monitors, f"{name} has no monitor node"
+    covered = [
+        (m["id"], m["type"], o["id"], o["type"])
+        for m in monitors
+        for o in nodes
+        if o is not m and overlaps(m, o)
+    ]
+    assert not covered, f"{name}: summaries cover nodes: {covered}"
+    assert not [m["id"] for m in monitors if m["cut"]], f"{name}: a summary is cut mid-line"
+
+
+def test_template_cards_show_each_examples_description(page, shots):
+    import json
+
+    folder = Path(__file__).resolve().parents[2] / "workflows"
+    page.evaluate("window.app.extensionManager.command.execute('Comfy.BrowseTemplates')")
+    dialog = page.locator(".p-dialog")
+    dialog.get_by_text("pipeline-monitor", exact=True).first.click()
+    for path in sorted(folder.glob("*.json")):
+        info = json.loads(path.read_text())["extra"]["info"]
+        card = dialog.locator(f'[data-testid="template-workflow-{path.stem}"]')
+        card.wait_for(timeout=20_000)
+        description = card.locator("p").first
+        page.wait_for_function(
+            "([el, text]) => el.textContent === text",
+            arg=[description.element_handle(), info],
+            timeout=10_000,
+        )
+        assert description.get_attribute("title") == info
+    lora = dialog.locator('[data-testid="template-workflow-text_to_image_lora_monitor"] p').first
+    assert lora.inner_text().startswith("Needs your own models")
+    page.screenshot(path=str(shots / "template_browser_descriptions.png"))
+    dialog.get_by_text("models_profile_demo", exact=True).first.click()  # opening one closes the browser
+    page.wait_for_selector(".p-dialog", state="detached", timeout=20_000)
     assert not page.errors, page.errors

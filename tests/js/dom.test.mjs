@@ -87,3 +87,13 @@ test("wrapped summary lines grow with the text and shrink with the width", async
   assert.equal(wrappedLineCount(["x".repeat(100)], 335), 2);
   assert.equal(wrappedLineCount(["a", "x".repeat(100)], 67), 11);
 });
+
+test("a node summary shows at most MAX_LINES lines, the last saying how many more", async () => {
+  const { MAX_LINES, shownLines, summaryHeight } = await import("../../web/lib/node_summary.mjs");
+  const lines = Array.from({ length: MAX_LINES + 3 }, (_, i) => `line ${i}`);
+  const shown = shownLines(lines);
+  assert.equal(shown.length, MAX_LINES);
+  assert.equal(shown[MAX_LINES - 1], "… 4 more lines (hover for all)");
+  assert.deepEqual(shownLines(["a", "b"]), ["a", "b"]);
+  assert.equal(summaryHeight(2) - summaryHeight(1), 15, "one line of 15 px each: the node grows to exactly its lines");
+});

@@ -1,10 +1,12 @@
 // The compact summary a monitor node returns as ui {"text": [...]}, shown on the node itself as
 // text (a read-only DOM widget filled through textContent), so a user sees the key figures
-// without opening the panel.
+// without opening the panel. One line per entry, never wrapped: a line too long for the node ends
+// in an ellipsis, past MAX_LINES the last line says how many more, and the tooltip has them all.
+// The node grows to exactly that height, so the summary is never cut mid-line.
 
 const WIDGET_NAME = "pipeline_monitor_summary";
 const LINE_HEIGHT = 15;
-const MAX_LINES = 8; // more scrolls inside the summary, so the node grows less over its neighbours
+export const MAX_LINES = 8; // more are behind the tooltip, so the node grows less over its neighbours
 const MARGIN = 4; // the frontend insets a DOM widget by this on each side
 
 /**
@@ -25,6 +27,21 @@ export function summaryLines(text) {
 export function wrappedLineCount(lines, widthPx) {
   const perLine = Math.max(10, Math.floor(widthPx / 6.7));
   return lines.reduce((n, line) => n + Math.max(1, Math.ceil(line.length / perLine)), 0);
+}
+
+/**
+ * The lines shown on the node: at most MAX_LINES, the last saying how many more the tooltip has.
+ * @param {string[]} lines
+ */
+export function shownLines(lines) {
+  if (lines.length <= MAX_LINES) return lines;
+  const more = lines.length - (MAX_LINES - 1);
+  return [...lines.slice(0, MAX_LINES - 1), `… ${more} more lines (hover for all)`];
+}
+
+/** The summary's height in pixels for `n` shown lines. @param {number} n */
+export function summaryHeight(n) {
+  return n * LINE_HEIGHT + 10 + 2 * MARGIN;
 }
 
 /**
@@ -49,10 +66,11 @@ export function showNodeSummary(node, text) {
     widget.serialize = false; // not part of the workflow's widgets_values
   }
   widget.element.classList.remove("pm-stale"); // this run refreshed it
-  widget.element.textContent = lines.join("\n");
+  const shown = shownLines(lines);
+  widget.element.textContent = shown.join("\n");
   widget.element.title = lines.join("\n");
   const nodeWidth = Math.max(node.size?.[0] ?? 0, 280);
-  widget.pmHeight = Math.min(wrappedLineCount(lines, nodeWidth - 2 * MARGIN - 12), MAX_LINES) * LINE_HEIGHT + 10 + 2 * MARGIN;
+  widget.pmHeight = summaryHeight(shown.length);
   const [width, height] = node.computeSize?.() ?? node.size;
   node.setSize?.([Math.max(nodeWidth, width), Math.max(node.size?.[1] ?? 0, height)]);
   node.setDirtyCanvas?.(true, true);

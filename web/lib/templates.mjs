@@ -1,0 +1,79 @@
+// The template browser's cards for this pack's example workflows. ComfyUI's frontend (1.35) lists a
+// pack's templates by file name only (GET /workflow_templates gives names) and shows that name,
+// dashes and underscores as spaces, as each card's description. The description a workflow file
+// carries in `extra.info` is what a user needs (what it shows, which models it needs), so this
+// module puts it on the pack's cards: a MutationObserver notices cards as the dialog renders them
+// (`[data-testid="template-workflow-<name>"]`, a name the pack lists, still showing the name as its
+// description: thumbnails are blob URLs, so the name is what identifies a card), reads each
+// workflow once through the API and sets the description's text and tooltip.
+// Text only (textContent / title), never markup. No timers: the observer runs on DOM changes.
+
+const CARD_SELECTOR = '[data-testid^="template-workflow-"]';
+const DESCRIPTION_SELECTOR = "p";
+
+/**
+ * The card text of a workflow file: its extra.info, trimmed; null without one.
+ * @param {any} workflow
+ * @returns {string | null}
+ */
+export function templateDescription(workflow) {
+  const info = workflow?.extra?.info;
+  return typeof info === "string" && info.trim() ? info.trim() : null;
+}
+
+/**
+ * The pack's folder under custom_nodes, from this module's URL (/extensions/<folder>/lib/...): the
+ * key of the pack's templates in GET /workflow_templates.
+ * @param {string} moduleUrl
+ */
+export function packFolder(moduleUrl) {
+  const match = /\/extensions\/([^/]+)\//.exec(new URL(moduleUrl).pathname);
+  return match ? decodeURIComponent(match[1]) : null;
+}
+
+/**
+ * The description the frontend gives a custom-node template: its name, dashes and underscores as
+ * spaces (getTemplateDescription in the frontend's useTemplateWorkflows).
+ * @param {string} name
+ */
+export function fallbackDescription(name) {
+  return name.replace(/[-_]/g, " ").trim();
+}
+
+/**
+ * Watch the document for the pack's template cards and give each its workflow's description.
+ * @param {Document} doc
+ * @param {() => Promise<string[]>} fetchNames the pack's template names
+ * @param {(name: string) => Promise<any>} fetchWorkflow reads one template's JSON
+ * @returns {MutationObserver | null}
+ */
+export function describeTemplateCards(doc, fetchNames, fetchWorkflow) {
+  if (typeof MutationObserver === "undefined" || !doc?.body) return null;
+  /** @type {Promise<Set<string>> | null} */
+  let names = null;
+  /** @type {Map<string, Promise<string | null>>} */
+  const descriptions = new Map();
+  const describe = async (/** @type {Element} */ card) => {
+    const name = card.getAttribute("data-testid")?.slice("template-workflow-".length);
+    const target = card.querySelector(DESCRIPTION_SELECTOR);
+    if (!name || !target || target.textContent?.trim() !== fallbackDescription(name)) return;
+    names ??= fetchNames().then((list) => new Set(list)).catch(() => new Set());
+    if (!(await names).has(name)) return;
+    if (!descriptions.has(name)) descriptions.set(name, fetchWorkflow(name).then(templateDescription).catch(() => null));
+    const text = await descriptions.get(name);
+    if (!text || target.textContent?.trim() !== fallbackDescription(name)) return;
+    target.textContent = text;
+    target.setAttribute("title", text);
+  };
+  const observer = new MutationObserver((records) => {
+    for (const record of records) {
+      for (const added of record.addedNodes) {
+        if (!(added instanceof Element)) continue;
+        if (added.matches(CARD_SELECTOR)) void describe(added);
+        else if (added.firstElementChild) for (const card of added.querySelectorAll(CARD_SELECTOR)) void describe(card);
+      }
+    }
+  });
+  observer.observe(doc.body, { childList: true, subtree: true });
+  return observer;
+}
