@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import urllib.error
@@ -24,9 +25,24 @@ def http_json(url: str, payload: dict | None = None, timeout: float = 10):
         return json.loads(response.read().decode())
 
 
-def queue(base_url: str, prompt: dict) -> str:
+def named_extra_data(workflow_file: str) -> dict:
+    """The prompt's extra data naming its workflow after the file, as the panel names the runs it
+    queues (monitors/prompt_info.py workflow_from_extra_data reads it): the Runs list then shows
+    "models_profile_demo", not a prompt id."""
+    name = os.path.basename(workflow_file)
+    return {
+        "extra_pnginfo": {
+            "workflow": {"id": f"file:{name}", "extra": {"pipeline_monitor_workflow_name": name}}
+        }
+    }
+
+
+def queue(base_url: str, prompt: dict, workflow_file: str | None = None) -> str:
+    payload = {"prompt": prompt, "client_id": uuid.uuid4().hex}
+    if workflow_file:
+        payload["extra_data"] = named_extra_data(workflow_file)
     try:
-        answer = http_json(f"{base_url}/prompt", {"prompt": prompt, "client_id": uuid.uuid4().hex})
+        answer = http_json(f"{base_url}/prompt", payload)
     except urllib.error.HTTPError as exc:
         sys.exit(f"ComfyUI refused the workflow ({exc.code}): {exc.read().decode(errors='replace')[:2000]}")
     return answer["prompt_id"]
@@ -93,7 +109,7 @@ def main(argv=None) -> int:
     with open(args.workflow, encoding="utf-8") as f:
         prompt = json.load(f)
     started = time.monotonic()
-    prompt_id = queue(base_url, prompt)
+    prompt_id = queue(base_url, prompt, args.workflow)
     report = wait_for_report(base_url, prompt_id, args.timeout)
     print(f"Pipeline Monitor report: {base_url}/pipeline_monitor/runs/{prompt_id}")
     print(f"  (round trip {time.monotonic() - started:.2f} s; all runs: {base_url}/pipeline_monitor/runs)")

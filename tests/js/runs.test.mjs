@@ -6,9 +6,9 @@ import { WORKFLOW_NAME_KEY, withWorkflowName } from "../../web/lib/workflow_name
 /** @param {Record<string, any>} o */
 const run = (o) => ({ prompt_id: "x", status: "success", started_unix_s: 0, ...o });
 
-test("runs are named by their workflow, else by a short prompt id", () => {
+test("runs are named by their workflow, else marked scripted with a short prompt id", () => {
   assert.equal(runName(run({ workflow_name: "text_to_image_lora.json" })), "text_to_image_lora");
-  assert.equal(runName(run({ prompt_id: "0123456789abcdef" })), "prompt 01234567");
+  assert.equal(runName(run({ prompt_id: "0123456789abcdef" })), "scripted 01234567");
 });
 
 test("a run's status says its warnings and errors; a cancel is neutral", () => {
@@ -27,6 +27,9 @@ test("compare defaults to the last successful run of the same workflow, not the 
     run({ prompt_id: "other-ok", workflow_id: "w2", started_unix_s: 10 }),
   ];
   assert.equal(defaultCompareTarget(runs[0], runs), "same-ok");
+  const withScripted = [run({ prompt_id: "scripted", started_unix_s: 70 }), ...runs];
+  assert.equal(defaultCompareTarget(run({ prompt_id: "lone2", workflow_id: "w9", started_unix_s: 80 }), withScripted), "new",
+    "a scripted run is no default target while a named one exists");
   assert.equal(defaultCompareTarget(run({ prompt_id: "lone", workflow_id: "w9", started_unix_s: 60 }), runs), "new", "no run of this workflow: the last success");
   assert.equal(defaultCompareTarget(runs[0], [runs[0]]), null);
   assert.equal(defaultCompareTarget(run({ prompt_id: "n", workflow_name: "a" }), [run({ prompt_id: "m", workflow_name: "a" }), run({ prompt_id: "k", started_unix_s: 5 })]), "m", "by name without ids");

@@ -312,7 +312,7 @@ export class MonitorPanel {
     this.zoomBar.hidden = !zoom;
     if (!zoom) return;
     const run = this.runs.find((r) => r.prompt_id === zoom.promptId);
-    const name = run ? runName(run) : `prompt ${zoom.promptId.slice(0, 8)}`;
+    const name = runName(run ?? { prompt_id: zoom.promptId });
     this.zoomBar.append(
       h("span", { class: "pm-zoom-label", title: `prompt ${zoom.promptId}`, text: `Zoomed to run: ${name} · ${formatTime(zoom.runStart)}` }),
       h("button", { class: "pm-button pm-live-back", text: "Back to live", title: "Show the last 2 minutes again", onclick: () => this.unzoom() }));

@@ -37,12 +37,13 @@ export function statusTone(status) {
 }
 
 /**
- * The name a person knows a run by: its workflow's name, else a short prompt id.
+ * The name a person knows a run by: its workflow's name, else "scripted" and a short prompt id.
  * @param {{workflow_name?: string | null, workflow?: {name?: string | null} | null, prompt_id: string}} run
  */
 export function runName(run) {
   const name = run.workflow_name ?? run.workflow?.name;
-  return name ? String(name).replace(/\.json$/i, "") : `prompt ${String(run.prompt_id).slice(0, 8)}`;
+  // without a name the prompt was queued by a script (the panel and scripts/queue_workflow.py name theirs)
+  return name ? String(name).replace(/\.json$/i, "") : `scripted ${String(run.prompt_id).slice(0, 8)}`;
 }
 
 /**
@@ -57,7 +58,8 @@ export function sameWorkflow(a, b) {
 
 /**
  * The run a comparison starts from: the last successful run of the same workflow before this one;
- * else the last successful run of the same workflow; else the last successful run; else none.
+ * else the last successful run of the same workflow; else the last successful run of a named
+ * workflow; else the last successful run; else none.
  * @param {RunSummary} run
  * @param {RunSummary[]} runs
  * @returns {string | null}
@@ -66,7 +68,8 @@ export function defaultCompareTarget(run, runs) {
   const others = sortRunsNewestFirst(runs.filter((r) => r.prompt_id !== run.prompt_id && r.status === "success"));
   const same = others.filter((r) => sameWorkflow(run, r));
   const earlier = same.find((r) => (r.started_unix_s ?? 0) <= (run.started_unix_s ?? 0));
-  return (earlier ?? same[0] ?? others[0])?.prompt_id ?? null;
+  const named = others.filter((r) => r.workflow_name || r.workflow_id); // a scripted run is a last resort
+  return (earlier ?? same[0] ?? named[0] ?? others[0])?.prompt_id ?? null;
 }
 
 /**

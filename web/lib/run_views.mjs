@@ -43,7 +43,7 @@ export function badge(text, tone, title) {
  * @param {import("./running.mjs").Progress} progress
  */
 export function runningRowView(running, progress) {
-  const name = running.workflow?.name ? runName({ prompt_id: running.promptId, workflow_name: running.workflow.name }) : `prompt ${running.promptId.slice(0, 8)}`;
+  const name = runName({ prompt_id: running.promptId, workflow_name: running.workflow?.name });
   const elapsed = formatSeconds(Math.max(0, running.latestS - running.startS));
   const node = running.node ? `node #${running.node.id} ${running.node.label}` : "starting";
   const estimate = progress
