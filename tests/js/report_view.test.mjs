@@ -56,12 +56,14 @@ test("a failed or interrupted node that was the slowest leaves no badge to a qui
 
 test("GPU peaks decide memory-hungry when any node has one", () => {
   const report = makeReport();
-  report.nodes[1].gpu_peaks = [{ device: "cuda:0", peak_allocated_bytes: 5 * MiB, peak_reserved_bytes: 6 * MiB,
-    peak_allocated_above_start_bytes: 4 * MiB, peak_reserved_above_start_bytes: 4 * MiB }];
+  report.nodes[1].gpu_peaks = [{ device: "cuda:0", peak_allocated_bytes: 50 * MiB, peak_reserved_bytes: 60 * MiB,
+    peak_allocated_above_start_bytes: 40 * MiB, peak_reserved_above_start_bytes: 40 * MiB }];
   const rows = nodeRows(report);
   assert.equal(rows.find((r) => r.hungriest)?.nodeId, "2");
-  assert.equal(rows[1].peakGpuBytes, 5 * MiB);
-  assert.equal(rows[1].gpuAddedBytes, 4 * MiB);
+  assert.equal(rows[1].peakGpuBytes, 50 * MiB);
+  assert.equal(rows[1].gpuAddedBytes, 40 * MiB);
+  report.nodes[1].gpu_peaks[0].peak_allocated_above_start_bytes = 44 * 1024;
+  assert.equal(nodeRows(report).some((r) => r.hungriest), false, "44 KiB earns no 'most memory'");
 });
 
 test("reports without the figures a node added flag no memory-hungry node", () => {

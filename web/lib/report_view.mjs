@@ -159,6 +159,9 @@ export function nodeRssAdded(node) {
  *   rssChangeBytes: number | null, slowest: boolean, hungriest: boolean}} NodeRow
  */
 
+/** The least a node must add to be badged "most memory". */
+export const MOST_MEMORY_MIN_BYTES = 16 * 1024 * 1024;
+
 /**
  * Per-node rows with the slowest and the most memory-hungry executed node flagged. Memory is what
  * the node added above its own start (GPU allocated where any node has it, else RSS): the absolute
@@ -202,7 +205,8 @@ export function nodeRows(report) {
   const useGpu = ran.some((r) => r.gpuAddedBytes !== null);
   const added = (/** @type {NodeRow} */ r) => (useGpu ? r.gpuAddedBytes : r.rssAddedBytes);
   const hungriest = top(added);
-  if (hungriest && /** @type {number} */ (added(hungriest)) > 0) hungriest.hungriest = true; // nobody added anything: no badge
+  // a badge only for memory worth a look: a few KiB is no node's "most memory"
+  if (hungriest && /** @type {number} */ (added(hungriest)) >= MOST_MEMORY_MIN_BYTES) hungriest.hungriest = true;
   return rows;
 }
 
