@@ -1,7 +1,7 @@
 // The shared "Memory" section of a step card (details.memory from monitors.span.memory_picture).
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { compactBytes, designedCard, memoryBlock, memoryScopeLine } from "../../web/lib/step_cards.mjs";
+import { compactBytes, designedCard, gpuNoteOfRun, memoryBlock, memoryScopeLine } from "../../web/lib/step_cards.mjs";
 import { MEMORY_ROWS } from "../../web/lib/vocabulary.generated.mjs";
 
 const MiB = 1024 ** 2;
@@ -103,7 +103,9 @@ test("steps without a memory field get no section; a CPU-only picture has no GPU
     memory: { ...picture, gpus: [], unknown_reasons: { gpus: "no GPU seen by torch or NVML" } },
   } });
   assert.deepEqual(block?.rows.map((r) => r.label), ["process RSS", "RAM used", "RAM available"]);
-  assert.equal(block?.note, "GPU: no GPU seen by torch or NVML");
+  assert.equal(block?.note, undefined, "said once per run, not on every card");
+  assert.equal(gpuNoteOfRun({ steps: [{ kind: "latent", node_id: "1", details: {} }, { kind: "vae_encode", node_id: "2", details: { memory: { unknown_reasons: { gpus: "no GPU seen by torch or NVML" } } } }] }),
+    "no GPU seen by torch or NVML");
   assert.equal(block?.scope, null);
 });
 

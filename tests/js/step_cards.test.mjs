@@ -129,7 +129,13 @@ test("a compare card says the verdict once and has a row per tensor", () => {
   assert.equal(all.split(verdict).length - 1, 1, "the verdict appears exactly once");
   const table = card.sections.find((b) => b.type === "table");
   assert.ok(table && table.type === "table");
-  assert.deepEqual(table.rows[0].cells, ["latent.samples", "1.00e-5", "0.020 %", "1", "yes"]);
+  assert.deepEqual(table.rows[0].cells, ["latent.samples", "1.000e-5", "0.02 %", "1", "yes"]);
+  // one precision per figure: a tensor's row reads as the headline reads the same value
+  const both = designedCard({ ...step, summary: { ...step.summary, [T.max_relative_error_ratio]: 0.3708, [T.max_abs_diff]: 0.03785 },
+    details: { tensors: { x: { max_abs_diff: 0.03785, relative_error: 0.3708, cosine_similarity: 0.929, allclose: false } } } });
+  const headline = Object.fromEntries(both.headline.map((f) => [f.label, f.value]));
+  const row = /** @type {any} */ (both.sections.find((b) => b.type === "table")).rows[0].cells;
+  assert.ok(Object.values(headline).includes(row[1]) && Object.values(headline).includes(row[2]), JSON.stringify({ headline, row }));
 });
 
 test("a models card has one row per object", () => {
@@ -194,4 +200,24 @@ test("no 'most memory' badge when no finished node added memory", () => {
   const report = makeReport();
   for (const n of report.nodes) n.peak_rss_above_start_bytes = 0;
   assert.equal(nodeRows(report).some((r) => r.hungriest), false);
+});
+
+test("the VAE's compression reads per side with the area ratio in the tooltip, and frames in -> out", async () => {
+  const { compressionFigures } = await import("../../web/lib/step_cards.mjs");
+  const V = KEYS.vae_encode;
+  const items = compressionFigures({ [V.spatial_compression_ratio]: 64, [V.temporal_compression_ratio]: 3, [V.input_frames]: 9, [V.latent_frames]: 3 });
+  assert.equal(items[0].value, "8x");
+  assert.match(String(items[0].title), /area ratio 64/);
+  assert.equal(items[1].value, "9 → 3");
+  assert.match(String(items[1].title), /temporal compression 3/);
+});
+
+test("a lone LoRA loader's table does not repeat the headline's change and unmatched keys", () => {
+  const step = { kind: "lora", node_id: "3", summary: {}, details: { loaders: [{ node_id: "2", lora_name: "x.safetensors",
+    coverage: { computed: true, n_matched_keys: 4, n_file_keys: 7, n_unmatched_keys: 3, unmatched_keys: ["lora_unet_blocks_9_q.alpha"] } }] },
+    findings: [{ level: "warning", message: "model: 3 of 7 keys unmatched, ComfyUI ignores them (their names are in the report, by block)" }] };
+  const card = designedCard(step);
+  const table = /** @type {any} */ (card.sections.find((b) => b.type === "table"));
+  assert.equal(table.rows.some((/** @type {any} */ r) => r.cells[0] === "Unmatched keys"), false);
+  assert.equal(card.findings[0].message, "model: 3 of 7 keys unmatched, ComfyUI ignores them (listed below, by block)");
 });

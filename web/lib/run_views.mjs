@@ -4,7 +4,7 @@ import { h } from "./dom.mjs";
 import { MISSING, clip, formatBytes, formatDelta, formatSeconds, formatTime, formatValue, labelFromKey, safeFileName } from "./format.mjs";
 import { defaultCompareTarget, inputChangesLine, nodeRows, problems, runName, runStatus, sortRows } from "./report_view.mjs";
 import { isDeepProfiled } from "./deep_profile_card.mjs";
-import { designedCard } from "./step_cards.mjs";
+import { designedCard, gpuNoteOfRun } from "./step_cards.mjs";
 
 /**
  * @typedef {import("./report_view.mjs").RunReport} RunReport
@@ -367,6 +367,7 @@ export function runView(report, runs, sort, actions) {
   const steps = report.steps ?? [];
   const classes = new Map((report.nodes ?? []).map((n) => [String(n.node_id), n.class_type]));
   const nodeClass = (/** @type {string} */ id) => classes.get(id);
+  const gpuNote = gpuNoteOfRun(report); // said once here, not on every card
   return h("section", { class: "pm-run", dataset: { promptId: report.prompt_id } },
     h("div", { class: "pm-toolbar" },
       h("button", { class: "pm-button pm-back", text: "← Runs", onclick: () => actions.back() }),
@@ -374,6 +375,7 @@ export function runView(report, runs, sort, actions) {
       h("button", { class: "pm-button pm-export-html", text: "HTML", title: "Download the HTML report", onclick: () => actions.download(report.prompt_id, "html") })),
     h("div", { class: "pm-mono pm-muted pm-prompt-id", text: `prompt ${report.prompt_id}` }),
     runHead(report),
+    gpuNote ? h("div", { class: "pm-muted pm-gpu-note", text: `GPU: ${gpuNote} (no GPU rows in the memory sections)` }) : null,
     inputChangesSection(report),
     others.length
       ? h("div", { class: "pm-toolbar" }, h("span", { class: "pm-muted", text: "Compare with " }), select,

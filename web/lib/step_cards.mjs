@@ -51,6 +51,9 @@ function figure(kind, summary, key) {
   return { label: labelFromKey(key, kind), value: formatValue(key, summary[key], kind), title: field?.description ?? key };
 }
 
+/** A tensor_compare figure as its headline shows it. @param {string | undefined} key @param {unknown} v */
+const figureText = (key, v) => (key && isNumber(v) ? formatValue(key, v, "tensor_compare") : stat(v));
+
 /** @param {unknown} v */
 const known = (v) => v !== null && v !== undefined && !(typeof v === "number" && !Number.isFinite(v));
 
@@ -135,13 +138,14 @@ function loraBlocks(step) {
       { cells: ["Rank", list(totals.ranks)] },
       { cells: ["Alpha", list(totals.alphas)] },
     ];
+    const lone = arr(d.loaders).length === 1; // the card's headline already has its totals
     if (cov.computed) {
       rows.push({ cells: ["Matched keys", `${num(cov.n_matched_keys)} of ${num(cov.n_file_keys)}${isNumber(cov.matched_pct) ? ` (${cov.matched_pct.toFixed(0)} %)` : ""}`] });
-      rows.push({ cells: ["Unmatched keys", num(cov.n_unmatched_keys)], tone: cov.n_unmatched_keys ? "warn" : undefined });
+      if (!lone) rows.push({ cells: ["Unmatched keys", num(cov.n_unmatched_keys)], tone: cov.n_unmatched_keys ? "warn" : undefined });
     } else if (file.exists === false) {
       rows.push({ cells: ["File", "not found"], tone: "error" });
     }
-    if (isNumber(totals.relative_change)) rows.push({ cells: ["Change of |W|", pct(totals.relative_change)] });
+    if (isNumber(totals.relative_change) && !lone) rows.push({ cells: ["Change of |W|", pct(totals.relative_change)] });
     if (isNumber(totals.n_keys)) rows.push({ cells: ["Patched weights", num(totals.n_keys)] });
     sections.push({ type: "table", cls: "pm-kv pm-lora-table", title: `${clip(name, 60)} · node #${loader.node_id ?? "?"}`, columns: [{ label: "" }, { label: "" }], rows });
     const unmatched = arr(cov.unmatched_keys).map(String);
@@ -268,9 +272,7 @@ function vaeBlocks(step) {
       })),
     });
   }
-  const items = [V.spatial_compression_ratio, V.temporal_compression_ratio, V.input_frames, V.latent_frames, V.input_bytes]
-    .filter((k) => known(s[k]))
-    .map((k) => figure("vae_encode", s, k));
+  const items = compressionFigures(s);
   if (items.length) sections.push({ type: "figures", title: "Compression", items });
   /** @type {Block[]} */
   const more = [];
@@ -284,6 +286,33 @@ function vaeBlocks(step) {
     });
   }
   return { sections, more };
+}
+
+/**
+ * The VAE's compression as people say it: per side of the image (8x), the area ratio (64x) in the
+ * tooltip; frames in -> out with the temporal ratio in the tooltip; the input's size.
+ * @param {Record<string, unknown>} s a vae_encode summary
+ * @returns {Figure[]}
+ */
+export function compressionFigures(s) {
+  const V = KEYS.vae_encode;
+  /** @type {Figure[]} */
+  const items = [];
+  const area = s[V.spatial_compression_ratio];
+  if (isNumber(area) && area > 0) {
+    const side = Math.sqrt(area);
+    const sideText = Number.isInteger(Math.round(side * 100) / 100) ? String(Math.round(side)) : side.toFixed(1);
+    items.push({ label: "per side", value: `${sideText}x`, title: `spatial compression per side of the image; area ratio ${formatValue(V.spatial_compression_ratio, area, "vae_encode")}` });
+  }
+  const inFrames = s[V.input_frames];
+  const outFrames = s[V.latent_frames];
+  if (isNumber(inFrames) && isNumber(outFrames)) {
+    const temporal = s[V.temporal_compression_ratio];
+    items.push({ label: "frames in → out", value: `${num(inFrames)} → ${num(outFrames)}`,
+      title: isNumber(temporal) ? `temporal compression ${formatValue(V.temporal_compression_ratio, temporal, "vae_encode")}` : "input frames and latent frames" });
+  }
+  if (known(s[V.input_bytes])) items.push(figure("vae_encode", s, V.input_bytes));
+  return items;
 }
 
 // -- models --------------------------------------------------------------------------------------
@@ -369,7 +398,9 @@ function compareBlocks(step) {
       cls: "pm-compare-tensors",
       columns: [{ label: "Tensor" }, { label: "Max |Δ|", num: true }, { label: "Rel. error", num: true }, { label: "Cosine", num: true }, { label: "Close" }],
       rows: rows.map(([name, r]) => ({
-        cells: [name, stat(r.max_abs_diff), pct(r.relative_error), stat(r.cosine_similarity), r.equal ? "identical" : r.allclose ? "yes" : r.shape_match === false ? "shapes differ" : "no"],
+        // the headline's formatting for the same figures: one precision per figure on the card
+        cells: [name, figureText(T.max_abs_diff, r.max_abs_diff), figureText(T.max_relative_error_ratio, r.relative_error), figureText(T.min_cosine_similarity, r.cosine_similarity),
+          r.equal ? "identical" : r.allclose ? "yes" : r.shape_match === false ? "shapes differ" : "no"],
         tone: r.allclose ? "ok" : "warn",
         title: r.reason ?? `${shape(r.shape_a)} ${r.dtype_a ?? ""} vs ${shape(r.shape_b)} ${r.dtype_b ?? ""}`,
       })),
@@ -428,7 +459,8 @@ function memoryCells(fig, reason) {
   const na = { text: "n/a", title: reason };
   const bytes = (/** @type {unknown} */ v) => (isNumber(v) ? { text: compactBytes(v), title: `${v.toLocaleString("en")} bytes` } : na);
   const change = isNumber(f.change) ? { text: f.change === 0 ? "±0" : `${f.change > 0 ? "+" : "-"}${compactBytes(Math.abs(f.change))}` } : na;
-  const top = isNumber(extreme) ? { text: compactBytes(extreme), sub: isNumber(at) ? `${low ? "low " : ""}@ ${formatSeconds(at)}` : low ? "low" : undefined, title: low ? "lowest during the step" : "highest during the step" } : na;
+  // a low or peak at the step's very start says nothing: no time under it
+  const top = isNumber(extreme) ? { text: compactBytes(extreme), sub: isNumber(at) && at >= 0.0005 ? `${low ? "low " : ""}@ ${formatSeconds(at)}` : undefined, title: low ? "lowest during the step" : "highest during the step" } : na;
   const bar = !low && isNumber(extreme) && isNumber(f.baseline) && extreme > 0 ? { from: Math.max(0, Math.min(1, f.baseline / extreme)), to: 1 } : null;
   return { cells: [bytes(f.baseline), bytes(f.end), change, top], bar };
 }
@@ -462,8 +494,21 @@ export function memoryBlock(step, nodeClass) {
   for (const gpu of arr(m.gpus)) {
     for (const decl of MEMORY_ROWS.filter((r) => r.group === "gpu")) add(decl, gpu[decl.field], `${gpu.device ?? "GPU"} ${decl.label}`);
   }
-  const note = reasons.gpus ? `GPU: ${reasons.gpus}` : undefined;
-  return { type: "memory", title: `Memory${isNumber(m.duration_s) ? ` over ${formatSeconds(m.duration_s)}` : ""}`, rows, unknown: null, scope, note };
+  // why there is no GPU row is said once per run (gpuNoteOfRun), not on every card
+  return { type: "memory", title: `Memory${isNumber(m.duration_s) ? ` over ${formatSeconds(m.duration_s)}` : ""}`, rows, unknown: null, scope };
+}
+
+/**
+ * Why a run's memory sections have no GPU rows, once for the run: the first step's reason.
+ * @param {{steps?: StepReport[]}} report
+ * @returns {string | null}
+ */
+export function gpuNoteOfRun(report) {
+  for (const step of report.steps ?? []) {
+    const reason = obj(obj(obj(step.details).memory).unknown_reasons).gpus;
+    if (typeof reason === "string" && reason) return reason;
+  }
+  return null;
 }
 
 /** @type {Record<string, (step: StepReport) => {sections: Block[], more: Block[]}>} */
@@ -519,11 +564,15 @@ export function designedCard(step, context = {}) {
   const more = [];
   if (restKeys.length) more.push({ type: "figures", title: "Other figures", items: restKeys.map((k) => figure(step.kind, summary, k)) });
   more.push(...designed.more);
+  // A finding pointing to the key names the card lists right below says so no more.
+  const listsKeys = designed.sections.some((b) => b.type === "groups");
+  const findings = base.findings
+    .filter((f) => verdict === undefined || f.message !== verdict) // the verdict is the card's headline text
+    .map((f) => (listsKeys ? { ...f, message: f.message.replace(/ \(their names are in the report, by block\)/, " (listed below, by block)") } : f));
   return {
     ...base,
     monitorErrors,
-    // The compare verdict is the card's headline text; its finding would say it a second time.
-    findings: base.findings.filter((f) => verdict === undefined || f.message !== verdict),
+    findings,
     headline: headlineKeys.map((k) => figure(step.kind, summary, k)),
     sections: [...designed.sections, ...(memory ? [memory] : [])],
     more,
