@@ -87,3 +87,13 @@ test("the hover readout takes the nearest point within reach", async () => {
   assert.equal(pointNear(buffer.points, 8, 3)?.t, 10);
   assert.equal(pointNear(buffer.points, 5, 1), null);
 });
+
+test("byte axis labels never repeat: as many decimals as the step needs", async () => {
+  const { byteAxis, byteAxisLabel } = await import("../../web/lib/live_chart.mjs");
+  const MiB = 1024 ** 2;
+  const axis = byteAxis(1000 * MiB, 1060 * MiB);
+  const labels = [];
+  for (let v = axis.lo; v <= axis.hi + 1; v += axis.step) labels.push(byteAxisLabel(v, axis));
+  assert.equal(new Set(labels).size, labels.length, labels.join(", "));
+  assert.equal(byteAxisLabel(512 * MiB, { hi: 1024 ** 3, step: 256 * MiB }), "0.5 GiB");
+});

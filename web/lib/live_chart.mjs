@@ -27,6 +27,9 @@ export function chartWindow(_points) {
   return CHART_WINDOW_S;
 }
 
+/** The narrowest zoom: a short run still gets a readable time axis. */
+export const ZOOM_MIN_S = 1;
+
 /**
  * @typedef {{from: number, to: number, promptId: string, runStart: number}} ZoomRange
  * The chart zoomed to one run: from/to in unix seconds, runStart is the run's own start (time
@@ -35,8 +38,9 @@ export function chartWindow(_points) {
 
 /**
  * The time range that shows one run: its start and end (from its report summary when known, else
- * from the samples that carry its id), padded by 5 % (at least 0.5 s) each side; null when neither
- * says when it ran.
+ * from the samples that carry its id), padded by 5 % each side (a hair at least, so the axis starts
+ * at the run's start, not half a second before a 7 ms run), and at least ZOOM_MIN_S wide; null when
+ * neither says when it ran.
  * @param {string} promptId
  * @param {{started_unix_s?: number | null, duration_s?: number | null} | null | undefined} run
  * @param {Point[]} points
@@ -48,8 +52,8 @@ export function runRange(promptId, run, points) {
   let end = isNumber(run?.started_unix_s) && isNumber(run?.duration_s) ? run.started_unix_s + run.duration_s : own[own.length - 1]?.t;
   if (!isNumber(start)) return null;
   if (!isNumber(end) || end < start) end = start;
-  const pad = Math.max(0.5, (end - start) * 0.05);
-  return { from: start - pad, to: end + pad, promptId, runStart: start };
+  const pad = Math.max(0.02, (end - start) * 0.05);
+  return { from: start - pad, to: Math.max(end + pad, start + ZOOM_MIN_S), promptId, runStart: start };
 }
 
 /**
@@ -73,7 +77,8 @@ export function timeLabels(span, zoom, n = 5) {
     if (zoom) {
       const since = t - zoom.runStart;
       const digits = width < 10 ? 1 : 0;
-      labels.push(`${since < 0 ? "-" : ""}${Math.abs(since).toFixed(digits)} s`);
+      const text = Math.abs(since).toFixed(digits);
+      labels.push(`${since < 0 && Number(text) !== 0 ? "-" : ""}${text} s`); // never "-0.0 s"
     } else {
       const secondsAgo = (width * (n - i)) / n;
       labels.push(secondsAgo === 0 ? "now" : secondsAgo >= 60 ? `-${(secondsAgo / 60).toFixed(secondsAgo % 60 ? 1 : 0)} min` : `-${secondsAgo} s`);
@@ -139,6 +144,19 @@ export function byteAxis(min, max) {
   if (hi - max < step * 0.1) hi += step;
   return { lo, hi, step };
 }
+/**
+ * A byte axis label with as many decimals as its step needs, so two lines never read the same
+ * ("1.00 GiB" and "1.02 GiB", not "1 GiB" twice).
+ * @param {number} v @param {{hi: number, step: number}} axis
+ */
+export function byteAxisLabel(v, axis) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  const power = Math.min(units.length - 1, Math.max(0, Math.floor(Math.log(Math.max(axis.hi, 1)) / Math.log(1024))));
+  const unit = 1024 ** power;
+  const digits = Math.min(2, Math.max(0, Math.ceil(-Math.log10(axis.step / unit))));
+  return `${(v / unit).toFixed(digits)} ${units[power]}`;
+}
+
 export const MAX_POINTS = 3000;
 
 /**
@@ -338,7 +356,7 @@ export function drawChart(canvas, points, colors) {
     ctx.moveTo(left, y);
     ctx.lineTo(left + w, y);
     ctx.stroke();
-    ctx.fillText(formatBytes(v).replace(".0 ", " "), left - 4, y);
+    ctx.fillText(byteAxisLabel(v, axis), left - 4, y);
   }
   if (series.some((s) => s.unit === "pct")) {
     ctx.textAlign = "left";
