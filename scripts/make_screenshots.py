@@ -62,7 +62,9 @@ class Server:
         )
         env = {**os.environ, "COMFYUI_PATH": str(self.comfyui), "PYTHONUNBUFFERED": "1"}
         subprocess.run(
-            [sys.executable, str(REPO / "scripts" / "make_tiny_models.py"), str(self.base)], check=True, env=env
+            [sys.executable, str(REPO / "scripts" / "make_tiny_models.py"), str(self.base)],
+            check=True,
+            env=env,
         )
         write_tiny_wan_lora(self.base, LORA)
         command = [sys.executable, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(self.port)]
@@ -110,7 +112,15 @@ def named(prompt: dict, name: str) -> dict:
     """extra_data as the frontend sends it for a workflow the panel named (scripted prompts have none)."""
     return {
         "prompt": prompt,
-        "extra_data": {"extra_pnginfo": {"workflow": {"id": f"script-{name}", "nodes": [], "extra": {"pipeline_monitor_workflow_name": name}}}},
+        "extra_data": {
+            "extra_pnginfo": {
+                "workflow": {
+                    "id": f"script-{name}",
+                    "nodes": [],
+                    "extra": {"pipeline_monitor_workflow_name": name},
+                }
+            }
+        },
     }
 
 
@@ -126,7 +136,9 @@ def queue_from_page(page, body: dict) -> str:
 
 def load_workflow(page, path: Path, name: str | None = None) -> None:
     workflow = json.loads(path.read_text())
-    page.evaluate("([wf, name]) => window.app.loadGraphData(wf, true, true, name)", [workflow, name or path.stem])
+    page.evaluate(
+        "([wf, name]) => window.app.loadGraphData(wf, true, true, name)", [workflow, name or path.stem]
+    )
     page.evaluate("window.app.extensionManager.command.execute('Comfy.Canvas.FitView')")
     page.wait_for_timeout(400)
 
@@ -220,19 +232,43 @@ def make_thumbnails(browser, url: str, folder: Path, width_px: int = 800) -> Non
     page.close()
 
 
+def template_browser(page, out: Path) -> None:
+    """The template browser on the pack's examples: each card with its workflow's description."""
+    set_panel(page, False)
+    page.evaluate("window.app.extensionManager.command.execute('Comfy.BrowseTemplates')")
+    dialog = page.locator(".p-dialog")
+    dialog.get_by_text(PACK, exact=True).first.click()
+    page.wait_for_function(
+        "document.querySelector('[data-testid=\"template-workflow-text_to_image_lora_monitor\"] p')"
+        "?.textContent.startsWith('Needs')",
+        timeout=20_000,
+    )
+    shot(page, out, "10_template_browser")
+    dialog.get_by_text("models_profile_demo", exact=True).first.click()
+    page.wait_for_selector(".p-dialog", state="detached", timeout=20_000)
+
+
 def make_panel_states(page, server: Server, out: Path) -> None:
     known = {r["prompt_id"] for r in server.runs()}
     set_panel(page, True)
     # a LoRA + conditioning + VAE graph, twice (the second compares with the first)
     rich = []
     for variant in (0, 1):
-        queue_from_page(page, named(rich_prompt(LORA, WAN, WAN_VAE, variant), "LoRA + VAE chain (test graph)"))
+        queue_from_page(
+            page, named(rich_prompt(LORA, WAN, WAN_VAE, variant), "LoRA + VAE chain (test graph)")
+        )
         rich.append(server.wait_new_run(known))
     # the example workflows as a user queues them: the open workflow's name travels with the prompt
-    for stem in ("dump_and_compare", "models_profile_demo"):
+    for stem in ("dump_and_compare", "models_profile_demo", "image_to_video_vae_chain"):
         load_workflow(page, REPO / "workflows" / f"{stem}.json")
         page.evaluate("window.app.queuePrompt(0, 1)")
         server.wait_new_run(known)
+    # the monitors' summaries on the canvas after that run: none covers another node
+    set_panel(page, False)
+    page.wait_for_timeout(1000)
+    page.evaluate("window.app.extensionManager.command.execute('Comfy.Canvas.FitView')")
+    shot(page, out, "11_canvas_summaries")
+    set_panel(page, True)
     compare_run = next(r["prompt_id"] for r in server.runs() if "tensor_compare" in r["step_kinds"])
     # a deep-profiled run of the same graph (the panel's "Deep-profile next prompt" button does this)
     requests.post(f"{server.url}/pipeline_monitor/deep_profile", json={"armed": True}, timeout=10)
@@ -252,16 +288,25 @@ def make_panel_states(page, server: Server, out: Path) -> None:
     # an interrupted run: the live chart while it runs, then the user's cancel
     slow = {
         "1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": 7}},
-        "2": {"class_type": "PMTestSlow", "inputs": {"image": ["1", 0], "seconds": 30.0, "seed": int(time.time())}},
+        "2": {
+            "class_type": "PMTestSlow",
+            "inputs": {"image": ["1", 0], "seconds": 30.0, "seed": int(time.time())},
+        },
         "3": {"class_type": "PreviewImage", "inputs": {"images": ["2", 0]}},
     }
-    show(page, {"name": "runs"}, ".pm-runs")
-    queue_from_page(page, named(slow, "slow graph"))
+    # a run of it before, so the running row can estimate the progress from it
+    quick = {**slow, "2": {**slow["2"], "inputs": {**slow["2"]["inputs"], "seconds": 8.0}}}
+    queue_from_page(page, named(quick, "slow graph"))
+    server.wait_new_run(known)
+    show(page, {"name": "run", "id": rich[0]}, ".pm-run .pm-step")  # zoomed to an earlier run ...
+    queue_from_page(page, named(slow, "slow graph"))  # ... until a prompt starts: live again
+    page.wait_for_function("window.__pipelineMonitor.zoom === null", timeout=20_000)
+    show(page, {"name": "runs"}, ".pm-running-row")
     page.wait_for_timeout(4000)
     box = page.locator(".pm-chart").bounding_box()
     if box:
         page.mouse.move(box["x"] + box["width"] * 0.8, box["y"] + box["height"] / 2)
-    shot(page, out, "01_live_chart_running", ".pm-live", keep_mouse=True)
+    shot(page, out, "01_live_chart_running", keep_mouse=True)
     requests.post(server.url + "/interrupt", timeout=10)
     interrupted = server.wait_new_run(known)
     show(page, {"name": "runs"}, f'.pm-run-row[data-prompt-id="{interrupted}"]')
@@ -299,6 +344,7 @@ def make_panel_states(page, server: Server, out: Path) -> None:
     set_panel(page, False)
     page.evaluate("window.app.extensionManager.command.execute('Comfy.Canvas.FitView')")
     shot(page, out, "08_canvas_badges")
+    template_browser(page, out)
     report = requests.get(f"{server.url}/pipeline_monitor/runs/{rich[1]}/report.html", timeout=30).text
     html_page = page.context.browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
     html_page.set_content(report)
@@ -328,7 +374,11 @@ def main() -> int:
     try:
         server.start()
         # a fresh user, without the first-run template browser; no minimap or canvas info in pictures
-        settings = {"Comfy.TutorialCompleted": True, "Comfy.Minimap.Visible": False, "Comfy.Graph.CanvasInfo": False}
+        settings = {
+            "Comfy.TutorialCompleted": True,
+            "Comfy.Minimap.Visible": False,
+            "Comfy.Graph.CanvasInfo": False,
+        }
         requests.post(server.url + "/api/settings", json=settings, timeout=10)
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
