@@ -9,7 +9,6 @@
 // Text only (textContent / title), never markup. No timers: the observer runs on DOM changes.
 
 const CARD_SELECTOR = '[data-testid^="template-workflow-"]';
-const DESCRIPTION_SELECTOR = "p";
 
 /**
  * The card text of a workflow file: its extra.info, trimmed; null without one.
@@ -41,6 +40,19 @@ export function fallbackDescription(name) {
 }
 
 /**
+ * The element of a card that shows the fallback description: the innermost one whose whole text it
+ * is (a <p> in frontend 1.35; found by its text so a later card layout works too).
+ * @param {Element} card @param {string} fallback
+ * @returns {Element | null}
+ */
+export function descriptionElement(card, fallback) {
+  for (const el of card.querySelectorAll("p, div, span")) {
+    if (el.childElementCount === 0 && el.textContent?.trim() === fallback) return el;
+  }
+  return null;
+}
+
+/**
  * Watch the document for the pack's template cards and give each its workflow's description.
  * @param {Document} doc
  * @param {() => Promise<string[]>} fetchNames the pack's template names
@@ -55,8 +67,8 @@ export function describeTemplateCards(doc, fetchNames, fetchWorkflow) {
   const descriptions = new Map();
   const describe = async (/** @type {Element} */ card) => {
     const name = card.getAttribute("data-testid")?.slice("template-workflow-".length);
-    const target = card.querySelector(DESCRIPTION_SELECTOR);
-    if (!name || !target || target.textContent?.trim() !== fallbackDescription(name)) return;
+    const target = name ? descriptionElement(card, fallbackDescription(name)) : null;
+    if (!name || !target) return;
     names ??= fetchNames().then((list) => new Set(list)).catch(() => new Set());
     if (!(await names).has(name)) return;
     if (!descriptions.has(name)) descriptions.set(name, fetchWorkflow(name).then(templateDescription).catch(() => null));
