@@ -49,3 +49,16 @@ test("focusing a node centres and selects it; a missing node says so", () => {
   assert.deepEqual(calls, [["centre", 7], ["select", 7]]);
   assert.equal(focusNode(app, "8"), false);
 });
+
+test("badges are coloured by the node's share of the run and say the change since the last run", async () => {
+  const { runBadges, heatColor } = await import("../../web/lib/canvas_badges.mjs");
+  const report = { prompt_id: "p2", status: "success", started_unix_s: 2, nodes: [node({ duration_s: 3 }), node({ node_id: "2", class_type: "VAEDecode", duration_s: 1 })] };
+  const previous = { prompt_id: "p1", status: "success", started_unix_s: 1, nodes: [node({ duration_s: 2.5 }), node({ node_id: "2", class_type: "VAEDecode", duration_s: 1.005 })] };
+  const badges = runBadges(report, (id) => ({ 1: "KSampler", 2: "VAEDecode" })[id], previous);
+  assert.equal(badges.get("1")?.share, 0.75);
+  assert.equal(badges.get("1")?.text, "3.00 s · +12.0 MiB (+500 ms)");
+  assert.equal(badges.get("2")?.text, "1.00 s · +12.0 MiB", "a 5 ms change is no change");
+  assert.match(String(badges.get("1")?.title), /75 % of the run/);
+  assert.equal(heatColor(0.75), "hsl(0, 60%, 36%)", "half the run or more: red");
+  assert.equal(heatColor(0), "hsl(210, 60%, 28%)");
+});

@@ -1,6 +1,7 @@
 // The canvas tied to the last run: a small time / memory badge on every node that ran to the end
 // (the per-node profile, drawn through the node's own `badges` list, which LiteGraph draws above
-// the title; no draw method is replaced), monitor summaries marked stale when the run that should
+// the title; no draw method is replaced), coloured on a heat scale by the node's share of the run
+// and saying how its time changed since the last run of the workflow, monitor summaries marked stale when the run that should
 // have refreshed them failed, and centring a node from the panel.
 import { formatBytes, formatSeconds, isNumber } from "./format.mjs";
 import { nodeGpuAdded, nodeRssAdded } from "./report_view.mjs";
@@ -20,27 +21,73 @@ export function profileBadgeText(node) {
   return `${formatSeconds(node.duration_s)}${memory}`;
 }
 
+/** A time change worth a word on the badge. */
+const MIN_CHANGE_S = 0.01;
+
 /**
- * Per graph node id, the badge text for a report; only nodes whose class matches the graph's node
+ * The badge's change since the last run of the workflow: "+0.42 s", "-1.10 s"; null when the node
+ * did not run to the end there, or the change is under MIN_CHANGE_S.
+ * @param {import("./report_view.mjs").NodeProfile} node
+ * @param {import("./report_view.mjs").NodeProfile | undefined} before the same node in the last run
+ */
+export function changeSinceText(node, before) {
+  if (!before || before.cached || before.status !== "executed" || !isNumber(before.duration_s) || !isNumber(node.duration_s)) return null;
+  const delta = node.duration_s - before.duration_s;
+  if (Math.abs(delta) < MIN_CHANGE_S) return null;
+  return `${delta > 0 ? "+" : "-"}${formatSeconds(Math.abs(delta))}`;
+}
+
+/**
+ * A heat-scale colour for a share of the run: cool blue for a sliver, through amber, to red for
+ * half the run or more.
+ * @param {number} share 0..1
+ */
+export function heatColor(share) {
+  const t = Math.max(0, Math.min(1, share * 2));
+  const hue = Math.round(210 - 210 * t); // 210 blue -> 0 red
+  return `hsl(${hue}, 60%, ${Math.round(28 + 8 * t)}%)`;
+}
+
+/**
+ * Per graph node id, the badge for a report: its text (time, memory added, change since the last
+ * run of the workflow) and its share of the run; only nodes whose class matches the graph's node
  * of that id (the graph on screen may not be the one that ran).
+ * @param {import("./report_view.mjs").RunReport} report
+ * @param {(id: string) => string | null | undefined} classOf class of the graph's node with that id
+ * @param {import("./report_view.mjs").RunReport | null} [previous] the last run of the same workflow
+ * @returns {Map<string, {text: string, share: number, title: string}>}
+ */
+export function runBadges(report, classOf, previous = null) {
+  const ran = (report.nodes ?? []).filter((n) => profileBadgeText(n) !== null);
+  const total = ran.reduce((sum, n) => sum + /** @type {number} */ (n.duration_s), 0) || 1;
+  const before = new Map((previous?.nodes ?? []).map((n) => [`${n.node_id}\u0000${n.class_type}`, n]));
+  const badges = new Map();
+  for (const node of ran) {
+    const id = String(node.node_id);
+    if (node.class_type && classOf(id) !== node.class_type) continue;
+    const share = /** @type {number} */ (node.duration_s) / total;
+    const change = changeSinceText(node, before.get(`${node.node_id}\u0000${node.class_type}`));
+    const text = `${profileBadgeText(node)}${change ? ` (${change})` : ""}`;
+    const title = `${Math.round(100 * share)} % of the run's node time${change ? `; ${change} since the last run of this workflow` : ""}`;
+    badges.set(id, { text, share, title });
+  }
+  return badges;
+}
+
+/**
+ * Per graph node id, the badge text for a report (runBadges without the colours).
  * @param {import("./report_view.mjs").RunReport} report
  * @param {(id: string) => string | null | undefined} classOf class of the graph's node with that id
  */
 export function badgeTexts(report, classOf) {
-  /** @type {Map<string, string>} */
-  const texts = new Map();
-  for (const node of report.nodes ?? []) {
-    const text = profileBadgeText(node);
-    const id = String(node.node_id);
-    if (text && (!node.class_type || classOf(id) === node.class_type)) texts.set(id, text);
-  }
-  return texts;
+  return new Map([...runBadges(report, classOf)].map(([id, b]) => [id, b.text]));
 }
 
 /** A badge LiteGraph can draw (duck-typed like its LGraphBadge: height, getWidth, draw). */
 class ProfileBadge {
   constructor() {
     this.text = "";
+    this.color = "#1e3a5f";
     this.height = 18;
     this.fontSize = 11;
     this.padding = 5;
@@ -62,12 +109,12 @@ class ProfileBadge {
     const { font, fillStyle, textBaseline, textAlign } = ctx;
     const width = this.getWidth(ctx);
     ctx.font = `${this.fontSize}px sans-serif`;
-    ctx.fillStyle = "#1e3a5f";
+    ctx.fillStyle = this.color;
     ctx.beginPath();
     if (ctx.roundRect) ctx.roundRect(x, y, width, this.height, 5);
     else ctx.rect(x, y, width, this.height);
     ctx.fill();
-    ctx.fillStyle = "#dbeafe";
+    ctx.fillStyle = "#f1f5f9";
     ctx.textBaseline = "middle";
     ctx.textAlign = "left";
     ctx.fillText(this.text, x + this.padding, y + this.height / 2 + 1);
@@ -79,14 +126,16 @@ class ProfileBadge {
  * Put the run's badges on the graph's nodes (and clear them on nodes the run did not execute).
  * @param {any} graph the LGraph on screen
  * @param {import("./report_view.mjs").RunReport} report
+ * @param {import("./report_view.mjs").RunReport | null} [previous] the last run of the same workflow
  * @returns {number} badges shown
  */
-export function applyRunBadges(graph, report) {
+export function applyRunBadges(graph, report, previous = null) {
   const nodes = Array.isArray(graph?.nodes) ? graph.nodes : [];
   const byId = new Map(nodes.map((/** @type {any} */ n) => [String(n.id), n]));
-  const texts = badgeTexts(report, (id) => byId.get(id)?.type ?? byId.get(id)?.comfyClass);
+  const badges = runBadges(report, (id) => byId.get(id)?.type ?? byId.get(id)?.comfyClass, previous);
   for (const node of nodes) {
-    const text = texts.get(String(node.id)) ?? "";
+    const info = badges.get(String(node.id));
+    const text = info?.text ?? "";
     let badge = node[BADGE_KEY];
     if (!badge && !text) continue;
     if (!badge) {
@@ -96,9 +145,11 @@ export function applyRunBadges(graph, report) {
       node.badges.push(() => badge); // LiteGraph calls functions in `badges` for the badge to draw
     }
     badge.text = text;
+    badge.color = info ? heatColor(info.share) : badge.color;
+    badge.title = info?.title ?? "";
   }
   graph?.setDirtyCanvas?.(true, true);
-  return texts.size;
+  return badges.size;
 }
 
 /**

@@ -394,6 +394,19 @@ export class MonitorPanel {
       .map((r) => r.prompt_id);
   }
 
+  /**
+   * The report of the last successful run of a report's workflow before it (for the canvas
+   * badges' change since then); null when there is none or it cannot be read.
+   * @param {import("./report_view.mjs").RunReport} report
+   */
+  async previousRunReport(report) {
+    const run = { prompt_id: report.prompt_id, status: report.status, started_unix_s: report.started_unix_s,
+      workflow_id: report.workflow?.id ?? null, workflow_name: report.workflow?.name ?? null };
+    const previous = sortRunsNewestFirst(this.runs).find((r) => r.prompt_id !== report.prompt_id && r.status === "success"
+      && (r.started_unix_s ?? 0) < (report.started_unix_s ?? 0) && sameWorkflow(run, r));
+    return previous ? this.report(previous.prompt_id).catch(() => null) : null;
+  }
+
   /** @param {MonitorPanel["view"]} view */
   show(view) {
     this.view = view;
