@@ -108,29 +108,13 @@ class Server:
         raise TimeoutError("no new run")
 
 
-def named(prompt: dict, name: str) -> dict:
-    """extra_data as the frontend sends it for a workflow the panel named (scripted prompts have none)."""
-    return {
-        "prompt": prompt,
-        "extra_data": {
-            "extra_pnginfo": {
-                "workflow": {
-                    "id": f"script-{name}",
-                    "nodes": [],
-                    "extra": {"pipeline_monitor_workflow_name": name},
-                }
-            }
-        },
-    }
-
-
-def queue_from_page(page, body: dict) -> str:
+def queue_as_app(page, prompt: dict, name: str) -> str:
+    """Queue through the frontend's api.queuePrompt, as the Run button does: the panel learns the
+    prompt's workflow, so its running row is named and estimates its progress."""
+    workflow = {"id": f"script-{name}", "nodes": [], "extra": {"pipeline_monitor_workflow_name": name}}
     return page.evaluate(
-        """async (body) => { const api = window.comfyAPI.api.api;
-             const r = await api.fetchApi('/prompt', {method: 'POST', headers: {'Content-Type': 'application/json'},
-               body: JSON.stringify({client_id: api.clientId, ...body})});
-             const j = await r.json(); if (!r.ok) throw new Error(JSON.stringify(j)); return j.prompt_id; }""",
-        body,
+        """async ([output, workflow]) => (await window.comfyAPI.api.api.queuePrompt(0, {output, workflow})).prompt_id""",
+        [prompt, workflow],
     )
 
 
@@ -254,9 +238,7 @@ def make_panel_states(page, server: Server, out: Path) -> None:
     # a LoRA + conditioning + VAE graph, twice (the second compares with the first)
     rich = []
     for variant in (0, 1):
-        queue_from_page(
-            page, named(rich_prompt(LORA, WAN, WAN_VAE, variant), "LoRA + VAE chain (test graph)")
-        )
+        queue_as_app(page, rich_prompt(LORA, WAN, WAN_VAE, variant), "LoRA + VAE chain (test graph)")
         rich.append(server.wait_new_run(known))
     # the example workflows as a user queues them: the open workflow's name travels with the prompt
     for stem in ("dump_and_compare", "models_profile_demo", "image_to_video_vae_chain"):
@@ -281,7 +263,7 @@ def make_panel_states(page, server: Server, out: Path) -> None:
         "3": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": 0}},
         "4": {"class_type": "PMTestRaise", "inputs": {"image": ["3", 0], "message": "out of ideas"}},
     }
-    queue_from_page(page, named(failing, "failing graph"))
+    queue_as_app(page, failing, "failing graph")
     failed = server.wait_new_run(known)
     page.wait_for_timeout(1000)
     page.keyboard.press("Escape")  # ComfyUI's own error dialog for the failed prompt
@@ -296,10 +278,10 @@ def make_panel_states(page, server: Server, out: Path) -> None:
     }
     # a run of it before, so the running row can estimate the progress from it
     quick = {**slow, "2": {**slow["2"], "inputs": {**slow["2"]["inputs"], "seconds": 8.0}}}
-    queue_from_page(page, named(quick, "slow graph"))
+    queue_as_app(page, quick, "slow graph")
     server.wait_new_run(known)
     show(page, {"name": "run", "id": rich[0]}, ".pm-run .pm-step")  # zoomed to an earlier run ...
-    queue_from_page(page, named(slow, "slow graph"))  # ... until a prompt starts: live again
+    queue_as_app(page, slow, "slow graph")  # ... until a prompt starts: live again
     page.wait_for_function("window.__pipelineMonitor.zoom === null", timeout=20_000)
     show(page, {"name": "runs"}, ".pm-running-row")
     page.wait_for_timeout(4000)

@@ -35,7 +35,7 @@ async function tieCanvasToRun(summary) {
     // the badges still match nodes by id and class, but no summary is called stale.
     const sameGraph = report.workflow?.id ? report.workflow.id === graph?.id : null;
     if (sameGraph === false) return;
-    applyRunBadges(graph, report, await panel.previousRunReport(report));
+    applyRunBadges(graph, report, await panel.store.previousRunReport(report));
     if (!sameGraph) return;
     const monitors = (graph?.nodes ?? []).filter((/** @type {any} */ n) => String(n.type ?? "").startsWith("PipelineMonitor"));
     const stale = new Set(staleMonitorIds(report, monitors.map((/** @type {any} */ n) => String(n.id))));

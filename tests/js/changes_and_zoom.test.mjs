@@ -32,11 +32,12 @@ const sample = (t, promptId = null) => ({ unix_time_s: t, process_rss_bytes: 100
 test("a run's zoom range comes from its summary, else from its samples, padded", () => {
   const buffer = new SampleBuffer();
   buffer.extend([sample(100), sample(101, "a"), sample(102, "a"), sample(109, "a"), sample(110)]);
-  assert.deepEqual(runRange("a", { started_unix_s: 100.5, duration_s: 20 }, buffer.points), { from: 99.5, to: 121.5, promptId: "a", runStart: 100.5 });
-  assert.deepEqual(runRange("a", null, buffer.points), { from: 100.6, to: 109.4, promptId: "a", runStart: 101 });
+  assert.deepEqual(runRange("a", { started_unix_s: 100.5, duration_s: 20 }, buffer.points), { from: 100.5, to: 121.5, promptId: "a", runStart: 100.5 });
+  assert.deepEqual(runRange("a", null, buffer.points), { from: 101, to: 109.4, promptId: "a", runStart: 101 });
   const short = runRange("b", { started_unix_s: 50, duration_s: 0.007 }, []);
-  assert.deepEqual([short?.from, short?.to], [49.98, 51], "a 7 ms run: the axis starts at its start and spans a second");
-  assert.equal(timeLabels({ from: 49.98, to: 51 }, /** @type {any} */ (short))[0], "0.0 s", "never -0.5 s, never -0.0 s");
+  assert.deepEqual([short?.from, short?.to], [50, 51], "a 7 ms run: the axis starts at its start and spans a second");
+  assert.equal(timeLabels({ from: 50, to: 51 }, /** @type {any} */ (short))[0], "0.0 s", "never -0.5 s");
+  assert.equal(timeLabels({ from: 49.98, to: 51 }, /** @type {any} */ (short))[0], "0.0 s", "never -0.0 s");
   assert.equal(runRange("missing", null, buffer.points), null);
 });
 

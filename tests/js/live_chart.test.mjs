@@ -95,5 +95,7 @@ test("byte axis labels never repeat: as many decimals as the step needs", async 
   const labels = [];
   for (let v = axis.lo; v <= axis.hi + 1; v += axis.step) labels.push(byteAxisLabel(v, axis));
   assert.equal(new Set(labels).size, labels.length, labels.join(", "));
-  assert.equal(byteAxisLabel(512 * MiB, { hi: 1024 ** 3, step: 256 * MiB }), "0.5 GiB");
+  assert.equal(byteAxisLabel(512 * MiB, { hi: 1024 ** 3, step: 256 * MiB }), "0.50 GiB", "a 0.25 GiB step needs two decimals");
+  assert.equal(byteAxisLabel(1280 * MiB, { hi: 2 * 1024 ** 3, step: 256 * MiB }), "1.25 GiB", "not 1.3 GiB");
+  assert.equal(byteAxisLabel(960 * MiB, { hi: 976 * MiB, step: 16 * MiB }), "960 MiB");
 });

@@ -43,11 +43,14 @@ test("a LoRA card: one table per LoRA with strength, rank, alpha, applied, the u
   assert.ok(table && table.type === "table");
   assert.match(table.title ?? "", /detail\.safetensors · node #2/);
   const rows = Object.fromEntries(table.rows.map((r) => [r.cells[0], r.cells[1]]));
-  assert.equal(rows.Applied, "yes");
   assert.equal(rows["Strength model / clip"], "0.8 / –");
   assert.equal(rows.Rank, "2");
   assert.equal(rows.Alpha, "2");
-  assert.equal(rows["Matched keys"], "6 of 9 (67 %)");
+  // a lone LoRA: applied, matched keys and patched weights are the headline's, said once
+  assert.deepEqual(Object.keys(rows).filter((k) => ["Applied", "Matched keys", "Unmatched keys", "Patched weights", "Change of |W|"].includes(k)), []);
+  const two = designedCard({ ...loraStep, details: { ...loraStep.details, loaders: [loraStep.details.loaders[0], { ...loraStep.details.loaders[0], node_id: "5" }] } });
+  const first = Object.fromEntries(/** @type {any} */ (two.sections.find((b) => b.type === "table")).rows.map((/** @type {any} */ r) => [r.cells[0], r.cells[1]]));
+  assert.equal(first["Matched keys"], "6 of 9 (67 %)", "with two LoRAs each table has its own");
   const groups = card.sections.find((b) => b.type === "groups");
   assert.ok(groups && groups.type === "groups");
   assert.deepEqual(groups.groups, [{ label: "blocks 9", items: ["self_attn_q (alpha, lora_down.weight, lora_up.weight)"] }]);

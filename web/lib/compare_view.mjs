@@ -6,7 +6,7 @@ import { h } from "./dom.mjs";
 import { MISSING, clip, formatBytes, formatDelta, formatSeconds, formatTime, formatValue, labelFromKey } from "./format.mjs";
 import { compareRuns, orderForCompare } from "./compare.mjs";
 import { runName } from "./report_view.mjs";
-import { badge, breakable } from "./run_views.mjs";
+import { badge, breakable } from "./widgets.mjs";
 import { deepCompareNote } from "./deep_profile_card.mjs";
 
 /**

@@ -4,7 +4,7 @@
 // the executing node on the time axis, breaks where samples stopped (tab closed, server down),
 // and a hover readout. Drawing happens only when asked (one requestAnimationFrame per new sample
 // or pointer move while the panel is open), never on a timer.
-import { formatBytes, isNumber } from "./format.mjs";
+import { isNumber } from "./format.mjs";
 
 /**
  * @typedef {{device: string, allocated: number | null, reserved: number | null, util: number | null, total: number | null}} GpuPoint
@@ -38,9 +38,9 @@ export const ZOOM_MIN_S = 1;
 
 /**
  * The time range that shows one run: its start and end (from its report summary when known, else
- * from the samples that carry its id), padded by 5 % each side (a hair at least, so the axis starts
- * at the run's start, not half a second before a 7 ms run), and at least ZOOM_MIN_S wide; null when
- * neither says when it ran.
+ * from the samples that carry its id): from its start (the axis starts at 0 s, not half a second
+ * before a 7 ms run) to its end padded by 5 %, at least ZOOM_MIN_S wide; null when neither says
+ * when it ran.
  * @param {string} promptId
  * @param {{started_unix_s?: number | null, duration_s?: number | null} | null | undefined} run
  * @param {Point[]} points
@@ -53,7 +53,7 @@ export function runRange(promptId, run, points) {
   if (!isNumber(start)) return null;
   if (!isNumber(end) || end < start) end = start;
   const pad = Math.max(0.02, (end - start) * 0.05);
-  return { from: start - pad, to: Math.max(end + pad, start + ZOOM_MIN_S), promptId, runStart: start };
+  return { from: start, to: Math.max(end + pad, start + ZOOM_MIN_S), promptId, runStart: start };
 }
 
 /**
@@ -153,7 +153,9 @@ export function byteAxisLabel(v, axis) {
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
   const power = Math.min(units.length - 1, Math.max(0, Math.floor(Math.log(Math.max(axis.hi, 1)) / Math.log(1024))));
   const unit = 1024 ** power;
-  const digits = Math.min(2, Math.max(0, Math.ceil(-Math.log10(axis.step / unit))));
+  // the fewest decimals that write the step exactly (0.25 GiB: 2), at most 2
+  const steps = axis.step / unit;
+  const digits = [0, 1, 2].find((d) => Math.abs(Math.round(steps * 10 ** d) - steps * 10 ** d) < 1e-6) ?? 2;
   return `${(v / unit).toFixed(digits)} ${units[power]}`;
 }
 

@@ -2,19 +2,18 @@
 // Data stays in this object between openings; the DOM is rebuilt on every mount. While the tab
 // is closed nothing runs: no timer, no animation frame, and the server is told to stop pushing.
 import { clear, h } from "./dom.mjs";
-import { formatBytes, formatPercent, formatTime, safeFileName } from "./format.mjs";
-import { SampleBuffer, WINDOW_S, bandAt, chartWindow, drawChart, pointNear, presentSeries, runRange, seriesValue } from "./live_chart.mjs";
-import { runName, sameWorkflow, sortRunsNewestFirst, upsertRun } from "./report_view.mjs";
+import { formatTime, safeFileName } from "./format.mjs";
+import { SampleBuffer, WINDOW_S, bandAt, chartWindow, drawChart, runRange } from "./live_chart.mjs";
+import { runName, upsertRun } from "./report_view.mjs";
+import { RunStore } from "./run_store.mjs";
 import { DeepProfileToggle } from "./deep_profile_card.mjs";
 import { runView, runningRowView, runsListView } from "./run_views.mjs";
 import { compareView } from "./compare_view.mjs";
+import { READOUT_HINT, downloadRun, liveChips, readoutText, saveBlob } from "./live_readout.mjs";
 import { RunningTracker, estimateProgress } from "./running.mjs";
-import { upgradeReport } from "./step_kinds.mjs";
+import { TREND_RUNS } from "./sparkline.mjs";
 
-const READOUT_HINT = "Point at the chart for the values at that time; click a run's band to zoom to it.";
 export const RENEW_MS = 10_000; // the server forgets a watcher after 30 s without renewal
-const MAX_CACHED_REPORTS = 20;
-const HISTORY_RUNS = 10; // earlier runs of a workflow a comparison's verdicts rest on
 
 /**
  * What the panel needs from ComfyUI, injected so this module imports nothing of it.
@@ -28,11 +27,8 @@ export class MonitorPanel {
   constructor(host) {
     this.host = host;
     this.buffer = new SampleBuffer();
+    this.store = new RunStore((route) => host.fetchApi(route));
     this.deepProfile = new DeepProfileToggle(host); // "Deep-profile next prompt" in the title bar
-    /** @type {import("./report_view.mjs").RunSummary[]} */
-    this.runs = [];
-    /** @type {Map<string, import("./report_view.mjs").RunReport>} */
-    this.reports = new Map();
     /** @type {{name: "runs"} | {name: "run", id: string} | {name: "compare", a: string, b: string}} */
     this.view = { name: "runs" };
     /** @type {{key: string, dir: "asc" | "desc", allColumns?: boolean}} */
@@ -133,7 +129,7 @@ export class MonitorPanel {
 
   /** @param {any} summary */
   onRun(summary) {
-    this.runs = upsertRun(this.runs, summary);
+    this.store.runs = upsertRun(this.store.runs, summary);
     if (this.root) void this.deepProfile.refresh(); // a deep profile turns itself off after its prompt
     if (typeof summary?.prompt_id === "string" && summary.status !== "running") this.tracker.finish(summary.prompt_id);
     if (this.root && this.view.name === "runs") this.renderMain();
@@ -321,90 +317,34 @@ export class MonitorPanel {
   renderReadout() {
     if (!this.readout) return;
     const points = this.zoom ? this.buffer.points : this.buffer.window(chartWindow(this.buffer.points));
-    const p = this.hoverT === null ? null : pointNear(points, this.hoverT, this.zoom ? Math.max(0.5, (this.zoom.to - this.zoom.from) / 20) : 3);
-    if (!p) {
-      this.readout.textContent = this.hoverT === null ? READOUT_HINT : "no samples at that time";
-      return;
-    }
-    const parts = [formatTime(p.t), `RSS ${formatBytes(p.rss)}`];
-    if (p.gpus[0]) parts.push(`GPU ${formatBytes(p.gpus[0].allocated)}`);
-    parts.push(p.node ? `node #${p.node.id} ${p.node.label}` : "idle");
-    if (p.promptId) parts.push(`run ${p.promptId.slice(0, 8)}`);
-    this.readout.textContent = parts.join(" · ");
+    this.readout.textContent = readoutText(points, this.hoverT, this.zoom);
   }
 
   renderValues() {
     if (!this.values) return;
-    const last = this.buffer.latest();
-    const points = this.buffer.window(WINDOW_S);
-    const chips = presentSeries(points).map((s) => {
-      const v = last ? seriesValue(last, s.key) : null;
-      let text = s.unit === "pct" ? formatPercent(v) : formatBytes(v);
-      if (s.key === "ramUsed" && last?.ramTotal) text += ` / ${formatBytes(last.ramTotal)}`;
-      return h("span", { class: "pm-chip", dataset: { series: s.key } },
-        h("i", { class: "pm-swatch", style: `background:${s.color}` }), `${s.name} `, h("b", { text }));
-    });
-    const node = last?.node;
-    chips.push(h("span", { class: `pm-chip ${node ? "pm-executing" : "pm-idle"}`, title: node ? `node ${node.id}` : "" },
-      node ? "running " : "", h("b", { text: node ? `#${node.id} ${node.label}` : "idle" })));
     clear(this.values);
-    this.values.append(...chips);
+    this.values.append(...liveChips(this.buffer.latest(), this.buffer.window(WINDOW_S)));
   }
 
   // -- runs, run, compare ----------------------------------------------------------------------
+  /** The runs listed, newest first (the store's). */
+  get runs() {
+    return this.store.runs;
+  }
+
   async loadRuns() {
     const generation = this.generation;
     try {
-      const body = await (await this.host.fetchApi("/pipeline_monitor/runs?limit=100")).json();
-      let runs = sortRunsNewestFirst(Array.isArray(body.runs) ? body.runs : []);
-      for (const run of this.runs) runs = upsertRun(runs, run); // events that came in meanwhile
-      this.runs = runs;
+      await this.store.load();
       if (generation === this.generation && this.view.name === "runs") this.renderMain();
     } catch (error) {
       this.host.toast("error", "Pipeline Monitor", `Could not load runs: ${error}`);
     }
   }
 
-  /** @param {string} id */
-  async report(id) {
-    const cached = this.reports.get(id);
-    if (cached) return cached;
-    const response = await this.host.fetchApi(`/pipeline_monitor/runs/${encodeURIComponent(id)}`);
-    if (!response.ok) throw new Error(`run ${id}: HTTP ${response.status}`);
-    const report = upgradeReport(await response.json()); // older reports in today's names
-    if (report.status !== "running") {
-      this.reports.set(id, report);
-      while (this.reports.size > MAX_CACHED_REPORTS) this.reports.delete(/** @type {string} */ (this.reports.keys().next().value));
-    }
-    return report;
-  }
-
-  /**
-   * Earlier successful runs of the first run's workflow (at most HISTORY_RUNS, newest first, the two
-   * compared left out): the spread a regression must exceed.
-   * @param {string} a @param {string} b
-   */
-  historyIds(a, b) {
-    const run = this.runs.find((r) => r.prompt_id === a);
-    if (!run) return [];
-    const newest = Math.max(...[a, b].map((id) => this.runs.find((r) => r.prompt_id === id)?.started_unix_s ?? 0));
-    return sortRunsNewestFirst(this.runs)
-      .filter((r) => r.prompt_id !== a && r.prompt_id !== b && r.status === "success" && sameWorkflow(run, r) && (r.started_unix_s ?? 0) <= newest)
-      .slice(0, HISTORY_RUNS)
-      .map((r) => r.prompt_id);
-  }
-
-  /**
-   * The report of the last successful run of a report's workflow before it (for the canvas
-   * badges' change since then); null when there is none or it cannot be read.
-   * @param {import("./report_view.mjs").RunReport} report
-   */
-  async previousRunReport(report) {
-    const run = { prompt_id: report.prompt_id, status: report.status, started_unix_s: report.started_unix_s,
-      workflow_id: report.workflow?.id ?? null, workflow_name: report.workflow?.name ?? null };
-    const previous = sortRunsNewestFirst(this.runs).find((r) => r.prompt_id !== report.prompt_id && r.status === "success"
-      && (r.started_unix_s ?? 0) < (report.started_unix_s ?? 0) && sameWorkflow(run, r));
-    return previous ? this.report(previous.prompt_id).catch(() => null) : null;
+  /** A run's report, through the store's cache. @param {string} id */
+  report(id) {
+    return this.store.report(id);
   }
 
   /** @param {MonitorPanel["view"]} view */
@@ -427,14 +367,15 @@ export class MonitorPanel {
     }
     this.runningSlot = null;
     const generation = this.generation;
-    const ids = view.name === "run" ? [view.id] : [view.a, view.b, ...this.historyIds(view.a, view.b)];
+    const ids = view.name === "run" ? [view.id, ...this.store.historyIds(view.id, view.id, TREND_RUNS - 1)] : [view.a, view.b, ...this.store.historyIds(view.a, view.b)];
     // a history report that cannot be read only narrows the verdict's basis
-    Promise.all(ids.map((id, i) => (i < 2 ? this.report(id) : this.report(id).catch(() => null))))
+    const needed = view.name === "run" ? 1 : 2;
+    Promise.all(ids.map((id, i) => (i < needed ? this.report(id) : this.report(id).catch(() => null))))
       .then((reports) => {
         if (generation !== this.generation || this.view !== view || !this.main) return;
         clear(main);
-        const history = /** @type {import("./report_view.mjs").RunReport[]} */ (reports.slice(2).filter(Boolean));
-        main.append(view.name === "run" ? runView(reports[0], this.runs, this.sort, this.actions) : compareView(reports[0], reports[1], this.actions, history));
+        const history = /** @type {import("./report_view.mjs").RunReport[]} */ (reports.slice(needed).filter(Boolean));
+        main.append(view.name === "run" ? runView(reports[0], this.runs, this.sort, this.actions, history) : compareView(reports[0], reports[1], this.actions, history));
       })
       .catch((error) => {
         this.host.toast("error", "Pipeline Monitor", String(error));
@@ -448,23 +389,10 @@ export class MonitorPanel {
    * @param {"json" | "html"} format
    */
   async download(id, format) {
-    const route = `/pipeline_monitor/runs/${encodeURIComponent(id)}${format === "html" ? "/report.html" : ""}`;
     try {
-      const response = await this.host.fetchApi(route);
-      if (!response.ok) throw new Error(`HTTP ${response.status}`);
-      saveBlob(await response.blob(), `pipeline_monitor_${safeFileName(id)}.${format}`);
+      await downloadRun((route) => this.host.fetchApi(route), id, format);
     } catch (error) {
       this.host.toast("error", "Pipeline Monitor", `Download failed: ${error}`);
     }
   }
-}
-
-/** Save a blob as a file through a temporary link. @param {Blob} blob @param {string} name */
-function saveBlob(blob, name) {
-  const url = URL.createObjectURL(blob);
-  const link = h("a", { href: url, download: name });
-  document.body.append(link);
-  link.click();
-  link.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 10_000);
 }

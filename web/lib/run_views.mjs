@@ -1,10 +1,16 @@
 // The panel's views of runs: the list, one run (problems, per-node table, step cards) and the
 // comparison of two runs. Each returns a fresh element; `actions` carries what the user can do.
 import { h } from "./dom.mjs";
-import { MISSING, clip, formatBytes, formatDelta, formatSeconds, formatTime, formatValue, labelFromKey, safeFileName } from "./format.mjs";
-import { defaultCompareTarget, inputChangesLine, nodeRows, problems, runName, runStatus, sortRows } from "./report_view.mjs";
+import { formatBytes, formatSeconds, formatTime, safeFileName } from "./format.mjs";
+import { defaultCompareTarget, inputChangesLine, problems, runName, runStatus } from "./report_view.mjs";
 import { isDeepProfiled } from "./deep_profile_card.mjs";
 import { designedCard, gpuNoteOfRun } from "./step_cards.mjs";
+import { nodeTrends } from "./sparkline.mjs";
+import { badge } from "./widgets.mjs";
+import { nodesTable } from "./node_table.mjs";
+
+export { badge, breakable } from "./widgets.mjs";
+export { nodeColumns, nodeTableCsv } from "./node_table.mjs";
 
 /**
  * @typedef {import("./report_view.mjs").RunReport} RunReport
@@ -13,28 +19,6 @@ import { designedCard, gpuNoteOfRun } from "./step_cards.mjs";
  *   download: (id: string, format: "json" | "html") => void, sort: (key: string) => void, refresh: () => void,
  *   focusNode?: (nodeId: string) => void, toggleColumns?: () => void, downloadCsv?: (id: string, csv: string) => void}} Actions
  */
-
-/**
- * A class name with line-break chances between its words ("Pipeline<wbr>Monitor<wbr>VAE<wbr>Encode"),
- * so a narrow column wraps it there rather than mid-word.
- * @param {string} text
- * @returns {(string | HTMLElement)[]}
- */
-export function breakable(text) {
-  /** @type {string[]} */
-  const parts = [];
-  for (const part of String(text).split(/(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])/)) {
-    // a one-letter word stays with its neighbour: "KSampler", not "K" then "Sampler"
-    if (parts.length && (part.length < 2 || parts[parts.length - 1].length < 2)) parts[parts.length - 1] += part;
-    else parts.push(part);
-  }
-  return parts.flatMap((part, i) => (i ? [h("wbr"), part] : [part]));
-}
-
-/** @param {string} text @param {string} tone @param {string} [title] */
-export function badge(text, tone, title) {
-  return h("span", { class: `pm-badge pm-tone-${tone}`, text, title });
-}
 
 /**
  * The prompt running now, as the first row of the runs list: its name, how long it has run, the
@@ -154,95 +138,6 @@ function problemsSection(report) {
       h("span", { class: "pm-muted", text: ` ${p.where}: ` }), h("span", { text: p.message }))));
 }
 
-// The stream caveat of GPU_TIME_CAVEAT in monitors/report.py, shortened for a column title.
-const GPU_TIME_CAVEAT = "Between CUDA events on the current stream at the node's start and end: it includes "
-  + "earlier nodes' queued work still running and misses the node's kernels on other streams or devices. "
-  + "Wall time is when the host ran the node; with asynchronous CUDA the node that waits pays for earlier kernels.";
-
-// Short labels so the table fits the default sidebar width (312 px); each title says it whole.
-// "cached" is a mark in the node's cell, not a column of its own. `few`: shown by default; the
-// others (the process-wide peaks, the same on most rows) are behind the "more columns" toggle.
-const NODE_COLUMNS = [
-  { key: "nodeId", label: "Node", few: true },
-  { key: "durationS", label: "Time", num: true, few: true, title: "wall time: when the host ran the node" },
-  { key: "gpuTimeS", label: "GPU time", num: true, gpuTime: true, few: true, title: `GPU time. ${GPU_TIME_CAVEAT}` },
-  { key: "rssAddedBytes", label: "RSS +", num: true, few: "noGpu", title: "RSS added: peak RSS above the node's start, what the node itself added" },
-  { key: "gpuAddedBytes", label: "GPU +", num: true, gpu: true, few: true, title: "GPU added: peak GPU allocated above the node's start" },
-  { key: "peakRssBytes", label: "Peak RSS", num: true, title: "the process's peak RSS while the node ran, everything before included" },
-  { key: "peakGpuBytes", label: "Peak GPU", num: true, gpu: true, title: "peak GPU allocated while the node ran" },
-];
-
-/** @param {any} r @param {string} key */
-function nodeCellText(r, key) {
-  return key === "durationS" || key === "gpuTimeS" ? formatSeconds(r[key]) : formatBytes(r[key]);
-}
-
-/**
- * The node table's columns: those that have figures in this run, the few by default, all when the
- * user asked; `hidden` names the others for the toggle.
- * @param {any[]} rows @param {boolean} all
- */
-export function nodeColumns(rows, all) {
-  const hasGpu = rows.some((r) => r.peakGpuBytes !== null);
-  const hasGpuTime = rows.some((r) => r.gpuTimeS !== null);
-  const present = NODE_COLUMNS.filter((c) => (!c.gpu || hasGpu) && (!c.gpuTime || hasGpuTime));
-  const few = present.filter((c) => c.few === true || (c.few === "noGpu" && !hasGpu));
-  return { shown: all ? present : few, hidden: all ? [] : present.filter((c) => !few.includes(c)) };
-}
-
-/**
- * @param {RunReport} report
- * @param {{key: string, dir: "asc" | "desc", allColumns?: boolean}} sort
- * @param {Actions} actions
- */
-function nodesTable(report, sort, actions) {
-  const rows = sortRows(nodeRows(report), /** @type {any} */ (sort.key), sort.dir);
-  if (!rows.length) return h("p", { class: "pm-muted", text: report.profile_enabled === false ? "The per-node profile was off for this run." : "No nodes profiled." });
-  const { shown, hidden } = nodeColumns(rows, Boolean(sort.allColumns));
-  const toggle = hidden.length || sort.allColumns
-    ? h("button", { class: "pm-button pm-columns-toggle", onclick: () => actions.toggleColumns?.(),
-      text: hidden.length ? `+${hidden.length} columns: ${hidden.map((c) => c.label).join(", ")}` : "Fewer columns",
-      title: hidden.length ? hidden.map((c) => `${c.label}: ${c.title}`).join("\n") : "Back to the columns that fit the sidebar" })
-    : null;
-  const exportCsv = h("button", { class: "pm-button pm-export-csv", text: "CSV", title: "Download the node table as CSV (all columns)",
-    onclick: () => actions.downloadCsv?.(report.prompt_id, nodeTableCsv(rows)) });
-  // With every column shown, a table too wide scrolls inside its own box, never the panel; the
-  // scroll cue says so.
-  return h("div", { class: "pm-nodes-block" }, h("div", { class: "pm-toolbar pm-nodes-tools" }, toggle, exportCsv),
-    h("div", { class: `pm-table-wrap pm-nodes-wrap${sort.allColumns ? " pm-scroll-cue" : ""}` }, h("table", { class: "pm-table pm-nodes" },
-      h("thead", {}, h("tr", {}, shown.map((c) => h("th", {
-        class: `pm-sortable${c.num ? " pm-num" : ""}${sort.key === c.key ? " pm-sorted" : ""}`,
-        dataset: { key: c.key }, title: c.title ? `${c.title} (sort)` : "Sort", onclick: () => actions.sort(c.key),
-        text: `${c.label}${sort.key === c.key ? (sort.dir === "desc" ? " ▾" : " ▴") : ""}` })))),
-      h("tbody", {}, rows.map((r) => h("tr", {
-        class: [r.slowest ? "pm-slowest" : "", r.hungriest ? "pm-hungriest" : "", r.cached ? "pm-cached" : ""].join(" ").trim(),
-        dataset: { nodeId: r.nodeId }, title: `Click to centre this node on the canvas\npeak RSS ${formatBytes(r.peakRssBytes)}${r.peakGpuBytes !== null ? ` · peak GPU ${formatBytes(r.peakGpuBytes)}` : ""}`,
-        onclick: () => actions.focusNode?.(r.nodeId) },
-        shown.map((c) => c.key === "nodeId"
-          ? h("td", { title: `${r.classType} (${r.status})` }, h("span", { class: "pm-muted", text: `#${r.nodeId} ` }), ...breakable(clip(r.label, 32)),
-            r.slowest ? badge("slowest", "warn") : null, r.hungriest ? badge("most memory", "warn") : null,
-            r.status === "error" ? badge("failed", "error") : r.status === "interrupted" ? badge("interrupted", "neutral") : null,
-            r.cached ? badge("cached", "neutral", "served from ComfyUI's cache: it did not run") : null)
-          : h("td", { class: "pm-num", text: nodeCellText(r, c.key), title: c.key === "gpuTimeS" ? r.gpuTimeUnknownReason : null }))))))));
-}
-
-/**
- * The node table as CSV, every column, figures in seconds and bytes (not the panel's rounding).
- * @param {any[]} rows
- */
-export function nodeTableCsv(rows) {
-  const keys = ["nodeId", "classType", "label", "status", "cached", "durationS", "gpuTimeS", "rssAddedBytes", "peakRssBytes", "gpuAddedBytes", "peakGpuBytes"];
-  const heads = ["node_id", "class_type", "title", "status", "cached", "duration_s", "gpu_time_s", "rss_added_bytes", "peak_rss_bytes", "gpu_added_bytes", "peak_gpu_bytes"];
-  const quote = (/** @type {unknown} */ v) => {
-    if (v === null || v === undefined) return "";
-    const text = String(v);
-    // a leading = + - @ would be a formula in a spreadsheet: quoted and prefixed
-    const safe = /^[=+\-@]/.test(text) && !/^-?[0-9.]+(e-?[0-9]+)?$/.test(text) ? `'${text}` : text;
-    return /[",\n']/.test(safe) ? `"${safe.replace(/"/g, '""')}"` : safe;
-  };
-  return [heads.join(","), ...rows.map((r) => keys.map((k) => quote(r[k])).join(","))].join("\n") + "\n";
-}
-
 /** Card tables with this many columns or more reflow to labelled rows in a narrow card (panel.css). */
 export const STACK_FROM_COLUMNS = 4;
 
@@ -355,8 +250,9 @@ export function stepCardView(step, options = {}) {
  * @param {RunSummary[]} runs for the compare choice
  * @param {{key: string, dir: "asc" | "desc"}} sort
  * @param {Actions} actions
+ * @param {RunReport[]} [history] earlier runs of the workflow, for the per-node sparklines
  */
-export function runView(report, runs, sort, actions) {
+export function runView(report, runs, sort, actions, history = []) {
   const others = runs.filter((r) => r.prompt_id !== report.prompt_id);
   // first choice among runs profiled the same way: a deep profile's timings carry its overhead
   const alike = others.filter((r) => isDeepProfiled(r) === isDeepProfiled(report));
@@ -382,7 +278,7 @@ export function runView(report, runs, sort, actions) {
         h("button", { class: "pm-button pm-compare", text: "Compare", onclick: () => actions.compare(report.prompt_id, select.value) }))
       : null,
     h("h4", { text: "Errors and suggestions" }), problemsSection(report),
-    h("h4", { text: "Nodes" }), nodesTable(report, sort, actions),
+    h("h4", { text: "Nodes" }), nodesTable(report, sort, actions, nodeTrends(report, history)),
     h("h4", { text: `Monitor steps (${steps.length})` }),
     steps.length ? h("div", { class: "pm-steps" }, steps.map((step) => stepCardView(step, { stale: report.status === "error" ? "failed" : report.status === "interrupted" ? "interrupted" : null, nodeClass })))
       : h("p", { class: "pm-muted pm-no-steps", text: report.status === "success"

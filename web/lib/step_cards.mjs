@@ -132,22 +132,23 @@ function loraBlocks(step) {
     const list = (/** @type {unknown} */ v) => (arr(v).length ? [...new Set(arr(v))].map((x) => stat(x)).join(", ") : MISSING);
     const applied = hop ? (totals.n_not_applied ? `partly (${totals.n_not_applied} not applied)` : "yes") : loader.skipped ? "skipped" : "no";
     const name = loader.lora_name ?? file.name ?? "(no file)";
+    const lone = arr(d.loaders).length === 1; // the card's headline already has its totals
     const rows = [
-      { cells: ["Applied", applied], tone: applied === "yes" ? "ok" : applied === "skipped" ? "info" : "warn" },
+      lone ? null : { cells: ["Applied", applied], tone: applied === "yes" ? "ok" : applied === "skipped" ? "info" : "warn" },
       { cells: ["Strength model / clip", `${stat(loader.strength_model)} / ${loader.has_clip_input ? stat(loader.strength_clip) : "–"}`] },
       { cells: ["Rank", list(totals.ranks)] },
       { cells: ["Alpha", list(totals.alphas)] },
     ];
-    const lone = arr(d.loaders).length === 1; // the card's headline already has its totals
-    if (cov.computed) {
+    if (cov.computed && !lone) {
       rows.push({ cells: ["Matched keys", `${num(cov.n_matched_keys)} of ${num(cov.n_file_keys)}${isNumber(cov.matched_pct) ? ` (${cov.matched_pct.toFixed(0)} %)` : ""}`] });
-      if (!lone) rows.push({ cells: ["Unmatched keys", num(cov.n_unmatched_keys)], tone: cov.n_unmatched_keys ? "warn" : undefined });
+      rows.push({ cells: ["Unmatched keys", num(cov.n_unmatched_keys)], tone: cov.n_unmatched_keys ? "warn" : undefined });
     } else if (file.exists === false) {
       rows.push({ cells: ["File", "not found"], tone: "error" });
     }
     if (isNumber(totals.relative_change) && !lone) rows.push({ cells: ["Change of |W|", pct(totals.relative_change)] });
-    if (isNumber(totals.n_keys)) rows.push({ cells: ["Patched weights", num(totals.n_keys)] });
-    sections.push({ type: "table", cls: "pm-kv pm-lora-table", title: `${clip(name, 60)} · node #${loader.node_id ?? "?"}`, columns: [{ label: "" }, { label: "" }], rows });
+    if (isNumber(totals.n_keys) && !lone) rows.push({ cells: ["Patched weights", num(totals.n_keys)] });
+    sections.push({ type: "table", cls: "pm-kv pm-lora-table", title: `${clip(name, 60)} · node #${loader.node_id ?? "?"}`, columns: [{ label: "" }, { label: "" }],
+      rows: /** @type {any[]} */ (rows.filter(Boolean)) });
     const unmatched = arr(cov.unmatched_keys).map(String);
     if (unmatched.length) {
       sections.push({
@@ -255,7 +256,6 @@ function attemptPeak(attempt) {
 function vaeBlocks(step) {
   const d = obj(step.details);
   const s = step.summary ?? {};
-  const V = KEYS.vae_encode;
   const attempts = arr(d.attempts);
   /** @type {Block[]} */
   const sections = [];
@@ -525,6 +525,8 @@ const DESIGNS = {
 
 /** Summary keys a kind's designed blocks already show, so the headline and details skip them. */
 const SHOWN_IN_BLOCKS = /** @type {Record<string, string[]>} */ ({
+  // each object's class and size are in the Objects table
+  models: [KEYS.models.model_class, KEYS.models.model_size_bytes, KEYS.models.clip_class, KEYS.models.clip_size_bytes, KEYS.models.vae_class, KEYS.models.vae_size_bytes],
   conditioning: Object.entries(KEYS.conditioning).filter(([k]) => /^(positive|negative)_/.test(k)).map(([, v]) => v),
   tensor_compare: [KEYS.tensor_compare.verdict],
   vae_encode: [KEYS.vae_encode.spatial_compression_ratio, KEYS.vae_encode.temporal_compression_ratio, KEYS.vae_encode.input_frames, KEYS.vae_encode.latent_frames, KEYS.vae_encode.input_bytes],
