@@ -247,12 +247,15 @@ def test_runs_are_named_by_their_workflow_and_compare_picks_the_same_workflow(pa
                 break
             time.sleep(0.3)
     assert len(named) == 2, "the app's queue produced no run"
+    for prompt_id in named:  # the list shows a run as soon as it starts: wait for its end
+        wait_for_report(server, prompt_id)
     summary = next(r for r in server.get_json("/pipeline_monitor/runs")["runs"] if r["prompt_id"] == named[1])
     assert summary["workflow_name"] == "pm named demo" and summary["workflow_id"]
     assert "n_warnings" in summary and "n_errors" in summary
     page.evaluate("window.__pipelineMonitor.show({name: 'runs'})")
-    row = page.locator(f'.pm-run-row[data-prompt-id="{named[1]}"]')
-    row.wait_for(timeout=10_000)
+    # the finished run's row (while it ran, the running row stood in its place)
+    row = page.locator(f'.pm-run-row[data-prompt-id="{named[1]}"]:not(.pm-running-row)')
+    row.wait_for(timeout=15_000)
     assert "pm named demo" in row.inner_text()
     assert "peak" in row.inner_text()
     page.screenshot(path=str(shots / "7b_runs_named.png"))
