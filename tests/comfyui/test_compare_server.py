@@ -83,9 +83,9 @@ def test_two_identical_demo_runs_compare_without_a_memory_regression(server, tmp
     empty_image = [n for n in result["nodes"] if n["class_type"] == "EmptyImage"]
     assert empty_image and not empty_image[0]["peak_rss_above_start_bytes"]["regression"]
 
-    # The panel's compare (web/lib/report_view.mjs) on the same two reports.
+    # The panel's compare (web/lib/compare.mjs) on the same two reports.
     script = (
-        f"import {{ compareRuns }} from {json.dumps((REPO_ROOT / 'web' / 'lib' / 'report_view.mjs').as_uri())};\n"
+        f"import {{ compareRuns }} from {json.dumps((REPO_ROOT / 'web' / 'lib' / 'compare.mjs').as_uri())};\n"
         "import { readFileSync } from 'node:fs';\n"
         "const [a, b] = process.argv.slice(1).map((p) => JSON.parse(readFileSync(p, 'utf8')));\n"
         "const c = compareRuns(a, b);\n"
