@@ -254,7 +254,7 @@ def make_panel_states(page, server: Server, out: Path) -> None:
     compare_run = next(r["prompt_id"] for r in server.runs() if "tensor_compare" in r["step_kinds"])
     # a deep-profiled run of the same graph (the panel's "Deep-profile next prompt" button does this)
     requests.post(f"{server.url}/pipeline_monitor/deep_profile", json={"armed": True}, timeout=10)
-    queue_from_page(page, named(rich_prompt(LORA, WAN, WAN_VAE, 2), "LoRA + VAE chain (test graph)"))
+    queue_as_app(page, rich_prompt(LORA, WAN, WAN_VAE, 2), "LoRA + VAE chain (test graph)")
     deep_run = server.wait_new_run(known)
     # a failed run: the models monitor ran, then a node raised
     failing = {
