@@ -220,7 +220,7 @@ def template_browser(page, out: Path) -> None:
     """The template browser on the pack's examples: each card with its workflow's description."""
     set_panel(page, False)
     page.evaluate("window.app.extensionManager.command.execute('Comfy.BrowseTemplates')")
-    dialog = page.locator(".p-dialog")
+    dialog = page.locator("[role=dialog]")
     dialog.get_by_text(PACK, exact=True).first.click()
     page.wait_for_function(
         "document.querySelector('[data-testid=\"template-workflow-text_to_image_lora_monitor\"] p')"
@@ -229,7 +229,7 @@ def template_browser(page, out: Path) -> None:
     )
     shot(page, out, "10_template_browser")
     dialog.get_by_text("models_profile_demo", exact=True).first.click()
-    page.wait_for_selector(".p-dialog", state="detached", timeout=20_000)
+    page.wait_for_selector("[role=dialog]", state="detached", timeout=20_000)
 
 
 def make_panel_states(page, server: Server, out: Path) -> None:

@@ -262,7 +262,7 @@ def test_template_cards_show_each_examples_description(page, shots):
 
     folder = Path(__file__).resolve().parents[2] / "workflows"
     page.evaluate("window.app.extensionManager.command.execute('Comfy.BrowseTemplates')")
-    dialog = page.locator(".p-dialog")
+    dialog = page.locator("[role=dialog]")
     dialog.get_by_text("pipeline-monitor", exact=True).first.click()
     for path in sorted(folder.glob("*.json")):
         info = json.loads(path.read_text())["extra"]["info"]
@@ -278,5 +278,5 @@ def test_template_cards_show_each_examples_description(page, shots):
     assert "Needs your own models" in lora.inner_text()
     page.screenshot(path=str(shots / "template_browser_descriptions.png"))
     dialog.get_by_text("models_profile_demo", exact=True).first.click()  # opening one closes the browser
-    page.wait_for_selector(".p-dialog", state="detached", timeout=20_000)
+    page.wait_for_selector("[role=dialog]", state="detached", timeout=20_000)
     assert not page.errors, page.errors

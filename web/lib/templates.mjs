@@ -2,13 +2,15 @@
 // pack's templates by file name only (GET /workflow_templates gives names) and shows that name,
 // dashes and underscores as spaces, as each card's description. The description a workflow file
 // carries in `extra.info` is what a user needs (what it shows, which models it needs), so this
-// module puts it on the pack's cards: a MutationObserver notices cards as the dialog renders them
+// module puts it on the pack's cards (in place of the name on frontend 1.35, under the title on 1.49,
+// which shows none): a MutationObserver notices cards as the dialog renders them
 // (`[data-testid="template-workflow-<name>"]`, a name the pack lists, still showing the name as its
 // description: thumbnails are blob URLs, so the name is what identifies a card), reads each
 // workflow once through the API and sets the description's text and tooltip.
 // Text only (textContent / title), never markup. No timers: the observer runs on DOM changes.
 
 const CARD_SELECTOR = '[data-testid^="template-workflow-"]';
+const OWN_CLASS = "pm-template-description"; // the description this module adds where the card has none
 
 /**
  * The card text of a workflow file: its extra.info, trimmed; null without one.
@@ -67,15 +69,28 @@ export function describeTemplateCards(doc, fetchNames, fetchWorkflow) {
   const descriptions = new Map();
   const describe = async (/** @type {Element} */ card) => {
     const name = card.getAttribute("data-testid")?.slice("template-workflow-".length);
-    const target = name ? descriptionElement(card, fallbackDescription(name)) : null;
-    if (!name || !target) return;
+    if (!name || card.querySelector(`.${OWN_CLASS}`)) return;
+    const fallback = descriptionElement(card, fallbackDescription(name));
+    const title = fallback ? null : card.querySelector("h3");
+    if (!fallback && !title) return;
     names ??= fetchNames().then((list) => new Set(list)).catch(() => new Set());
     if (!(await names).has(name)) return;
     if (!descriptions.has(name)) descriptions.set(name, fetchWorkflow(name).then(templateDescription).catch(() => null));
     const text = await descriptions.get(name);
-    if (!text || target.textContent?.trim() !== fallbackDescription(name)) return;
-    target.textContent = text;
-    target.setAttribute("title", text);
+    if (!text) return;
+    if (fallback) {
+      if (fallback.textContent?.trim() !== fallbackDescription(name)) return;
+      fallback.textContent = text;
+      fallback.setAttribute("title", text);
+      return;
+    }
+    // frontend 1.49 shows no description for a pack's template: one goes under the title
+    if (card.querySelector(`.${OWN_CLASS}`)) return;
+    const own = card.ownerDocument.createElement("p");
+    own.className = `${OWN_CLASS} m-0 line-clamp-2 text-sm text-muted`;
+    own.textContent = text;
+    own.setAttribute("title", text);
+    /** @type {Element} */ (title).after(own);
   };
   const observer = new MutationObserver((records) => {
     for (const record of records) {
