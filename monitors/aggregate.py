@@ -254,25 +254,10 @@ def _node_values(reports: Sequence[Mapping], key: tuple, figure) -> list:
     return values
 
 
-def compare(
-    a: Mapping,
-    b: Mapping,
-    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-    min_seconds: float = DEFAULT_MIN_SECONDS,
-    min_bytes: int = DEFAULT_MIN_BYTES,
-    history: Sequence[Mapping] = (),
+def _compare_run(
+    a: Mapping, b: Mapping, earlier: list, threshold_pct: float, min_seconds: float, min_bytes: int
 ) -> dict:
-    """B against A: run figures, per stage and per node; a regression is B worse by more than
-    `threshold_pct` and by more than `min_seconds` (times) or `min_bytes` (memory).
-
-    Stages and nodes compare the memory they added above their own start, not the process's peak
-    while they ran: that peak mostly follows whatever ran before (a node is not a regression
-    because the process was bigger when it started).
-
-    With `history` (earlier reports of the same workflow), the run's duration and each node's
-    figures are judged against A and that history (history_limit): a node is flagged only beyond
-    the spread of its earlier runs; each verdict says how many runs it rests on (`n_runs`)."""
-    earlier = [a, *[h for h in history if h.get("prompt_id") not in (a.get("prompt_id"), b.get("prompt_id"))]]
+    """The run's figures: duration and peaks judged against the history, throughput against A."""
 
     def limit(key: str) -> float:
         return min_bytes if key.endswith("_bytes") else min_seconds
@@ -295,6 +280,13 @@ def compare(
             "delta_pct": None if d["delta_pct"] is None else -d["delta_pct"],
             "regression": d["regression"],
         }
+    return run
+
+
+def _compare_stages(
+    a: Mapping, b: Mapping, earlier: list, threshold_pct: float, min_seconds: float, min_bytes: int
+) -> list[dict]:
+    """Per stage (the profiling API's phases, or a ComfyUI run's node classes)."""
     pa = {p["stage"]: p for p in report_phases(a)}
     pb = {p["stage"]: p for p in report_phases(b)}
     earlier_phases = [{p["stage"]: p for p in report_phases(r)} for r in earlier]
@@ -307,6 +299,13 @@ def compare(
             past = [phases[stage].get(name) for phases in earlier_phases if stage in phases]
             row[name] = _judge(d, past, threshold_pct, min_abs)
         stages.append(row)
+    return stages
+
+
+def _compare_nodes(
+    a: Mapping, b: Mapping, earlier: list, threshold_pct: float, min_seconds: float, min_bytes: int
+) -> list[dict]:
+    """Per node (id and class): time and the memory it added, judged against its earlier runs."""
     na = {(str(n.get("node_id")), n.get("class_type")): n for n in a.get("nodes") or []}
     nb = {(str(n.get("node_id")), n.get("class_type")): n for n in b.get("nodes") or []}
     figures = {
@@ -327,12 +326,35 @@ def compare(
         for name, (figure, min_abs) in figures.items():
             d = _diff(figure(x) if x else None, figure(y) if y else None, threshold_pct, min_abs)
             # a node served from the cache in B did no work: nothing to judge
-            row[name] = (
-                d
-                if y.get("cached")
-                else _judge(d, _node_values(earlier, key, figure), threshold_pct, min_abs)
-            )
+            judged = not y.get("cached")
+            row[name] = _judge(d, _node_values(earlier, key, figure), threshold_pct, min_abs) if judged else d
         nodes.append(row)
+    return nodes
+
+
+def compare(
+    a: Mapping,
+    b: Mapping,
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    min_seconds: float = DEFAULT_MIN_SECONDS,
+    min_bytes: int = DEFAULT_MIN_BYTES,
+    history: Sequence[Mapping] = (),
+) -> dict:
+    """B against A: run figures, per stage and per node; a regression is B worse by more than
+    `threshold_pct` and by more than `min_seconds` (times) or `min_bytes` (memory).
+
+    Stages and nodes compare the memory they added above their own start, not the process's peak
+    while they ran: that peak mostly follows whatever ran before (a node is not a regression
+    because the process was bigger when it started).
+
+    With `history` (earlier reports of the same workflow), the run's duration and each node's
+    figures are judged against A and that history (history_limit): a node is flagged only beyond
+    the spread of its earlier runs; each verdict says how many runs it rests on (`n_runs`)."""
+    earlier = [a, *[h for h in history if h.get("prompt_id") not in (a.get("prompt_id"), b.get("prompt_id"))]]
+    limits = (threshold_pct, min_seconds, min_bytes)
+    run = _compare_run(a, b, earlier, *limits)
+    stages = _compare_stages(a, b, earlier, *limits)
+    nodes = _compare_nodes(a, b, earlier, *limits)
     regressions = [f"run {k}" for k, v in run.items() if v["regression"]]
     regressions += [
         f"stage {s['stage']} {m}"
