@@ -232,6 +232,32 @@ def template_browser(page, out: Path) -> None:
     page.wait_for_selector("[role=dialog]", state="detached", timeout=20_000)
 
 
+def running_prompt(page, out: Path, server: Server, known: set[str], earlier_run: str) -> None:
+    """A 30 s prompt queued while the chart is zoomed to an earlier run: the chart goes back to
+    live and the prompt is the runs list's first row, its progress estimated from a run before."""
+    slow = {
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": 7}},
+        "2": {
+            "class_type": "PMTestSlow",
+            "inputs": {"image": ["1", 0], "seconds": 30.0, "seed": int(time.time())},
+        },
+        "3": {"class_type": "PreviewImage", "inputs": {"images": ["2", 0]}},
+    }
+    # a run of it before, so the running row can estimate the progress from it
+    quick = {**slow, "2": {**slow["2"], "inputs": {**slow["2"]["inputs"], "seconds": 8.0}}}
+    queue_as_app(page, quick, "slow graph")
+    server.wait_new_run(known)
+    show(page, {"name": "run", "id": earlier_run}, ".pm-run .pm-step")  # zoomed to an earlier run ...
+    queue_as_app(page, slow, "slow graph")  # ... until a prompt starts: live again
+    page.wait_for_function("window.__pipelineMonitor.zoom === null", timeout=20_000)
+    show(page, {"name": "runs"}, ".pm-running-row")
+    page.wait_for_timeout(4000)
+    box = page.locator(".pm-chart").bounding_box()
+    if box:
+        page.mouse.move(box["x"] + box["width"] * 0.8, box["y"] + box["height"] / 2)
+    shot(page, out, "01_live_chart_running", keep_mouse=True)
+
+
 def make_panel_states(page, server: Server, out: Path) -> None:
     known = {r["prompt_id"] for r in server.runs()}
     set_panel(page, True)
@@ -268,27 +294,7 @@ def make_panel_states(page, server: Server, out: Path) -> None:
     page.wait_for_timeout(1000)
     page.keyboard.press("Escape")  # ComfyUI's own error dialog for the failed prompt
     # an interrupted run: the live chart while it runs, then the user's cancel
-    slow = {
-        "1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": 7}},
-        "2": {
-            "class_type": "PMTestSlow",
-            "inputs": {"image": ["1", 0], "seconds": 30.0, "seed": int(time.time())},
-        },
-        "3": {"class_type": "PreviewImage", "inputs": {"images": ["2", 0]}},
-    }
-    # a run of it before, so the running row can estimate the progress from it
-    quick = {**slow, "2": {**slow["2"], "inputs": {**slow["2"]["inputs"], "seconds": 8.0}}}
-    queue_as_app(page, quick, "slow graph")
-    server.wait_new_run(known)
-    show(page, {"name": "run", "id": rich[0]}, ".pm-run .pm-step")  # zoomed to an earlier run ...
-    queue_as_app(page, slow, "slow graph")  # ... until a prompt starts: live again
-    page.wait_for_function("window.__pipelineMonitor.zoom === null", timeout=20_000)
-    show(page, {"name": "runs"}, ".pm-running-row")
-    page.wait_for_timeout(4000)
-    box = page.locator(".pm-chart").bounding_box()
-    if box:
-        page.mouse.move(box["x"] + box["width"] * 0.8, box["y"] + box["height"] / 2)
-    shot(page, out, "01_live_chart_running", keep_mouse=True)
+    running_prompt(page, out, server, known, rich[0])
     requests.post(server.url + "/interrupt", timeout=10)
     interrupted = server.wait_new_run(known)
     show(page, {"name": "runs"}, f'.pm-run-row[data-prompt-id="{interrupted}"]')
