@@ -257,35 +257,45 @@ def slice_targets(patch_dict: Mapping, model_module=None, clip_module=None) -> d
 
 
 def loader_findings(loader: Mapping, file_status: Mapping | None, coverage: Mapping | None) -> list[Finding]:
-    """Errors and suggestions about one loader: its file, its strengths, its key coverage."""
+    """Errors and suggestions about one loader: its strengths, its file, its key coverage."""
     name = loader.get("lora_name") or f"of node {loader.get('node_id')}"
     where = f"LoRA {name} (node {loader.get('node_id')})"
-    findings = []
+    findings = _strength_findings(loader, where) + _file_findings(file_status, where)
+    if coverage and coverage.get("n_file_keys"):
+        findings += _target_findings(coverage, where) + _key_findings(loader, coverage, where)
+    return findings
+
+
+def _strength_findings(loader: Mapping, where: str) -> list[Finding]:
     if loader.get("skipped"):
-        findings.append(
+        return [
             Finding(
                 "warning",
                 f"strength 0: {where} skipped, the loader passed its inputs unchanged",
                 "lora_strength_zero",
             )
+        ]
+    if loader.get("strength_model") == 0.0:
+        return [Finding("info", f"{where}: model strength 0, the model is unchanged", "lora_strength_zero")]
+    return []
+
+
+def _file_findings(file_status: Mapping | None, where: str) -> list[Finding]:
+    if file_status is None or not file_status.get("error"):
+        return []
+    corrupt = file_status.get("header_ok") is False or file_status.get("data_ok") is False
+    return [
+        Finding(
+            "error",
+            f"{where}: {file_status['error']}" if corrupt else f"{where}: file not found in the loras folders",
+            "lora_file_corrupt" if corrupt else "lora_file_missing",
         )
-    elif loader.get("strength_model") == 0.0:
-        findings.append(
-            Finding("info", f"{where}: model strength 0, the model is unchanged", "lora_strength_zero")
-        )
-    if file_status is not None and file_status.get("error"):
-        corrupt = file_status.get("header_ok") is False or file_status.get("data_ok") is False
-        findings.append(
-            Finding(
-                "error",
-                f"{where}: {file_status['error']}"
-                if corrupt
-                else f"{where}: file not found in the loras folders",
-                "lora_file_corrupt" if corrupt else "lora_file_missing",
-            )
-        )
-    if not coverage or not coverage.get("n_file_keys"):
-        return findings
+    ]
+
+
+def _target_findings(coverage: Mapping, where: str) -> list[Finding]:
+    """Patches whose target weight is missing from the model, or whose slice lies outside it."""
+    findings = []
     if coverage.get("n_targets_not_loaded"):
         findings.append(
             Finding(
@@ -304,39 +314,42 @@ def loader_findings(loader: Mapping, file_status: Mapping | None, coverage: Mapp
                 "lora_slices_beyond_weight",
             )
         )
+    return findings
+
+
+def _key_findings(loader: Mapping, coverage: Mapping, where: str) -> list[Finding]:
+    """The file's keys that matched nothing: none at all, text-encoder keys not checked, strays."""
     n, unmatched = coverage["n_file_keys"], coverage["n_unmatched_keys"]
     n_text = coverage["n_unmatched_text_encoder_keys"]
     if coverage["n_matched_keys"] == 0:
-        findings.append(
+        return [
             Finding(
                 "error",
                 f"{where}: none of its {n} keys matched: this LoRA was made for another base model",
                 "lora_no_key_matched",
             )
+        ]
+    if not unmatched:
+        return []
+    findings = []
+    other = unmatched - (n_text if not coverage.get("clip_checked") else 0)
+    if n_text and not coverage.get("clip_checked"):
+        reason = (
+            "LoraLoaderModelOnly ignores them"
+            if not loader.get("has_clip_input")
+            else "connect the loader's CLIP to the monitor to check them"
         )
-    elif unmatched:
-        other = unmatched - (n_text if not coverage.get("clip_checked") else 0)
-        if n_text and not coverage.get("clip_checked"):
-            reason = (
-                "LoraLoaderModelOnly ignores them"
-                if not loader.get("has_clip_input")
-                else "connect the loader's CLIP to the monitor to check them"
+        findings.append(
+            Finding("info", f"{where}: {n_text} text-encoder keys not applied: {reason}", "lora_text_encoder_keys")
+        )
+    if other:
+        foreign = other / n > UNMATCHED_FOREIGN_FRACTION
+        hint = ": most keys are stray, this LoRA was made for another base model" if foreign else ""
+        findings.append(
+            Finding(
+                "error" if foreign else "warning",
+                f"{where}: {other} of {n} keys unmatched, ComfyUI ignores them{hint} (their names are in the report, by block)",
+                "lora_keys_unmatched",
             )
-            findings.append(
-                Finding(
-                    "info",
-                    f"{where}: {n_text} text-encoder keys not applied: {reason}",
-                    "lora_text_encoder_keys",
-                )
-            )
-        if other:
-            foreign = other / n > UNMATCHED_FOREIGN_FRACTION
-            hint = ": most keys are stray, this LoRA was made for another base model" if foreign else ""
-            findings.append(
-                Finding(
-                    "error" if foreign else "warning",
-                    f"{where}: {other} of {n} keys unmatched, ComfyUI ignores them{hint} (their names are in the report, by block)",
-                    "lora_keys_unmatched",
-                )
-            )
+        )
     return findings
