@@ -18,6 +18,7 @@ from ..monitors.models.patching import MEMORY_MANAGER_DYNAMIC, memory_manager
 from ..monitors.probes import get_probes
 from ..monitors.report import failed_step
 from ..monitors.vae.chain import run_chain
+from ..monitors.vae.comfy_retry import COMFY_RETRY_TILERS
 from ..monitors.vae.errors import error_for
 from ..monitors.vae.geometry import TileSettings, tiles_from_inputs
 from ..monitors.vae.outcomes import REQUESTS, ChainOptions
@@ -142,6 +143,7 @@ def chain_options(
         cleanup=comfy_cleanup,
         cpu_encode=lambda vae_, pixels: encode_on_cpu(vae_, pixels, monitor_errors),
         watch_log_messages=(COMFY_TILED_RETRY_WARNING,),
+        retry_tilers=COMFY_RETRY_TILERS,
         memory_snapshot=loaded_models_snapshot,
     )
 

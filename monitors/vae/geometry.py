@@ -216,13 +216,16 @@ class Prediction:
     estimate_bytes_unknown_reason: str | None = None
     weights_to_load_bytes_unknown_reason: str | None = None
     free_bytes_unknown_reason: str | None = None
-    # needed_bytes = weights + estimate x calibration_ratio x calibration_margin when earlier
-    # encodes measured this VAE (calibration.py); estimate_bytes stays the VAE's own figure.
-    calibration_ratio: float | None = None  # largest measured / estimated of the earlier attempts
+    # needed_bytes = weights + estimate x max(calibration_ratio x calibration_margin,
+    # calibration_lower_bound_ratio) when earlier encodes measured this VAE (calibration.py);
+    # estimate_bytes stays the VAE's own figure.
+    calibration_ratio: float | None = None  # largest measured / estimated of earlier finished attempts
     calibration_margin: float | None = None
     calibrated_estimate_bytes: int | None = None
     calibration_source: str | None = None  # "calibrated from 3 earlier encode attempts of WanVAE on cuda ..."
     calibration_unknown_reason: str | None = None  # why the raw estimate was used
+    # at least this x the estimate: earlier attempts ran out of memory (a bound, never a measurement)
+    calibration_lower_bound_ratio: float | None = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -286,18 +289,24 @@ def predict(
             if free is None:
                 free_reason = f"no free-memory reading for {device}"
     calibrated, calibration_reason, ratio, margin, source = None, None, None, None, None
+    lower_bound = None
     if isinstance(calibration, str) or calibration is None:
         calibration_reason = calibration or "no calibration table"
     elif estimate is not None:
         precedent = calibration.precedent(strategy, estimate, free)
         if precedent is not None:
             ratio, margin, source = precedent.ratio, 1.0, calibration.precedent_source(precedent)
+            calibrated = int(round(estimate * ratio))
         else:
-            ratio, margin, source = calibration.ratio, calibration.margin, calibration.source
-        calibrated = int(round(estimate * ratio * margin))
+            ratio, source = calibration.ratio, calibration.source
+            margin = None if ratio is None else calibration.margin
+            lower_bound = calibration.lower_bound_ratio
+            calibrated = int(round(estimate * calibration.factor))
     used_estimate = calibrated if calibrated is not None else estimate
     needed = None if used_estimate is None else used_estimate + (weights or 0)
     fits = None if needed is None or free is None else needed <= free
+    if fits and lower_bound is not None and estimate * lower_bound >= estimate * (ratio or 0) * (margin or 1):
+        fits = needed < free  # a bound that decides: the need exceeded it, equal does not fit
     return Prediction(
         strategy,
         device,
@@ -314,6 +323,7 @@ def predict(
         calibrated_estimate_bytes=calibrated,
         calibration_source=source,
         calibration_unknown_reason=calibration_reason,
+        calibration_lower_bound_ratio=lower_bound,
     )
 
 

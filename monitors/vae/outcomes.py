@@ -86,6 +86,7 @@ class Attempt:
     cleanup_reclaimed_bytes: int | None = None
     notes: tuple[str, ...] = ()  # log lines seen during the attempt that matter (watch_log_messages)
     memory_snapshot: dict | None = None  # what was loaded when it ran out of memory (options.memory_snapshot)
+    caught_by_comfyui: bool = False  # ComfyUI's encode caught this out-of-memory and retried tiled itself
 
     def to_dict(self) -> dict:
         data = dict(self.__dict__)
@@ -104,6 +105,9 @@ class ChainOptions:
     cleanup: Callable[[], None] = release_memory
     cpu_encode: Callable[[Any, Any], Any] | None = None  # (vae, pixels) -> latent, run on the CPU
     watch_log_messages: tuple[str, ...] = ()  # e.g. ComfyUI's "retrying with tiled" warning
+    # VAE methods its own encode calls to retry tiled after an out-of-memory (comfy_retry.py); a call
+    # during direct counts that attempt as out of memory even where the log hides the warning
+    retry_tilers: tuple[str, ...] = ()
     probes: Probes | None = None
     memory_snapshot: Callable[[], dict] | None = None  # plain data on what is loaded, read at an OOM
     # Measured/estimated ratios of earlier attempts (per process by default); None: the raw estimate.

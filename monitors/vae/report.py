@@ -13,6 +13,7 @@ from ..report import Finding, StepReport, format_bytes
 from ..span import memory_picture
 from ..tensor_stats import describe_tensor
 from .chain import OOM, SKIPPED, ChainResult
+from .comfy_retry import RETRY_STRATEGY
 from .geometry import TileSettings
 
 STEP_KIND = "vae_encode"
@@ -172,7 +173,7 @@ def suggestions(
                 "direct_predicted_too_large",
             )
         )
-    if direct and direct.outcome == OOM:
+    if direct and direct.outcome == OOM and not direct.caught_by_comfyui:
         message = f"direct ran out of memory after {direct.duration_s:.2f} s"
         if prediction and prediction.fits:
             message += (
@@ -185,17 +186,25 @@ def suggestions(
                 "says it cannot fit"
             )
         found.append(Finding("warning", message + ".", "direct_out_of_memory"))
-    if direct and direct.notes:
+    if direct and direct.caught_by_comfyui:
+        message = (
+            f"direct ran out of memory inside ComfyUI's encode, which caught it and retried tiled by itself "
+            f"({direct.duration_s:.2f} s in all)"
+        )
+        if prediction and prediction.fits:
+            message += (
+                f"; the VAE's estimate ({format_bytes(prediction.needed_bytes)} of "
+                f"{format_bytes(prediction.free_bytes)} free) said it fits"
+            )
         found.append(
             Finding(
                 "warning",
-                f"ComfyUI's encode ran out of memory and retried tiled inside the direct attempt "
-                f"({direct.duration_s:.2f} s in all); strategy tiled goes there at once.",
+                message + "; strategy tiled goes there at once.",
                 "comfy_internal_tiled_retry",
             )
         )
     if used == "cpu" and result.requested != "cpu":
-        gpu_attempts = [a for a in result.attempts if a.strategy in ("direct", "tiled")]
+        gpu_attempts = [a for a in result.attempts if a.strategy in ("direct", "tiled", RETRY_STRATEGY)]
         if any(a.outcome == OOM for a in gpu_attempts):
             message = (
                 "Encoded on the CPU after the GPU strategies ran out of memory (slow): lower tile_size "
@@ -283,7 +292,9 @@ def build_step(
         "input_mb_per_s": None if throughput_reason else _ratio((pixels.get("bytes") or 0) / MB, duration),
         "direct_needed_bytes": None if direct_prediction is None else direct_prediction.needed_bytes,
         "direct_estimate_bytes": None if direct_prediction is None else direct_prediction.estimate_bytes,
-        "direct_calibration_ratio": None if direct_prediction is None else direct_prediction.calibration_ratio,
+        "direct_calibration_ratio": None
+        if direct_prediction is None
+        else direct_prediction.calibration_ratio,
         "direct_calibration_source": None
         if direct_prediction is None
         else direct_prediction.calibration_source or direct_prediction.calibration_unknown_reason,

@@ -65,7 +65,8 @@ VAE_ENCODE = StepKindVocabulary(
             "strategy_used",
             "strategy used",
             None,
-            "direct, tiled, cpu or dummy; null when every strategy failed",
+            "direct, tiled, cpu or dummy, or `tiled (ComfyUI retry)` when ComfyUI's own encode ran out "
+            "of memory and tiled by itself; null when every strategy failed",
             "string",
             headline=True,
         ),
@@ -97,7 +98,7 @@ VAE_ENCODE = StepKindVocabulary(
             "n_out_of_memory",
             "out of memory",
             "count",
-            "attempts that ran out of memory",
+            "attempts that ran out of memory, those ComfyUI's encode caught and retried tiled included",
             "integer",
             headline=True,
         ),
@@ -128,9 +129,7 @@ VAE_ENCODE = StepKindVocabulary(
             "input megabytes (10^6) encoded per second",
             "number",
         ),
-        SummaryField(
-            "input_frames", "input frames", None, "frames (batch) of the input pixels", "integer"
-        ),
+        SummaryField("input_frames", "input frames", None, "frames (batch) of the input pixels", "integer"),
         SummaryField("latent_frames", "latent frames", None, "frames of a video latent", "integer"),
         SummaryField(
             "spatial_compression_ratio", "spatial compression", "ratio", "input H*W per latent H*W", "number"

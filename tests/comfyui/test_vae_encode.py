@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import types
 
 import pytest
 import torch
 from vae_encode_support import core_encode, core_encode_tiled, load_tiny_wan_vae, noise_image, run_node
 
+from monitors.vae.comfy_retry import COMFY_RETRY_TILERS
 from monitors.vocabulary import headline_text
 
 pytestmark = pytest.mark.comfyui
@@ -254,15 +256,50 @@ def test_comfyui_internal_retry_then_our_tiled_strategy_on_a_real_vae(comfy, tin
     output, step = run_node(
         comfy, pack_runtime, pixels=pixels, vae=tiny.vae, strategy="direct", tile_size=64, overlap=16
     )
-    assert attempts(step) == [("direct", "oom"), ("tiled", "ok")]
-    direct = step["details"]["attempts"][0]
-    assert direct["error_type"] == "OutOfMemoryError" and "simulated" in direct["error_message"]
+    assert attempts(step) == [("direct", "oom"), ("tiled (ComfyUI retry)", "oom"), ("tiled", "ok")]
+    direct, retry = step["details"]["attempts"][:2]
+    assert direct["caught_by_comfyui"] is True and retry["duration_s"] is not None
+    assert retry["error_type"] == "OutOfMemoryError" and "simulated" in retry["error_message"]
     assert any("retrying with tiled" in note for note in direct["notes"])
-    assert {"direct_out_of_memory", "comfy_internal_tiled_retry"} <= set(codes(step, "warning"))
+    assert "comfy_internal_tiled_retry" in codes(step, "warning")
+    assert step["summary"]["n_out_of_memory"] == 2
     monkeypatch.undo()
     with torch.inference_mode():
         expected = core_encode_tiled(comfy, tiny.vae, pixels, tile_size=64, overlap=16)
     assert torch.equal(latent_of(output), expected)
+
+
+class OomOnce(OomAbove):
+    """Runs out of memory on the first call only, as a direct encode under a cap that tiles fit."""
+
+    def __call__(self, x, *args, **kwargs):
+        if not self.calls:
+            self.calls.append(tuple(x.shape))
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 14.00 GiB (simulated)")
+        return super().__call__(x, *args, **kwargs)
+
+
+@pytest.mark.parametrize("log_level", [logging.INFO, logging.CRITICAL])
+def test_an_out_of_memory_comfyui_caught_and_tiled_is_counted(
+    comfy, tiny, pack_runtime, monkeypatch, log_level
+):
+    """ComfyUI's own VAE.encode catches the OOM and returns a tiled latent: the step counts the out
+    of memory, names the retry as the strategy used, and Prometheus counts it. With warnings hidden
+    by the log level the tiler call alone shows it."""
+    from comfy.sd import VAE
+
+    assert any(hasattr(VAE, name) for name in COMFY_RETRY_TILERS)  # the seam exists
+    monkeypatch.setattr(tiny.vae.first_stage_model, "encode", OomOnce(tiny.vae, 10**9))
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "level", log_level)
+    pixels = noise_image(1, 128, 128, seed=9)
+    output, step = run_node(comfy, pack_runtime, pixels=pixels, vae=tiny.vae, strategy="direct")
+    assert attempts(step) == [("direct", "oom"), ("tiled (ComfyUI retry)", "ok")]
+    summary = step["summary"]
+    assert summary["strategy_used"] == "tiled (ComfyUI retry)" and summary["n_out_of_memory"] == 1
+    assert "estimate_pessimistic" not in codes(step)
+    assert latent_of(output).shape == (1, 4, 16, 16)
+    assert not any(name in vars(tiny.vae) for name in COMFY_RETRY_TILERS)  # the VAE is left as it was
 
 
 def test_every_strategy_out_of_memory_fails_as_an_oom_or_gives_flagged_zeros(
@@ -277,7 +314,13 @@ def test_every_strategy_out_of_memory_fails_as_an_oom_or_gives_flagged_zeros(
     assert isinstance(error, mm.OOM_EXCEPTION) and isinstance(error, torch.cuda.OutOfMemoryError)
     assert "every strategy" in str(error) and "allow_dummy" in str(error)
     # The VAE runs on the CPU, so the cpu strategy would only repeat direct.
-    assert attempts(step) == [("direct", "oom"), ("tiled", "oom"), ("cpu", "skipped"), ("dummy", "skipped")]
+    assert attempts(step) == [
+        ("direct", "oom"),
+        ("tiled (ComfyUI retry)", "oom"),  # ComfyUI caught the first and retried tiled: ran out too
+        ("tiled", "oom"),
+        ("cpu", "skipped"),
+        ("dummy", "skipped"),
+    ]
     error, step = run_node(comfy, pack_runtime, pixels=pixels, vae=tiny.vae, strategy="cpu")
     assert isinstance(error, torch.cuda.OutOfMemoryError)
     assert attempts(step) == [("cpu", "oom"), ("dummy", "skipped")]

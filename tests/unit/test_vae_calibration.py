@@ -175,12 +175,49 @@ def test_an_out_of_memory_attempt_teaches_a_lower_bound_and_the_largest_ratio_wi
     # Ran out with 2 GiB free: the need exceeded 2 GiB, more than the 512 MiB it reached.
     assert samples[1].ratio == pytest.approx(2 * GiB / DIRECT_ESTIMATE)
     calibration = table.lookup(KEY)
-    assert calibration.ratio == pytest.approx(2 * GiB / DIRECT_ESTIMATE)
+    # The failed attempt is a lower bound, never a measured ratio: the measured ones stay apart.
+    assert calibration.ratio == pytest.approx(0.25)  # the tiled measurement
+    assert calibration.lower_bound_ratio == pytest.approx(2 * GiB / DIRECT_ESTIMATE)
+    assert calibration.factor == pytest.approx(2 * GiB / DIRECT_ESTIMATE)  # the bound decides, no margin
     assert (calibration.n_samples, calibration.n_ran_out) == (3, 1)
-    assert "1 of them out of memory (a lower bound)" in calibration.source
+    assert (
+        "1 ran out of memory: the need is at least 0.328 x the estimate (a lower bound" in calibration.source
+    )
     # The same encode again goes straight to tiles: no second failed attempt.
     again = chain(MeasuredVAE(probes, {}), probes, 2 * GiB, table)
     assert outcomes(again) == [("direct", SKIPPED), ("tiled", OK)]
+    direct = again.predictions["direct"]
+    assert direct.calibration_ratio == pytest.approx(0.25)
+    assert direct.calibration_lower_bound_ratio == pytest.approx(2 * GiB / DIRECT_ESTIMATE)
+    assert direct.needed_bytes == pytest.approx(2 * GiB, abs=1) and direct.fits is False  # need > bound
+
+
+def test_a_lower_bound_alone_is_no_measurement_and_never_gets_a_margin():
+    probes, table = fake_probes("1 GPU"), CalibrationTable()
+    table.record(KEY, 0.5, "direct", RAN_OUT, DIRECT_ESTIMATE, DIRECT_ESTIMATE // 2)
+    calibration = table.lookup(KEY)
+    assert calibration.ratio is None and calibration.lower_bound_ratio == 0.5 and calibration.factor == 0.5
+    assert "measured" not in calibration.source and "a lower bound, not a measurement" in calibration.source
+    # With exactly the bound free the need (which exceeded it) does not fit; with more it may.
+    at_bound = chain(MeasuredVAE(probes, {}), probes, DIRECT_ESTIMATE // 2, table)
+    prediction = at_bound.predictions["direct"]
+    assert prediction.needed_bytes == DIRECT_ESTIMATE // 2 and prediction.fits is False
+    assert prediction.calibration_ratio is None and prediction.calibration_margin is None
+    assert prediction.calibration_lower_bound_ratio == 0.5
+    assert outcomes(at_bound)[0] == ("direct", SKIPPED)
+    more = chain(MeasuredVAE(probes, {}), probes, DIRECT_ESTIMATE // 2 + 1, table)
+    assert more.predictions["direct"].fits is True and outcomes(more)[0] == ("direct", OK)
+
+
+def test_a_measured_ratio_with_margin_above_the_bound_decides_with_equal_fitting():
+    probes, table = fake_probes("1 GPU"), CalibrationTable()
+    table.record(KEY, 0.5, "direct")
+    table.record(KEY, 0.25, "direct", RAN_OUT, DIRECT_ESTIMATE, DIRECT_ESTIMATE // 4)
+    calibration = table.lookup(KEY)
+    assert calibration.factor == pytest.approx(0.5 * SAFETY_MARGIN)
+    needed = int(round(DIRECT_ESTIMATE * 0.5 * SAFETY_MARGIN))
+    result = chain(MeasuredVAE(probes, {}), probes, needed, table)
+    assert result.predictions["direct"].fits is True  # a measured need: equal fits
 
 
 def test_comfyui_retrying_inside_direct_counts_as_running_out():

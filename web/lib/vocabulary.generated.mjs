@@ -479,7 +479,7 @@ export const VOCABULARY = {
    "strategy_used": {
     "label": "strategy used",
     "unit": null,
-    "description": "direct, tiled, cpu or dummy; null when every strategy failed"
+    "description": "direct, tiled, cpu or dummy, or `tiled (ComfyUI retry)` when ComfyUI's own encode ran out of memory and tiled by itself; null when every strategy failed"
    },
    "strategy_requested": {
     "label": "strategy requested",
@@ -537,7 +537,7 @@ export const VOCABULARY = {
    "n_out_of_memory": {
     "label": "out of memory",
     "unit": "count",
-    "description": "attempts that ran out of memory"
+    "description": "attempts that ran out of memory, those ComfyUI's encode caught and retried tiled included"
    },
    "frames_per_s": {
     "label": "frames per second",
