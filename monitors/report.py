@@ -341,7 +341,9 @@ def max_gpu_peak(nodes) -> int | None:
     return max(values) if values else None
 
 
-def write_json_atomic(path: str, data: Mapping[str, Any], compact: bool = False, durable: bool = True) -> None:
+def write_json_atomic(
+    path: str, data: Mapping[str, Any], compact: bool = False, durable: bool = True
+) -> None:
     """Write JSON so readers see either the old file or the whole new one, never a partial file.
     `compact`: one line, by the json module's C encoder (an indented file takes its pure-Python
     encoder, several times the time, holding the GIL the prompt's threads need: the run store's

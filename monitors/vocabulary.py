@@ -50,7 +50,9 @@ def registry() -> dict[str, StepKindVocabulary]:
         )
         by_kind = {k.kind: k for k in kinds}
         if tuple(by_kind) != tuple(run_report.STEP_KINDS):
-            raise RuntimeError(f"vocabulary kinds {tuple(by_kind)} differ from STEP_KINDS {run_report.STEP_KINDS}")
+            raise RuntimeError(
+                f"vocabulary kinds {tuple(by_kind)} differ from STEP_KINDS {run_report.STEP_KINDS}"
+            )
         _REGISTRY = by_kind
     return _REGISTRY
 
@@ -83,18 +85,48 @@ def key(kind: str, name: str) -> str:
 # device), its label, and the reason key of `unknown_reasons` that explains it when unread. One
 # declaration for the panel (generated into web/lib/vocabulary.generated.mjs) and the HTML report.
 MEMORY_ROWS: tuple[dict[str, Any], ...] = (
-    {"group": None, "field": "process_rss_bytes", "label": "process RSS", "reason": None,
-     "description": "resident memory of this process"},
-    {"group": "system_ram", "field": "used_bytes", "label": "RAM used", "reason": "system_ram",
-     "description": "system RAM in use (all processes)"},
-    {"group": "system_ram", "field": "available_bytes", "label": "RAM available", "reason": "system_ram",
-     "description": "system RAM available; its extreme is the low point, not a peak"},
-    {"group": "gpu", "field": "allocated_bytes", "label": "allocated", "reason": None,
-     "description": "torch allocator: memory held by tensors"},
-    {"group": "gpu", "field": "reserved_bytes", "label": "reserved", "reason": None,
-     "description": "torch allocator: memory reserved by its caching allocator"},
-    {"group": "gpu", "field": "nvml_used_bytes", "label": "NVML used", "reason": "gpu_nvml",
-     "description": "device memory in use as NVML reports it (all processes)"},
+    {
+        "group": None,
+        "field": "process_rss_bytes",
+        "label": "process RSS",
+        "reason": None,
+        "description": "resident memory of this process",
+    },
+    {
+        "group": "system_ram",
+        "field": "used_bytes",
+        "label": "RAM used",
+        "reason": "system_ram",
+        "description": "system RAM in use (all processes)",
+    },
+    {
+        "group": "system_ram",
+        "field": "available_bytes",
+        "label": "RAM available",
+        "reason": "system_ram",
+        "description": "system RAM available; its extreme is the low point, not a peak",
+    },
+    {
+        "group": "gpu",
+        "field": "allocated_bytes",
+        "label": "allocated",
+        "reason": None,
+        "description": "torch allocator: memory held by tensors",
+    },
+    {
+        "group": "gpu",
+        "field": "reserved_bytes",
+        "label": "reserved",
+        "reason": None,
+        "description": "torch allocator: memory reserved by its caching allocator",
+    },
+    {
+        "group": "gpu",
+        "field": "nvml_used_bytes",
+        "label": "NVML used",
+        "reason": "gpu_nvml",
+        "description": "device memory in use as NVML reports it (all processes)",
+    },
 )
 MEMORY_NOT_READ_REASON = "not read by this span"
 

@@ -86,6 +86,11 @@ class Probes:
                 self._remember_failure(f"torch.memory.{counter}", reason)
         return values
 
+    def gpu_process_limit(self, index: int) -> dict | None:
+        """{fraction, total_bytes, limit_bytes}: the per-process memory fraction torch's allocator
+        holds this process to on device `index`; None (with the reason kept) where unknown."""
+        return self.call("torch.process_limit", self.torch.process_limit, index)
+
     def reset_torch_peak(self, index: int) -> bool:
         return bool(self.call("torch.reset_peak", self.torch.reset_peak, index))
 

@@ -73,6 +73,8 @@ class FakeTorchAllocator:
             for _ in range(n_devices)
         ]
         self.gpu_clock_s = [0.0 for _ in range(n_devices)]  # where each device's queue has got to
+        self.total_bytes = [24 * GiB for _ in range(n_devices)]
+        self.memory_fractions = [1.0 for _ in range(n_devices)]  # set_per_process_memory_fraction
         self.fail: set[str] = set()
 
     def _check(self, method):
@@ -121,6 +123,11 @@ class FakeTorchAllocator:
             values["peak_allocated_bytes"] = None
             values["peak_reserved_bytes"] = None
         return values
+
+    def process_limit(self, index):
+        self._check("process_limit")
+        total, fraction = self.total_bytes[index], self.memory_fractions[index]
+        return {"fraction": fraction, "total_bytes": total, "limit_bytes": int(total * fraction)}
 
     def reset_peak(self, index):
         self._check("reset_peak")

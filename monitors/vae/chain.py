@@ -35,6 +35,7 @@ from .calibration import (
     calibration_key,
 )
 from .comfy_retry import CAUGHT_MESSAGE, CAUGHT_REASON, RETRY_REASON, RETRY_STRATEGY, RetryWatch
+from .free_memory import as_free_memory
 from .geometry import (
     Prediction,
     _weights_to_load,
@@ -197,10 +198,12 @@ class VAEChain:
         if self.result.device is None:
             return None
         try:
-            return self.options.free_memory(self.result.device)
+            reading = as_free_memory(self.options.free_memory(self.result.device))
         except Exception as exc:
             self.result.monitor_errors.append(f"free memory: {type(exc).__name__}: {exc}")
             return None
+        self.result.free_memory_manager = self.result.free_memory_manager or reading.manager
+        return reading.free_bytes
 
     def _run_plan(self, plan: tuple[str, ...]) -> None:
         result = self.result

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ..report import Finding
 from ..tensor_stats import describe_tensor
+from .free_memory import as_free_memory
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +227,10 @@ class Prediction:
     calibration_unknown_reason: str | None = None  # why the raw estimate was used
     # at least this x the estimate: earlier attempts ran out of memory (a bound, never a measurement)
     calibration_lower_bound_ratio: float | None = None
+    free_memory_manager: str | None = (
+        None  # ComfyUI's manager read: dynamic | estimate-based (free_memory.py)
+    )
+    free_memory_source: str | None = None  # how free_bytes was made (per-process cap, reserve, ...)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -277,15 +282,16 @@ def predict(
             log.debug("pipeline monitor: memory_used_encode(%s) failed: %s", shape, exc)
             estimate_reason = f"memory_used_encode: {type(exc).__name__}: {exc}"
     weights, weights_reason = _weights_to_load(vae, device)
-    free, free_reason = None, None
+    free, free_reason, reading = None, None, as_free_memory(None)
     if device is None:
         free_reason = "the VAE has no device"
     else:
         try:
-            free = free_memory(device)
+            reading = as_free_memory(free_memory(device))
         except Exception as exc:  # the reading is advice: the prediction stays, unknown, with why
             free_reason = f"{type(exc).__name__}: {exc}"
         else:
+            free = reading.free_bytes
             if free is None:
                 free_reason = f"no free-memory reading for {device}"
     calibrated, calibration_reason, ratio, margin, source = None, None, None, None, None
@@ -324,6 +330,8 @@ def predict(
         calibration_source=source,
         calibration_unknown_reason=calibration_reason,
         calibration_lower_bound_ratio=lower_bound,
+        free_memory_manager=reading.manager,
+        free_memory_source=reading.source,
     )
 
 

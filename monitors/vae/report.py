@@ -118,6 +118,7 @@ def memory_figures(result: ChainResult) -> dict:
         if result.free_before_bytes is None or result.free_after_bytes is None
         else result.free_after_bytes - result.free_before_bytes
     )
+    figures.update(driver_free_figures(span, gpu))
     if _on_cpu(result.device):
         figures.update(
             free_memory_before_bytes=None,
@@ -135,6 +136,28 @@ def memory_figures(result: ChainResult) -> dict:
         cleanup_reclaimed_bytes=result.cleanup_reclaimed_bytes,
     )
     return figures
+
+
+def _driver_free(snapshot, gpu: str | None) -> int | None:
+    for reading in getattr(snapshot, "gpus", ()) if gpu else ():
+        if (
+            reading.device == gpu
+            and reading.nvml_total_bytes is not None
+            and reading.nvml_used_bytes is not None
+        ):
+            return int(reading.nvml_total_bytes - reading.nvml_used_bytes)
+    return None
+
+
+def driver_free_figures(span, gpu: str | None) -> dict:
+    """The driver's free memory (NVML) at the encode's start and end: unlike ComfyUI's figure it
+    counts torch's cached blocks as used, so the encode's own reserved memory moves it."""
+    before, after = _driver_free(span.baseline, gpu), _driver_free(span.end, gpu)
+    return {
+        "gpu_driver_free_before_bytes": before,
+        "gpu_driver_free_after_bytes": after,
+        "gpu_driver_free_change_bytes": None if before is None or after is None else after - before,
+    }
 
 
 def _attempt(result: ChainResult, strategy: str):
@@ -299,6 +322,7 @@ def build_step(
         if direct_prediction is None
         else direct_prediction.calibration_source or direct_prediction.calibration_unknown_reason,
         "direct_free_bytes": None if direct_prediction is None else direct_prediction.free_bytes,
+        "free_memory_manager": result.free_memory_manager,
         "direct_predicted_to_fit": None if direct_prediction is None else direct_prediction.fits,
         "direct_prediction_held": None if direct_attempt is None else direct_attempt.prediction_held,
         "used_prediction_held": None if used_attempt is None else used_attempt.prediction_held,

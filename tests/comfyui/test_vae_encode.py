@@ -9,6 +9,7 @@ import pytest
 import torch
 from vae_encode_support import core_encode, core_encode_tiled, load_tiny_wan_vae, noise_image, run_node
 
+from monitors.probes.fake import fake_probes
 from monitors.vae.comfy_retry import COMFY_RETRY_TILERS
 from monitors.vocabulary import headline_text
 
@@ -204,10 +205,37 @@ def test_the_gpu_free_memory_counts_what_comfyui_would_unload_less_its_reserve(c
     monkeypatch.setattr(mm, "get_free_memory", lambda device: {gpu: 1000 * mib}[device])
     reserve = {"bytes": 100 * mib}
     monkeypatch.setattr(mm, "extra_reserved_memory", lambda: reserve["bytes"])
-    read = comfy.pack_module("nodes.vae_encode_node").free_memory_reader(tiny.vae)
-    assert read("cuda:0") == (1000 + 300 - 100) * mib
+    probes = fake_probes("no GPU")  # no process cap known: the device side stands
+    read = comfy.pack_module("nodes.vae_encode_node").free_memory_reader(tiny.vae, probes)
+    assert read("cuda:0").free_bytes == (1000 + 300 - 100) * mib
+    assert read("cuda:0").manager == "estimate-based"
     reserve["bytes"] = 2000 * mib
-    assert read("cuda:0") == 0  # a reserve larger than what there is: nothing, not a negative
+    assert read("cuda:0").free_bytes == 0  # a reserve larger than what there is: nothing, not a negative
+
+
+def test_the_gpu_free_memory_honours_the_process_fraction_and_the_patchers_headroom(comfy, tiny, monkeypatch):
+    """Under set_per_process_memory_fraction the process can get its cap less what it allocated,
+    whatever the device has free; on 0.33 the patcher's get_free_memory (free plus dynamic VRAM
+    headroom) is what the VAE's own encode reads, and a dynamic patcher names its manager."""
+    import comfy.model_management as mm
+
+    mib = 1024**2
+    monkeypatch.setattr(mm, "current_loaded_models", [])
+    monkeypatch.setattr(mm, "get_free_memory", lambda device: 138 * 1024 * mib)
+    monkeypatch.setattr(mm, "extra_reserved_memory", lambda: 0)
+    probes = fake_probes("1 GPU")
+    probes.torch.total_bytes[0], probes.torch.memory_fractions[0] = 140 * 1024 * mib, 3 / 140
+    probes.torch.allocate(0, 1024 * mib)
+    read = comfy.pack_module("nodes.vae_encode_node").free_memory_reader(tiny.vae, probes)
+    reading = read("cuda:0")
+    assert reading.free_bytes == 2048 * mib and reading.capped_by_process_limit
+    view = types.SimpleNamespace(
+        patcher=types.SimpleNamespace(get_free_memory=lambda device: 500 * mib, is_dynamic=lambda: True)
+    )
+    probes.torch.memory_fractions[0] = 1.0
+    dynamic = comfy.pack_module("nodes.vae_encode_node").free_memory_reader(view, probes)("cuda:0")
+    assert dynamic.free_bytes == 500 * mib and dynamic.manager == "dynamic"
+    assert "ModelPatcher.get_free_memory" in dynamic.source
 
 
 def test_auto_goes_straight_to_tiled_when_the_estimate_does_not_fit(

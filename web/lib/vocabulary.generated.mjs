@@ -622,7 +622,7 @@ export const VOCABULARY = {
    "direct_free_bytes": {
     "label": "free for direct",
     "unit": "bytes",
-    "description": "free device memory when direct was predicted",
+    "description": "memory this process could get on the device when direct was predicted: ComfyUI's free memory (cached blocks included) plus unloadable models less its reserve, capped by the per-process memory fraction",
     "processWide": true
    },
    "direct_predicted_to_fit": {
@@ -708,19 +708,42 @@ export const VOCABULARY = {
    "free_memory_before_bytes": {
     "label": "free memory before",
     "unit": "bytes",
-    "description": "free device memory before the encode",
+    "description": "memory this process could get before the encode (as direct_free_bytes; cached blocks count as free, so the encode's own cache growth does not move it: see gpu_driver_free_*)",
     "processWide": true
    },
    "free_memory_after_bytes": {
     "label": "free memory after",
     "unit": "bytes",
-    "description": "free device memory after the encode",
+    "description": "memory this process could get after the encode (as free_memory_before_bytes)",
     "processWide": true
    },
    "free_memory_change_bytes": {
     "label": "free memory change",
     "unit": "bytes",
     "description": "free memory after minus before",
+    "processWide": true
+   },
+   "free_memory_manager": {
+    "label": "memory manager",
+    "unit": null,
+    "description": "which ComfyUI memory manager the free-memory figures read: dynamic (dynamic VRAM) or estimate-based; null when no ComfyUI figure was read"
+   },
+   "gpu_driver_free_before_bytes": {
+    "label": "driver free before",
+    "unit": "bytes",
+    "description": "the driver's free device memory (NVML total - used) when the encode started: what the encode's own reserved memory (and other processes) move",
+    "processWide": true
+   },
+   "gpu_driver_free_after_bytes": {
+    "label": "driver free after",
+    "unit": "bytes",
+    "description": "the driver's free device memory (NVML total - used) when the encode ended",
+    "processWide": true
+   },
+   "gpu_driver_free_change_bytes": {
+    "label": "driver free change",
+    "unit": "bytes",
+    "description": "driver free after minus before: down by what the encode left reserved",
     "processWide": true
    },
    "free_memory_change_pct": {
@@ -1318,6 +1341,10 @@ export const KEYS = /** @type {const} */ ({
   "free_memory_before_bytes": "free_memory_before_bytes",
   "free_memory_after_bytes": "free_memory_after_bytes",
   "free_memory_change_bytes": "free_memory_change_bytes",
+  "free_memory_manager": "free_memory_manager",
+  "gpu_driver_free_before_bytes": "gpu_driver_free_before_bytes",
+  "gpu_driver_free_after_bytes": "gpu_driver_free_after_bytes",
+  "gpu_driver_free_change_bytes": "gpu_driver_free_change_bytes",
   "free_memory_change_pct": "free_memory_change_pct",
   "cleanup_reclaimed_bytes": "cleanup_reclaimed_bytes"
  },
