@@ -130,6 +130,12 @@ MEMORY_ROWS: tuple[dict[str, Any], ...] = (
 )
 MEMORY_NOT_READ_REASON = "not read by this span"
 
+# The GPU figures of a node row: short label (a column) and what each measures (its title).
+NODE_GPU_FIGURES = {
+    "gpu_time_s": {"label": "GPU span", "description": run_report.GPU_TIME_CAVEAT},
+    "gpu_busy_s": {"label": "GPU busy", "description": run_report.GPU_BUSY_CAVEAT},
+}
+
 
 # -- formatting (HTML report and node text; web/lib/format.mjs mirrors it) -------------------------
 

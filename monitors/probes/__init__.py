@@ -118,6 +118,14 @@ class Probes:
     def gpu_count(self) -> int:
         return max(self.torch_device_count(), self.nvml_device_count())
 
+    def gpu_utilization_samples(self, index: int, since_unix_s: float) -> list[tuple[float, float]] | None:
+        """NVML utilization samples of device `index` newer than `since_unix_s` ((unix s, pct)
+        pairs, oldest first); None where NVML cannot say (no NVML, no such device, a failed read)."""
+        if index >= self.nvml_device_count():
+            return None
+        samples = self.call("nvml.utilization_samples", self.nvml.utilization_samples, index, since_unix_s)
+        return None if samples is None else sorted(samples)
+
     # -- snapshots ----------------------------------------------------------------------------
     def snapshot(self, detail: str = DETAIL_FULL) -> Snapshot:
         full = detail == DETAIL_FULL

@@ -1550,3 +1550,15 @@ export const DEEP_PROFILE_FIELDS = {
   }
  }
 };
+
+/** A node row's GPU figures: column label and what each measures (monitors/vocabulary.py NODE_GPU_FIGURES). @type {Record<string, {label: string, description: string}>} */
+export const NODE_GPU_FIGURES = {
+ "gpu_time_s": {
+  "label": "GPU span",
+  "description": "GPU span (gpu_time_s) is the time between CUDA events recorded on the current stream of the current device when the node starts and ends: the node's span on that stream, idle time included. A node that waits for the GPU (a save, a loader that synchronises) gets its whole wall time; it also counts work queued before the node that was still running, and misses the node's kernels on other streams or devices. Wall time is when the host ran the node."
+ },
+ "gpu_busy_s": {
+  "label": "GPU busy",
+  "description": "GPU busy (gpu_busy_s) is the time a kernel ran on that device within the node's window, from NVML's utilization samples: an idle node shows about 0. It counts other processes' kernels on the same GPU, is good to about one sampling period (1/6 s to 1 s) at each end, and is unknown for a node shorter than that period."
+ }
+};
