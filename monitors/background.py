@@ -25,9 +25,7 @@ class BackgroundWorker:
         self.name = name
         self.idle_exit_s = idle_exit_s
         self._cond = threading.Condition()
-        self._tasks: list[
-            tuple[float, int, Callable[[], object]]
-        ] = []  # heap: (due monotonic s, order, task)
+        self._tasks: list[tuple[float, int, Callable[[], object]]] = []  # heap: (due monotonic s, order, task)
         self._order = itertools.count()
         self._undone_now = 0  # tasks submitted without a delay that have not finished
         self._thread: threading.Thread | None = None

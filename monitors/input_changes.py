@@ -103,11 +103,7 @@ def snapshot(prompt: Mapping | None) -> Snapshot | None:
             if len(taken) >= MAX_INPUTS_PER_SNAPSHOT:
                 return taken
             text = _text(value)
-            taken[(str(node_id), str(name))] = (
-                class_type,
-                _fingerprint(value, text),
-                _cut(text, MAX_VALUE_CHARS),
-            )
+            taken[(str(node_id), str(name))] = (class_type, _fingerprint(value, text), _cut(text, MAX_VALUE_CHARS))
     return taken
 
 

@@ -169,13 +169,7 @@ HAND_WRITTEN: tuple[Figure, ...] = (
     F("node RSS at start", "TXT", "nodes[].rss_start_bytes", "bytes", "/proc RSS at the node's start"),
     F("node RSS at end", "TXT", "nodes[].rss_end_bytes", "bytes", "/proc RSS at the node's end"),
     F("node RSS change", "TXT", "nodes[].rss_change_bytes", "bytes", "end minus start"),
-    F(
-        "node peak RSS",
-        "TXT",
-        "nodes[].peak_rss_bytes",
-        "bytes",
-        "VmHWM since the previous node ended (reset there)",
-    ),
+    F("node peak RSS", "TXT", "nodes[].peak_rss_bytes", "bytes", "VmHWM since the previous node ended (reset there)"),
     F("node peak RSS above start", "TXT", "nodes[].peak_rss_above_start_bytes", "bytes", "peak minus start"),
     F("node peak RSS time", "TXT", "nodes[].peak_rss_at_s", "s", "seconds after the node's start"),
     F(

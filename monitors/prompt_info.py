@@ -78,9 +78,7 @@ def workflow_from_extra_data(extra_data) -> dict | None:
     return {
         "name": name,
         "id": graph_id if isinstance(graph_id, str) and graph_id else None,
-        "name_unknown_reason": None
-        if name
-        else "the prompt's workflow carries no name (queued without the panel)",
+        "name_unknown_reason": None if name else "the prompt's workflow carries no name (queued without the panel)",
     }
 
 

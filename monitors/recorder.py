@@ -75,9 +75,7 @@ class RunRecorder:
         self._lock = threading.RLock()
         self._last_steps: OrderedDict[tuple, StepReport] = OrderedDict()
         # on disk beside the reports, so the first run after a restart still shows its changes
-        self._input_history = InputHistory(
-            files=store.input_files() if hasattr(store, "input_files") else None
-        )
+        self._input_history = InputHistory(files=store.input_files() if hasattr(store, "input_files") else None)
         self.system_info: dict | None = None
         # set by the framework adapter's start-up self-check; copied into every report
         self.missing_seams: tuple[str, ...] = ()

@@ -22,9 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # 2: unit suffixes on summary keys (e.g. model_relative_change -> model_relative_change_ratio);
-# version 1 reports are read through monitors.vocabulary.upgrade_report.
-SCHEMA_VERSION = 2
-READABLE_SCHEMA_VERSIONS = (1, 2)
+# 3: one meaning per name: conditioning's encode_peak_above_start_bytes (GPU allocated on a GPU,
+# RSS on a CPU) split into encode_peak_gpu_allocated_above_start_bytes and
+# encode_peak_rss_above_start_bytes; node rows gain gpu_busy_s; the VAE step its free-memory
+# manager and the driver's free memory. Older reports are read through
+# monitors.vocabulary.upgrade_report.
+SCHEMA_VERSION = 3
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 
 RUN_STATUSES = ("running", "success", "error", "interrupted")
 NODE_STATUSES = ("executed", "cached", "error", "interrupted")
@@ -351,9 +355,7 @@ def max_gpu_peak(nodes) -> int | None:
     return max(values) if values else None
 
 
-def write_json_atomic(
-    path: str, data: Mapping[str, Any], compact: bool = False, durable: bool = True
-) -> None:
+def write_json_atomic(path: str, data: Mapping[str, Any], compact: bool = False, durable: bool = True) -> None:
     """Write JSON so readers see either the old file or the whole new one, never a partial file.
     `compact`: one line, by the json module's C encoder (an indented file takes its pure-Python
     encoder, several times the time, holding the GIL the prompt's threads need: the run store's

@@ -130,11 +130,7 @@ class Span:
     """Measure one stretch of work. Use as a context manager or with start()/stop()."""
 
     def __init__(
-        self,
-        name: str = "span",
-        probes: Probes | None = None,
-        detail: str = DETAIL_FULL,
-        chained: bool = False,
+        self, name: str = "span", probes: Probes | None = None, detail: str = DETAIL_FULL, chained: bool = False
     ):
         self.name = name
         self.detail = detail

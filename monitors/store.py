@@ -203,9 +203,7 @@ class RunStore:
         at most as many as report files are kept (and the in-memory history's bound)."""
         if self.inputs_dir is None:
             return None
-        return InputFiles(
-            self.inputs_dir, max_files=lambda: min(self.max_files, MAX_WORKFLOWS), submit=self.submit
-        )
+        return InputFiles(self.inputs_dir, max_files=lambda: min(self.max_files, MAX_WORKFLOWS), submit=self.submit)
 
     def flush(self) -> None:
         """Finish every pending report now and wait until it is on disk."""
@@ -315,9 +313,7 @@ class RunStore:
         """The prompt id of the newest run kept in memory that was queued from `workflow_name`
         (besides `other_than`), or None; converts nothing."""
         with self._lock:
-            kept = [
-                (k, self._runs[k], self._summaries.get(k)) for k in reversed(self._runs) if k != other_than
-            ]
+            kept = [(k, self._runs[k], self._summaries.get(k)) for k in reversed(self._runs) if k != other_than]
         for run_id, data, summary in kept:
             if isinstance(data, RunReport):
                 name = (data.workflow or {}).get("name")

@@ -50,9 +50,7 @@ def registry() -> dict[str, StepKindVocabulary]:
         )
         by_kind = {k.kind: k for k in kinds}
         if tuple(by_kind) != tuple(run_report.STEP_KINDS):
-            raise RuntimeError(
-                f"vocabulary kinds {tuple(by_kind)} differ from STEP_KINDS {run_report.STEP_KINDS}"
-            )
+            raise RuntimeError(f"vocabulary kinds {tuple(by_kind)} differ from STEP_KINDS {run_report.STEP_KINDS}")
         _REGISTRY = by_kind
     return _REGISTRY
 
@@ -85,48 +83,18 @@ def key(kind: str, name: str) -> str:
 # device), its label, and the reason key of `unknown_reasons` that explains it when unread. One
 # declaration for the panel (generated into web/lib/vocabulary.generated.mjs) and the HTML report.
 MEMORY_ROWS: tuple[dict[str, Any], ...] = (
-    {
-        "group": None,
-        "field": "process_rss_bytes",
-        "label": "process RSS",
-        "reason": None,
-        "description": "resident memory of this process",
-    },
-    {
-        "group": "system_ram",
-        "field": "used_bytes",
-        "label": "RAM used",
-        "reason": "system_ram",
-        "description": "system RAM in use (all processes)",
-    },
-    {
-        "group": "system_ram",
-        "field": "available_bytes",
-        "label": "RAM available",
-        "reason": "system_ram",
-        "description": "system RAM available; its extreme is the low point, not a peak",
-    },
-    {
-        "group": "gpu",
-        "field": "allocated_bytes",
-        "label": "allocated",
-        "reason": None,
-        "description": "torch allocator: memory held by tensors",
-    },
-    {
-        "group": "gpu",
-        "field": "reserved_bytes",
-        "label": "reserved",
-        "reason": None,
-        "description": "torch allocator: memory reserved by its caching allocator",
-    },
-    {
-        "group": "gpu",
-        "field": "nvml_used_bytes",
-        "label": "NVML used",
-        "reason": "gpu_nvml",
-        "description": "device memory in use as NVML reports it (all processes)",
-    },
+    {"group": None, "field": "process_rss_bytes", "label": "process RSS", "reason": None,
+     "description": "resident memory of this process"},
+    {"group": "system_ram", "field": "used_bytes", "label": "RAM used", "reason": "system_ram",
+     "description": "system RAM in use (all processes)"},
+    {"group": "system_ram", "field": "available_bytes", "label": "RAM available", "reason": "system_ram",
+     "description": "system RAM available; its extreme is the low point, not a peak"},
+    {"group": "gpu", "field": "allocated_bytes", "label": "allocated", "reason": None,
+     "description": "torch allocator: memory held by tensors"},
+    {"group": "gpu", "field": "reserved_bytes", "label": "reserved", "reason": None,
+     "description": "torch allocator: memory reserved by its caching allocator"},
+    {"group": "gpu", "field": "nvml_used_bytes", "label": "NVML used", "reason": "gpu_nvml",
+     "description": "device memory in use as NVML reports it (all processes)"},
 )
 MEMORY_NOT_READ_REASON = "not read by this span"
 
@@ -289,14 +257,40 @@ def upgrade_summary(kind: str, summary: Mapping[str, Any], from_version: int) ->
     return {renames.get(k, k): v for k, v in summary.items()}
 
 
+def _largest_of_encoders(details: Any, key: str) -> int | float | None:
+    encode = details.get("encode") if isinstance(details, Mapping) else None
+    encoders = encode.get("encoders") if isinstance(encode, Mapping) else None
+    values = [
+        e.get(key) for e in encoders or () if isinstance(e, Mapping) and isinstance(e.get(key), (int, float))
+    ]
+    return max(values) if values else None
+
+
+def _upgrade_v2_summary(kind: str, summary: dict, details: Any) -> dict:
+    """Version 2 -> 3: a figure whose meaning changed with the machine is split by what it is,
+    from the per-encoder figures the step's details kept."""
+    if kind == "conditioning" and "encode_peak_above_start_bytes" in summary:
+        summary.pop("encode_peak_above_start_bytes")
+        for key in ("peak_gpu_allocated_above_start_bytes", "peak_rss_above_start_bytes"):
+            summary[f"encode_{key}"] = _largest_of_encoders(details, key)
+    return summary
+
+
 def upgrade_report(report: Mapping[str, Any]) -> dict:
-    """A report of schema_version 1 in version 2 names (a copy); other versions as they are."""
+    """A report of schema_version 1 or 2 in the current names (a copy); other versions as they are."""
     version = report.get("schema_version")
-    if version != 1:
+    if version not in (1, 2):
         return dict(report)
     out = dict(report)
     out["steps"] = [
-        {**step, "summary": upgrade_summary(step.get("kind"), step.get("summary") or {}, 1)}
+        {
+            **step,
+            "summary": _upgrade_v2_summary(
+                step.get("kind"),
+                upgrade_summary(step.get("kind"), step.get("summary") or {}, version),
+                step.get("details"),
+            ),
+        }
         if isinstance(step, Mapping)
         else step
         for step in report.get("steps") or []

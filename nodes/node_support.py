@@ -16,7 +16,6 @@ from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
 
-
 def hidden_inputs(cls) -> tuple[str | None, Mapping | None]:
     """(node id, API-format prompt) that ComfyUI hands a V3 node."""
     hidden = getattr(cls, "hidden", None)

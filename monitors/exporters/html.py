@@ -179,9 +179,7 @@ def problems_html(report: Mapping) -> str:
     findings = []
     for step in report.get("steps") or []:
         where = f"{step.get('kind')} #{step.get('node_id')}"
-        verdict = (
-            (step.get("summary") or {}).get(_verdict_key()) if step.get("kind") == "tensor_compare" else None
-        )
+        verdict = (step.get("summary") or {}).get(_verdict_key()) if step.get("kind") == "tensor_compare" else None
         for finding in step.get("findings") or []:
             level = finding.get("level") or "info"
             if level == "info" and verdict is not None and finding.get("message") == verdict:
@@ -221,9 +219,9 @@ def nodes_table(report: Mapping) -> str:
             f"<tr><td>#{esc(n.get('node_id'))} {esc(n.get('title') or '')}</td><td class=mono>{esc(n.get('class_type'))}</td>"
             f"<td>{esc(n.get('status'))}</td><td class=num>{esc(format_seconds(n.get('start_offset_s')))}</td>"
             f"<td class=num>{esc(format_seconds(n.get('duration_s')))}</td>"
-            f'<td class=num title="{esc(n.get("gpu_time_unknown_reason") or "")}">'
+            f"<td class=num title=\"{esc(n.get('gpu_time_unknown_reason') or '')}\">"
             f"{esc(format_seconds(n['gpu_time_s']) if n.get('gpu_time_s') is not None else '–')}</td>"
-            f'<td class=num title="{esc(n.get("gpu_busy_unknown_reason") or "")}">'
+            f"<td class=num title=\"{esc(n.get('gpu_busy_unknown_reason') or '')}\">"
             f"{esc(format_seconds(n['gpu_busy_s']) if n.get('gpu_busy_s') is not None else '–')}</td>"
             f"<td class=num>{esc(format_bytes(n.get('peak_rss_bytes')) if n.get('peak_rss_bytes') is not None else '–')}</td>"
             f"<td class=num>{esc(format_value('peak_bytes', n.get('peak_rss_above_start_bytes')))}</td>"
@@ -252,30 +250,18 @@ def _memory_cells(fig: Any, reason: str) -> tuple[list[str], str]:
 
     change = f.get("change")
     change_text = (
-        "±0"
-        if change == 0
-        else f"{'+' if isinstance(change, (int, float)) and change > 0 else ''}{format_bytes(change)}"
+        "±0" if change == 0 else f"{'+' if isinstance(change, (int, float)) and change > 0 else ''}{format_bytes(change)}"
     )
     # the low point of available RAM says so: the column is headed "peak"
-    when = (
-        f"{'low ' if low else ''}@ {format_seconds(at_s)}"
-        if isinstance(at_s, (int, float))
-        else "low"
-        if low
-        else ""
-    )
+    when = f"{'low ' if low else ''}@ {format_seconds(at_s)}" if isinstance(at_s, (int, float)) else "low" if low else ""
     when = f'<br><span class="muted">{esc(when)}</span>' if when else ""
     top = (
         na
         if not isinstance(extreme, (int, float))
         else f'<td class=num title="{"lowest" if low else "highest"} during the step">{esc(format_bytes(extreme))}{when}</td>'
     )
-    cells = [
-        number(f.get("baseline"), format_bytes(f.get("baseline"))),
-        number(f.get("end"), format_bytes(f.get("end"))),
-        number(change, change_text),
-        top,
-    ]
+    cells = [number(f.get("baseline"), format_bytes(f.get("baseline"))), number(f.get("end"), format_bytes(f.get("end"))),
+             number(change, change_text), top]
     baseline = f.get("baseline")
     bar = ""
     if not low and isinstance(extreme, (int, float)) and extreme > 0 and isinstance(baseline, (int, float)):
@@ -326,9 +312,7 @@ def memory_html(details: Any, node_classes: Mapping[str, str] | None = None) -> 
     def add(decl: Mapping, fig: Any, row_label: str) -> None:
         reason = (decl["reason"] and reasons.get(decl["reason"])) or vocabulary.MEMORY_NOT_READ_REASON
         cells, bar = _memory_cells(fig, reason)
-        rows.append(
-            f'<tr><td title="{esc(decl["description"])}">{esc(row_label)}{bar}</td>{"".join(cells)}</tr>'
-        )
+        rows.append(f'<tr><td title="{esc(decl["description"])}">{esc(row_label)}{bar}</td>{"".join(cells)}</tr>')
 
     ram = picture.get("system_ram") if isinstance(picture.get("system_ram"), Mapping) else {}
     for decl in vocabulary.MEMORY_ROWS:
@@ -391,7 +375,7 @@ def system_html(system: Mapping) -> str:
     if not system:
         return '<p class="muted">No system information.</p>'
     rows = "".join(
-        f'<tr><th title="{esc(key)}">{esc(label(None, str(key)))}</th><td>{esc(format_value(str(key), value))}</td></tr>'
+        f"<tr><th title=\"{esc(key)}\">{esc(label(None, str(key)))}</th><td>{esc(format_value(str(key), value))}</td></tr>"
         for key, value in system.items()
     )
     return f"<table>{rows}</table>"
@@ -407,11 +391,7 @@ def input_changes_html(report: Mapping) -> str:
         return "<p>inputs: first run of this workflow</p>"
     if not isinstance(rows, list):
         reason = changes.get("unknown_reason")
-        return (
-            f'<p class="muted">inputs changed: unknown ({esc(reason)})</p>'
-            if changes.get("compared_with_prompt_id")
-            else ""
-        )
+        return f'<p class="muted">inputs changed: unknown ({esc(reason)})</p>' if changes.get("compared_with_prompt_id") else ""
     if not rows:
         return "<p>inputs: none changed since the last run</p>"
     body = "".join(
@@ -448,8 +428,7 @@ def render_html(report: Mapping) -> str:
     title = f"{workflow_name} · {prompt_id}" if workflow_name else prompt_id
     node_classes = {str(n.get("node_id")): n.get("class_type") for n in nodes if n.get("class_type")}
     steps = (
-        "".join(step_html(s, node_classes) for s in report.get("steps") or [])
-        or '<p class="muted">No monitor steps.</p>'
+        "".join(step_html(s, node_classes) for s in report.get("steps") or []) or '<p class="muted">No monitor steps.</p>'
     )
     return (
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"

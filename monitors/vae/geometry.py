@@ -217,10 +217,9 @@ class Prediction:
     estimate_bytes_unknown_reason: str | None = None
     weights_to_load_bytes_unknown_reason: str | None = None
     free_bytes_unknown_reason: str | None = None
-    # needed_bytes = weights + estimate x max(calibration_ratio x calibration_margin,
-    # calibration_lower_bound_ratio) when earlier encodes measured this VAE (calibration.py);
-    # estimate_bytes stays the VAE's own figure.
-    calibration_ratio: float | None = None  # largest measured / estimated of earlier finished attempts
+    # needed_bytes = weights + estimate x calibration_ratio x calibration_margin when earlier
+    # encodes measured this VAE (calibration.py); estimate_bytes stays the VAE's own figure.
+    calibration_ratio: float | None = None  # largest measured / estimated of the earlier attempts
     calibration_margin: float | None = None
     calibrated_estimate_bytes: int | None = None
     calibration_source: str | None = None  # "calibrated from 3 earlier encode attempts of WanVAE on cuda ..."

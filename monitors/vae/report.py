@@ -315,9 +315,7 @@ def build_step(
         "input_mb_per_s": None if throughput_reason else _ratio((pixels.get("bytes") or 0) / MB, duration),
         "direct_needed_bytes": None if direct_prediction is None else direct_prediction.needed_bytes,
         "direct_estimate_bytes": None if direct_prediction is None else direct_prediction.estimate_bytes,
-        "direct_calibration_ratio": None
-        if direct_prediction is None
-        else direct_prediction.calibration_ratio,
+        "direct_calibration_ratio": None if direct_prediction is None else direct_prediction.calibration_ratio,
         "direct_calibration_source": None
         if direct_prediction is None
         else direct_prediction.calibration_source or direct_prediction.calibration_unknown_reason,

@@ -129,7 +129,9 @@ VAE_ENCODE = StepKindVocabulary(
             "input megabytes (10^6) encoded per second",
             "number",
         ),
-        SummaryField("input_frames", "input frames", None, "frames (batch) of the input pixels", "integer"),
+        SummaryField(
+            "input_frames", "input frames", None, "frames (batch) of the input pixels", "integer"
+        ),
         SummaryField("latent_frames", "latent frames", None, "frames of a video latent", "integer"),
         SummaryField(
             "spatial_compression_ratio", "spatial compression", "ratio", "input H*W per latent H*W", "number"

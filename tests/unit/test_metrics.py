@@ -21,9 +21,7 @@ async def metrics_client(aiohttp_client, tmp_path, request):
     report_mod = importlib.import_module(f"{PACK}.monitors.report")
     probes = fake_probes("1 GPU")
     if request.param == "in batches":  # as in a server, with a batch that never comes by itself
-        store = store_mod.RunStore(
-            str(tmp_path), background_writes=True, write_quiet_s=3600, write_latest_s=3600
-        )
+        store = store_mod.RunStore(str(tmp_path), background_writes=True, write_quiet_s=3600, write_latest_s=3600)
     else:
         store = store_mod.RunStore(str(tmp_path))
     recorder = recorder_mod.RunRecorder(store, probes=probes)

@@ -196,3 +196,30 @@ def test_system_info_lists_gpus_and_allocator():
     assert [g["device"] for g in info["gpus"]] == ["cuda:0", "cuda:1"]
     assert info["allocator_backend"] == "native" and info["cpu_count"] == 2
     assert fake_probes("no GPU").system_info()["gpus"] == []
+
+
+def test_a_written_snapshot_calls_nothing_a_peak_that_is_not_its_own():
+    """torch's peak counters in an end snapshot are the allocator's since the last reset (each node
+    resets them): not the span's peak, so written snapshots leave them out."""
+    probes = fake_probes("1 GPU")
+    probes.torch.allocate(0, 3 * GiB)
+    probes.torch.devices[0]["allocated_bytes"] = GiB
+    data = probes.snapshot().to_dict()
+    assert data["gpus"][0]["allocated_bytes"] == GiB and data["gpus"][0]["device"] == "cuda:0"
+    assert not any(key.startswith("peak_") for key in data["gpus"][0])
+
+
+def test_the_reserved_peak_comes_from_the_allocator_counter_not_only_samples():
+    """A reserved spike between two readings (just before an out-of-memory) is kept: the span reads
+    max_memory_reserved's counter at its stop."""
+    from monitors.span import METHOD_ALLOCATOR_PEAK, Span
+
+    probes = fake_probes("1 GPU")
+    span = Span("spike", probes=probes).start()
+    probes.torch.allocate(0, 6 * GiB)  # no reading sees this moment
+    probes.torch.devices[0]["allocated_bytes"] = 0
+    probes.torch.devices[0]["reserved_bytes"] = GiB
+    result = span.stop()
+    peak = result.peaks["cuda:0.reserved_bytes"]
+    assert peak.value == 6 * GiB and peak.method == METHOD_ALLOCATOR_PEAK
+    assert result.end.gpus[0].reserved_bytes == GiB

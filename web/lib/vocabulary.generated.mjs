@@ -4,7 +4,7 @@
 /** @typedef {{label: string, unit: string | null, description: string, processWide?: boolean}} FieldInfo */
 /** @typedef {{title: string, headline: string[], fields: Record<string, FieldInfo>, v1Renames: Record<string, string>}} KindVocabulary */
 
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
 
 /** @type {Record<string, KindVocabulary>} */
 export const VOCABULARY = {
@@ -299,10 +299,15 @@ export const VOCABULARY = {
     "unit": "s",
     "description": "time of every text encode node of the prompt together"
    },
-   "encode_peak_above_start_bytes": {
-    "label": "encode memory",
+   "encode_peak_gpu_allocated_above_start_bytes": {
+    "label": "encode GPU memory",
     "unit": "bytes",
-    "description": "most memory one encode node added above its start (GPU allocated, else RSS)"
+    "description": "most GPU memory (torch allocated) one encode node added above its start; null without a GPU"
+   },
+   "encode_peak_rss_above_start_bytes": {
+    "label": "encode RAM",
+    "unit": "bytes",
+    "description": "most process RSS one encode node added above its start"
    },
    "memory_budget_bytes": {
     "label": "memory budget",
@@ -1260,7 +1265,8 @@ export const KEYS = /** @type {const} */ ({
   "hidden_size_match": "hidden_size_match",
   "clip_n_patches": "clip_n_patches",
   "encode_total_s": "encode_total_s",
-  "encode_peak_above_start_bytes": "encode_peak_above_start_bytes",
+  "encode_peak_gpu_allocated_above_start_bytes": "encode_peak_gpu_allocated_above_start_bytes",
+  "encode_peak_rss_above_start_bytes": "encode_peak_rss_above_start_bytes",
   "memory_budget_bytes": "memory_budget_bytes",
   "memory_budget_exceeded": "memory_budget_exceeded",
   "model_class": "model_class",
