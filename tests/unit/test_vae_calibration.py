@@ -347,3 +347,44 @@ def test_a_later_out_of_memory_with_as_much_free_memory_overrules_the_precedent(
     assert table.lookup(KEY).precedent("direct", DIRECT_ESTIMATE, 3 * GiB) is None
     # With 5 GiB free the failure at 4 GiB does not contradict the success at 3 GiB.
     assert table.lookup(KEY).precedent("direct", DIRECT_ESTIMATE, 5 * GiB).ratio == 0.4
+
+
+# -- precedent boundaries (each comparison at equality, and unknown figures) -----------------------
+
+E, F = DIRECT_ESTIMATE, 3 * GiB
+
+
+def _calibration(*samples):
+    table = CalibrationTable()
+    for ratio, kind, estimate, free in samples:
+        table.record(KEY, ratio, "direct", kind, estimate, free)
+    return table.lookup(KEY)
+
+
+def test_a_precedent_at_exactly_the_same_estimate_and_free_memory_counts():
+    calibration = _calibration((0.4, MEASURED, E, F))
+    assert calibration.precedent("direct", E, F).ratio == 0.4
+    assert calibration.precedent("direct", E + 1, F) is None  # a larger encode: no precedent
+    assert calibration.precedent("direct", E, F - 1) is None  # less free memory: no precedent
+    assert calibration.precedent("tiled", E, F) is None  # another strategy's attempt
+
+
+def test_an_attempt_that_ran_out_with_exactly_as_much_free_memory_overrules_the_precedent():
+    measured = (0.4, MEASURED, E, F // 2)
+    assert _calibration(measured).precedent("direct", E, F).ratio == 0.4
+    assert _calibration(measured, (0.5, RAN_OUT, E, F)).precedent("direct", E, F) is None  # equal both
+    assert _calibration(measured, (0.5, RAN_OUT, E, F - 1)).precedent("direct", E, F).ratio == 0.4
+    assert _calibration(measured, (0.5, RAN_OUT, E + 1, F)).precedent("direct", E, F).ratio == 0.4
+
+
+def test_no_precedent_without_the_estimate_or_the_free_memory():
+    calibration = _calibration((0.4, MEASURED, E, F), (0.5, RAN_OUT, 2 * E, F))
+    assert calibration.precedent("direct", None, F) is None
+    assert calibration.precedent("direct", E, None) is None
+    assert _calibration((0.4, MEASURED, None, F)).precedent("direct", E, F) is None  # sample lacks it
+    assert _calibration((0.4, MEASURED, E, None)).precedent("direct", E, F) is None
+
+
+def test_the_largest_fitting_precedent_wins():
+    calibration = _calibration((0.4, MEASURED, E, F), (0.6, MEASURED, 2 * E, F), (0.9, MEASURED, E // 2, F))
+    assert calibration.precedent("direct", E, F).ratio == 0.6  # 0.9 encoded less: no precedent
