@@ -93,7 +93,7 @@ def test_a_caught_out_of_memory_is_counted_and_the_retry_is_the_strategy_used():
     assert result.strategy_used == "tiled (ComfyUI retry)" and result.samples is not None
     direct, retry = result.attempts
     assert direct.caught_by_comfyui and "caught this out-of-memory" in direct.reason
-    assert direct.notes == (COMFY_RETRY_WARNING,) and direct.duration_s >= retry.duration_s >= 0
+    assert direct.notes == (COMFY_RETRY_WARNING,) and retry.duration_s is not None  # the tiler call was seen
     step = build_step("5", result)
     assert step.summary[VAE_N_OOM] == 1 and step.summary[VAE_USED] == RETRY_STRATEGY
     assert step.summary["n_attempts"] == 2
