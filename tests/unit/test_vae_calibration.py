@@ -388,3 +388,34 @@ def test_no_precedent_without_the_estimate_or_the_free_memory():
 def test_the_largest_fitting_precedent_wins():
     calibration = _calibration((0.4, MEASURED, E, F), (0.6, MEASURED, 2 * E, F), (0.9, MEASURED, E // 2, F))
     assert calibration.precedent("direct", E, F).ratio == 0.6  # 0.9 encoded less: no precedent
+
+
+def test_the_default_table_keeps_8_samples_per_key_and_32_keys():
+    table = CalibrationTable()
+    for i in range(9):
+        assert table.record(KEY, 0.1 * (i + 1), "direct") is True
+    assert [round(s.ratio, 1) for s in table.samples(KEY)] == [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+    for i in range(32):
+        table.record((f"M{i}", "cuda", "float32"), 0.5, "direct")
+    assert len(table.keys()) == 32 and KEY not in table.keys()  # the least recently used went first
+
+
+def test_record_says_whether_it_kept_a_sample():
+    table = CalibrationTable()
+    assert table.record(KEY, 0.5, "direct") is True
+    assert table.record(None, 0.5, "direct") is False
+    assert table.record(KEY, 0.0, "direct") is False and table.record(KEY, float("inf"), "direct") is False
+    assert len(table.samples(KEY)) == 1
+
+
+def test_samples_and_calibrations_handed_out_cannot_be_changed():
+    import dataclasses
+
+    table = CalibrationTable()
+    table.record(KEY, 0.5, "direct", RAN_OUT, 10, 5)
+    (sample,) = table.samples(KEY)
+    calibration = table.lookup(KEY)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sample.ratio = 0.1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        calibration.lower_bound_ratio = 0.1
