@@ -167,35 +167,9 @@ def _attempt(result: ChainResult, strategy: str):
     return None
 
 
-def suggestions(
-    result: ChainResult, tiles: TileSettings, latent: dict | None, figures: dict
-) -> list[Finding]:
+def _direct_out_of_memory(result: ChainResult, direct, prediction) -> list[Finding]:
+    """One finding for direct running out: by itself, or inside ComfyUI's encode that retried tiled."""
     found: list[Finding] = []
-    used = result.strategy_used
-    direct, tiled = _attempt(result, "direct"), _attempt(result, "tiled")
-    prediction = result.predictions.get("direct")
-    if used == "dummy":
-        found.append(
-            Finding(
-                "error",
-                "Every strategy ran out of memory: the output latent is all ZEROS (allow_dummy is on). "
-                "Anything made from it is meaningless; free memory or lower tile_size and run again.",
-                "dummy_latent",
-            )
-        )
-    if result.error and result.error_kind != "bad_input":
-        found.append(Finding("error", result.error, result.error_kind))
-    if direct and direct.outcome == SKIPPED and prediction and prediction.fits is False and used:
-        found.append(
-            Finding(
-                "info",
-                f"direct would need {format_bytes(prediction.needed_bytes)}, "
-                f"{format_bytes(prediction.free_bytes)} free: used {used}"
-                + ("; lower tile_size to save more" if used == "tiled" else "")
-                + (f" ({prediction.calibration_source})" if prediction.calibration_source else ""),
-                "direct_predicted_too_large",
-            )
-        )
     if direct and direct.outcome == OOM and not direct.caught_by_comfyui:
         message = f"direct ran out of memory after {direct.duration_s:.2f} s"
         if prediction and prediction.fits:
@@ -226,6 +200,39 @@ def suggestions(
                 "comfy_internal_tiled_retry",
             )
         )
+    return found
+
+
+def suggestions(
+    result: ChainResult, tiles: TileSettings, latent: dict | None, figures: dict
+) -> list[Finding]:
+    found: list[Finding] = []
+    used = result.strategy_used
+    direct, tiled = _attempt(result, "direct"), _attempt(result, "tiled")
+    prediction = result.predictions.get("direct")
+    if used == "dummy":
+        found.append(
+            Finding(
+                "error",
+                "Every strategy ran out of memory: the output latent is all ZEROS (allow_dummy is on). "
+                "Anything made from it is meaningless; free memory or lower tile_size and run again.",
+                "dummy_latent",
+            )
+        )
+    if result.error and result.error_kind != "bad_input":
+        found.append(Finding("error", result.error, result.error_kind))
+    if direct and direct.outcome == SKIPPED and prediction and prediction.fits is False and used:
+        found.append(
+            Finding(
+                "info",
+                f"direct would need {format_bytes(prediction.needed_bytes)}, "
+                f"{format_bytes(prediction.free_bytes)} free: used {used}"
+                + ("; lower tile_size to save more" if used == "tiled" else "")
+                + (f" ({prediction.calibration_source})" if prediction.calibration_source else ""),
+                "direct_predicted_too_large",
+            )
+        )
+    found.extend(_direct_out_of_memory(result, direct, prediction))
     if used == "cpu" and result.requested != "cpu":
         gpu_attempts = [a for a in result.attempts if a.strategy in ("direct", "tiled", RETRY_STRATEGY)]
         if any(a.outcome == OOM for a in gpu_attempts):
