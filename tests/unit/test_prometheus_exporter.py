@@ -84,7 +84,12 @@ def report(prompt_id, duration_s=1.0, status="success", nodes=(), steps=(), peak
 
 
 def node(class_type, duration_s=0.2, cached=False, gpu_peaks=()):
-    return {"class_type": class_type, "duration_s": duration_s, "cached": cached, "gpu_peaks": list(gpu_peaks)}
+    return {
+        "class_type": class_type,
+        "duration_s": duration_s,
+        "cached": cached,
+        "gpu_peaks": list(gpu_peaks),
+    }
 
 
 def vae(requested, used, n_oom=0, cached=False):
@@ -216,3 +221,47 @@ def test_the_largest_gpu_peak_of_the_prompt_is_kept(fleet):
     samples = scrape(metrics)
     assert value(samples, "pipeline_monitor_last_prompt_peak_gpu_allocated_bytes") == 5 * GiB
     assert value(samples, "pipeline_monitor_prompt_peak_gpu_allocated_bytes_count") == 1
+
+
+def test_the_default_bounds_500_class_labels_and_10000_runs(fleet):
+    metrics, *_ = fleet
+    nodes = [node(f"Class{i}") for i in range(501)]
+    metrics.observe(report("many-classes", nodes=nodes))
+    samples = scrape(metrics)
+    assert value(samples, "pipeline_monitor_node_duration_seconds_count", class_type="Class499") == 1
+    assert value(samples, "pipeline_monitor_node_duration_seconds_count", class_type="Class500") is None
+    assert value(samples, "pipeline_monitor_node_duration_seconds_count", class_type="other") == 1
+    for i in range(10_000):
+        metrics.observe(report(f"run{i}"))
+    metrics.observe(report("run0"))  # still among the last 10,000 seen: skipped
+    metrics.observe(report("many-classes"))  # pushed out by them: counted again
+    count = value(scrape(metrics), "pipeline_monitor_prompt_duration_seconds_count", status="success")
+    assert count == 1 + 10_000 + 1
+
+
+def test_a_run_report_object_is_read_as_its_dict(fleet):
+    from monitors.report import NodeProfile, RunReport, StepReport
+
+    metrics, *_ = fleet
+    run_report = RunReport(
+        prompt_id="obj",
+        status="error",
+        started_unix_s=1.0,
+        finished_unix_s=3.0,
+        duration_s=2.0,
+        nodes=(
+            NodeProfile(node_id="1", class_type="VAEEncode", status="executed", cached=False, duration_s=0.5),
+        ),
+        steps=(
+            StepReport(
+                kind="vae_encode",
+                node_id="1",
+                summary={"strategy_requested": "auto", "strategy_used": "tiled", "n_out_of_memory": 1},
+            ),
+        ),
+    )
+    metrics.observe(run_report)
+    samples = scrape(metrics)
+    assert value(samples, "pipeline_monitor_prompt_duration_seconds_sum", status="error") == 2.0
+    assert value(samples, "pipeline_monitor_node_duration_seconds_count", class_type="VAEEncode") == 1
+    assert value(samples, "pipeline_monitor_vae_encode_out_of_memory_total") == 1
