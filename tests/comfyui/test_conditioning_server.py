@@ -78,7 +78,7 @@ def test_wan_shaped_conditioning_step(server, wan_run):
     assert len(unresolved) == 2 and all("PMTestConditioning" in m for m in unresolved)
     lines = outputs["9"]["text"][0].splitlines()  # written out, not recomputed
     assert lines[0] == "encoder family: WAN 2.1/2.2" and "hidden sizes match: yes" in lines
-    assert "positive tokens: 512" in lines and "positive hidden size: 4096" in lines
+    assert "positive tokens: 512" in lines and "positive hidden size: 4,096" in lines
 
 
 def test_real_text_encoding_on_the_server(server):
