@@ -17,9 +17,11 @@ The driver keeps only a short ring of samples: the recorder collects them as nod
 from __future__ import annotations
 
 import dataclasses
+import time
 from statistics import median
 
 MAX_KEPT_SAMPLES = 20_000  # per device and prompt: hours at NVML's fastest rate
+COLLECT_EVERY_S = 5.0  # NVML's ring holds far longer; a prompt of quick nodes costs few calls
 LOOKBACK_S = 2.0  # samples this long before the prompt: the period covering its first node's start
 NOT_YET_REASON = "read at the prompt's end (the CUDA events and NVML's samples after the node)"
 
@@ -31,8 +33,16 @@ class SampleLog:
         self.since_unix_s = since_unix_s
         self.samples: dict[int, list[tuple[float, float]]] = {}
         self.unknown_reason: dict[int, str] = {}
+        self._collected_s: dict[int, float] = {}  # device -> time.monotonic() of its last fetch
 
-    def collect(self, probes, index: int) -> None:
+    def collect(self, probes, index: int, force: bool = False) -> None:
+        """Fetch the samples NVML has newer than the last kept one: at most once every
+        COLLECT_EVERY_S as nodes finish (one NVML call), always when `force`d at the prompt's end."""
+        now = time.monotonic()
+        last = self._collected_s.get(index)
+        if not force and last is not None and now - last < COLLECT_EVERY_S:
+            return
+        self._collected_s[index] = now
         kept = self.samples.setdefault(index, [])
         since = kept[-1][0] if kept else self.since_unix_s
         new = probes.gpu_utilization_samples(index, since)
@@ -81,7 +91,7 @@ def resolve_busy(nodes: list, pending, log: SampleLog | None, probes, run_starte
         return
     devices = {(end or start)[0] for _index, start, end in pending}
     for device in devices:
-        log.collect(probes, device)
+        log.collect(probes, device, force=True)
     for index, start, end in pending:
         row = nodes[index]
         if row.start_offset_s is None or row.duration_s is None:

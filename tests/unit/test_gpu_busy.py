@@ -111,7 +111,35 @@ def test_the_sample_log_keeps_each_sample_once_across_reads():
     log = SampleLog(-1.0)
     log.collect(probes, 0)
     probes.nvml.sample_utilization(0, kernels([]), 1.0, 2.0, 0.25)
-    log.collect(probes, 0)
-    log.collect(probes, 0)
+    log.collect(probes, 0, force=True)
+    log.collect(probes, 0, force=True)
     assert [s[0] for s in log.samples[0]] == [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0]
     assert log.busy_s(0, 0.25, 2.0) == (pytest.approx(0.75), None)
+
+
+class CountingSamples:
+    def __init__(self, probes):
+        self.calls, self._read = 0, probes.nvml.utilization_samples
+        probes.nvml.utilization_samples = self
+
+    def __call__(self, index, since):
+        self.calls += 1
+        return self._read(index, since)
+
+
+def test_nodes_finishing_in_quick_succession_cost_one_nvml_call_not_one_each(tmp_path, clock):
+    probes = fake_probes("1 GPU")
+    counter = CountingSamples(probes)
+    recorder = RunRecorder(RunStore(str(tmp_path)), probes=probes)
+    recorder.begin_run("p", {str(i): {"class_type": "Node"} for i in range(10)})
+    for i in range(10):
+        recorder.node_started(str(i))
+        clock.advance(0.1)
+        recorder.node_finished(str(i))
+    assert counter.calls == 1  # the first node's; the others fall within COLLECT_EVERY_S
+    clock.advance(6.0)
+    recorder.node_started("10")
+    recorder.node_finished("10")
+    assert counter.calls == 2
+    recorder.end_run("success")
+    assert counter.calls == 3  # always once more at the prompt's end
