@@ -223,3 +223,36 @@ def test_the_reserved_peak_comes_from_the_allocator_counter_not_only_samples():
     peak = result.peaks["cuda:0.reserved_bytes"]
     assert peak.value == 6 * GiB and peak.method == METHOD_ALLOCATOR_PEAK
     assert result.end.gpus[0].reserved_bytes == GiB
+
+
+def test_nvml_utilization_samples_are_read_in_unix_seconds_and_none_newer_is_empty(monkeypatch):
+    """nvmlDeviceGetSamples through a stand-in pynvml: microsecond stamps become seconds, the
+    percentage comes from the value union's uiVal, and NVML's NotFound (nothing newer) is []."""
+    import types
+
+    class NotFound(Exception):
+        pass
+
+    calls = []
+
+    def get_samples(handle, kind, since_us):
+        calls.append((handle, kind, since_us))
+        if since_us >= 3_000_000:
+            raise NotFound()
+        sample = lambda stamp_us, pct: types.SimpleNamespace(  # noqa: E731
+            timeStamp=stamp_us, sampleValue=types.SimpleNamespace(uiVal=pct)
+        )
+        return 1, [sample(2_000_000, 40), sample(2_500_000, 100)]
+
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda index: f"handle{index}",
+        nvmlDeviceGetSamples=get_samples,
+        NVML_GPU_UTILIZATION_SAMPLES=1,
+        NVMLError_NotFound=NotFound,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    backend = NvmlBackend()
+    assert backend.utilization_samples(0, 1.5) == [(2.0, 40.0), (2.5, 100.0)]
+    assert calls[-1] == ("handle0", 1, 1_500_000)
+    assert backend.utilization_samples(0, 3.0) == []
