@@ -256,3 +256,22 @@ def test_nvml_utilization_samples_are_read_in_unix_seconds_and_none_newer_is_emp
     assert backend.utilization_samples(0, 1.5) == [(2.0, 40.0), (2.5, 100.0)]
     assert calls[-1] == ("handle0", 1, 1_500_000)
     assert backend.utilization_samples(0, 3.0) == []
+
+
+def test_the_process_limit_is_the_fraction_of_the_devices_total_or_unknown_with_why():
+    import types
+
+    cuda = types.SimpleNamespace(
+        get_per_process_memory_fraction=lambda index: 0.25,
+        get_device_properties=lambda index: types.SimpleNamespace(total_memory=80 * GiB),
+    )
+
+    class Backend(TorchAllocatorBackend):
+        def _cuda(self):
+            return cuda
+
+    assert Backend().process_limit(0) == {"fraction": 0.25, "total_bytes": 80 * GiB, "limit_bytes": 20 * GiB}
+    del cuda.get_per_process_memory_fraction  # an older torch
+    probes = Probes(torch_alloc=Backend())
+    assert probes.gpu_process_limit(0) is None
+    assert "no torch.cuda.get_per_process_memory_fraction" in probes.failures()["torch.process_limit"]
