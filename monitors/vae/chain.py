@@ -14,6 +14,10 @@ without a measurement, auto skips only when even half the estimate would not fit
 is recorded as an Attempt: outcome, error, time, peak memory (a nested Span), the prediction and
 whether it held; every attempt that ran teaches the calibration.
 
+When ComfyUI's own encode runs out of memory inside direct and retries tiled by itself
+(comfy_retry.py), direct is recorded as out of memory and the retry as an attempt of its own,
+`tiled (ComfyUI retry)`, which is then the strategy used.
+
 Only out-of-memory errors move on to the next strategy; anything else stops the chain. The chain
 never keeps an exception raised by an out-of-memory attempt: the error is turned into text and
 cleanup runs after the except block, so tensors the exception's frames hold can be freed.
