@@ -175,7 +175,9 @@ def key_coverage(file_keys: Iterable[str], consumed: set[str]) -> dict[str, Any]
 
 
 def _state_keys(module) -> set[str]:
-    return set(state_dict_of(module).keys()) if module is not None and hasattr(module, "state_dict") else set()
+    return (
+        set(state_dict_of(module).keys()) if module is not None and hasattr(module, "state_dict") else set()
+    )
 
 
 def coverage_from_patches(
