@@ -31,9 +31,7 @@ def run_node(comfy, runtime, node_id="21", **inputs):
     runtime.recorder.begin_run(f"pm-vae-{node_id}", None)
     try:
         output = node.PREPARE_CLASS_CLONE({"hidden_inputs": {"UNIQUE_ID": node_id}}).execute(**inputs)
-    except BaseException as exc:  # ComfyUI 0.33's InterruptProcessingException is a BaseException
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise
+    except Exception as exc:
         output = exc
     except BaseException as exc:  # ComfyUI 0.33's InterruptProcessingException is a BaseException
         if type(exc).__name__ != "InterruptProcessingException":
