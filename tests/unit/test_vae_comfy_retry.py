@@ -170,3 +170,32 @@ def test_the_cpu_strategy_is_never_split():
 def cpu_logging(vae, pixels):
     logging.warning(COMFY_RETRY_WARNING)
     return torch.ones(1, 4, 32, 32)
+
+
+def _comfy_vae_encode(root):
+    import ast
+
+    tree = ast.parse((root / "comfy" / "sd.py").read_text(encoding="utf-8"))
+    vae = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "VAE")
+    return next(n for n in vae.body if isinstance(n, ast.FunctionDef) and n.name == "encode")
+
+
+def test_every_tiler_comfyuis_encode_retries_with_is_watched():
+    """Contract with each ComfyUI snapshot (sources parsed, nothing imported): the tiled methods
+    VAE.encode calls after catching an out-of-memory are all in COMFY_RETRY_TILERS, and its warning
+    is the text the node watches for."""
+    import ast
+
+    from tests.unit.test_comfyui_symbols import ROOTS
+
+    if not ROOTS:
+        pytest.skip("no ComfyUI snapshot beside the checkout (see tests/unit/test_comfyui_symbols.py)")
+    for version, root in ROOTS.items():
+        encode = _comfy_vae_encode(root)
+        called = {
+            n.func.attr
+            for n in ast.walk(encode)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and "tiled" in n.func.attr
+        }
+        assert called and called <= set(COMFY_RETRY_TILERS), (version, called)
+        assert WATCHED[0] in ast.get_source_segment((root / "comfy" / "sd.py").read_text(), encode), version
