@@ -44,7 +44,8 @@ def load_report(path: str) -> dict:
     if "schema_version" not in data:
         raise ReportError("not a run report: no schema_version")
     if data["schema_version"] not in READABLE_SCHEMA_VERSIONS:
-        readable = " and ".join(str(v) for v in READABLE_SCHEMA_VERSIONS)
+        *first, last = (str(v) for v in READABLE_SCHEMA_VERSIONS)
+        readable = f"{', '.join(first)} and {last}" if first else last
         raise ReportError(f"schema_version {data['schema_version']!r}; this tool reads {readable}")
     checks = {
         "prompt_id": lambda v: isinstance(v, str),

@@ -101,7 +101,10 @@ def js_text() -> str:
         f"export const MEMORY_NOT_READ_REASON = {json.dumps(vocabulary.MEMORY_NOT_READ_REASON)};\n\n"
         "/** The fields of a deep profile's node rows and their top ops (monitors/deep_profile/summary.py). "
         "@type {{node: Record<string, FieldInfo>, topOp: Record<string, FieldInfo>}} */\n"
-        f"export const DEEP_PROFILE_FIELDS = {dump(deep_profile_fields())};\n"
+        f"export const DEEP_PROFILE_FIELDS = {dump(deep_profile_fields())};\n\n"
+        "/** A node row's GPU figures: column label and what each measures (monitors/vocabulary.py "
+        "NODE_GPU_FIGURES). @type {Record<string, {label: string, description: string}>} */\n"
+        f"export const NODE_GPU_FIGURES = {dump(vocabulary.NODE_GPU_FIGURES)};\n"
     )
 
 

@@ -147,6 +147,25 @@ HAND_WRITTEN: tuple[Figure, ...] = (
     F("system RAM total", "VAE", "system.ram_total_bytes", "bytes", "psutil"),
     # -- node rows (cheap: RSS and allocator counters only) ---------------------------------------
     F("node time", "PROF", "nodes[].duration_s", "s", "ComfyUI progress hook, node start to finish"),
+    F(
+        "node GPU stream span",
+        "PROF",
+        "nodes[].gpu_time_s",
+        "s",
+        "CUDA events on the current stream at the node's start and end: idle time included (a node that "
+        "waits for the GPU gets its wall time); why null: gpu_time_unknown_reason",
+        True,
+    ),
+    F(
+        "node GPU busy time",
+        "PROF",
+        "nodes[].gpu_busy_s",
+        "s",
+        "NVML utilization samples within the node's window: time a kernel ran (about 0 for an idle node), "
+        "other processes' kernels included; null for a node shorter than the sampling period "
+        "(gpu_busy_unknown_reason)",
+        True,
+    ),
     F("node RSS at start", "TXT", "nodes[].rss_start_bytes", "bytes", "/proc RSS at the node's start"),
     F("node RSS at end", "TXT", "nodes[].rss_end_bytes", "bytes", "/proc RSS at the node's end"),
     F("node RSS change", "TXT", "nodes[].rss_change_bytes", "bytes", "end minus start"),

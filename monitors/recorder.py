@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from .gpu_busy import LOOKBACK_S, NOT_YET_REASON, SampleLog, resolve_busy
 from .input_changes import InputHistory, snapshot
 from .probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
 from .prompt_info import node_info_from_prompt, upstream_node_ids
@@ -55,6 +56,7 @@ class _RunRecord:
     # (row index, start event, end event): elapsed times are read once, at the prompt's end, so
     # no node waits for the GPU
     gpu_pending: list[tuple] = field(default_factory=list)
+    busy_log: SampleLog | None = None  # NVML utilization samples for the nodes' busy time (gpu_busy.py)
     # monitor node id -> the upstream nodes its step describes (see monitors/upstream_memory.py);
     # only those nodes get a full-detail span, kept in `full_results` for the monitor's picture
     upstream_plan: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -274,9 +276,12 @@ class RunRecorder:
         if result is not None and node_id in run.watched:
             run.full_results[node_id] = result
         timed = start_mark is not None or end_mark is not None
-        profile = self._profile(run, node_id, status, result, None if timed else GPU_TIME_NO_CUDA)
+        profile = self._profile(run, node_id, status, result, NOT_YET_REASON if timed else GPU_TIME_NO_CUDA)
+        profile = dataclasses.replace(profile, gpu_busy_unknown_reason=profile.gpu_time_unknown_reason)
         if self._append_node(run, profile) and timed:
             run.gpu_pending.append((len(run.nodes) - 1, start_mark, end_mark))
+            run.busy_log = run.busy_log or SampleLog(run.started_unix_s - LOOKBACK_S)
+            run.busy_log.collect(self.probes, (end_mark or start_mark)[0])
 
     def _resolve_gpu_times(self, run: _RunRecord) -> None:
         for index, start, end in run.gpu_pending:
@@ -292,6 +297,7 @@ class RunRecorder:
             run.nodes[index] = dataclasses.replace(
                 run.nodes[index], gpu_time_s=elapsed, gpu_time_unknown_reason=reason
             )
+        resolve_busy(run.nodes, run.gpu_pending, run.busy_log, self.probes, run.started_unix_s)
         run.gpu_pending.clear()
 
     def _profile(

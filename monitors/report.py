@@ -22,9 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # 2: unit suffixes on summary keys (e.g. model_relative_change -> model_relative_change_ratio);
-# version 1 reports are read through monitors.vocabulary.upgrade_report.
-SCHEMA_VERSION = 2
-READABLE_SCHEMA_VERSIONS = (1, 2)
+# 3: one meaning per name: conditioning's encode_peak_above_start_bytes (GPU allocated on a GPU,
+# RSS on a CPU) split into encode_peak_gpu_allocated_above_start_bytes and
+# encode_peak_rss_above_start_bytes; node rows gain gpu_busy_s; the VAE step its free-memory
+# manager and the driver's free memory. Older reports are read through
+# monitors.vocabulary.upgrade_report.
+SCHEMA_VERSION = 3
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 
 RUN_STATUSES = ("running", "success", "error", "interrupted")
 NODE_STATUSES = ("executed", "cached", "error", "interrupted")
@@ -122,11 +126,17 @@ class GpuPeak:
 
 
 GPU_TIME_CAVEAT = (
-    "GPU time is measured between CUDA events recorded on the current stream of the current device "
-    "when the node starts and ends: it counts what that stream ran in between, including work queued "
-    "before the node that was still running, and misses the node's kernels on other streams or devices. "
-    "Wall time is when the host ran the node: with asynchronous CUDA it can be shorter than the GPU time, "
-    "and the node that synchronises pays for earlier nodes' kernels."
+    "GPU span (gpu_time_s) is the time between CUDA events recorded on the current stream of the "
+    "current device when the node starts and ends: the node's span on that stream, idle time included. "
+    "A node that waits for the GPU (a save, a loader that synchronises) gets its whole wall time; it also "
+    "counts work queued before the node that was still running, and misses the node's kernels on other "
+    "streams or devices. Wall time is when the host ran the node."
+)
+GPU_BUSY_CAVEAT = (
+    "GPU busy (gpu_busy_s) is the time a kernel ran on that device within the node's window, from NVML's "
+    "utilization samples: an idle node shows about 0. It counts other processes' kernels on the same GPU, "
+    "is good to about one sampling period (1/6 s to 1 s) at each end, and is unknown for a node shorter "
+    "than that period."
 )
 GPU_TIME_NO_CUDA = "no CUDA device in use by this process"
 
@@ -156,6 +166,10 @@ class NodeProfile:
     # current stream at its start and end (see GPU_TIME_CAVEAT); None with the reason otherwise.
     gpu_time_s: float | None = None
     gpu_time_unknown_reason: str | None = None
+    # Seconds a kernel ran on that device within the node's window, from NVML's utilization samples
+    # (monitors/gpu_busy.py): an idle node shows ~0 whatever its stream span; None with the reason.
+    gpu_busy_s: float | None = None
+    gpu_busy_unknown_reason: str | None = None
 
     def to_dict(self) -> dict:
         return _fields_dict(self)

@@ -98,6 +98,12 @@ MEMORY_ROWS: tuple[dict[str, Any], ...] = (
 )
 MEMORY_NOT_READ_REASON = "not read by this span"
 
+# The GPU figures of a node row: short label (a column) and what each measures (its title).
+NODE_GPU_FIGURES = {
+    "gpu_time_s": {"label": "GPU span", "description": run_report.GPU_TIME_CAVEAT},
+    "gpu_busy_s": {"label": "GPU busy", "description": run_report.GPU_BUSY_CAVEAT},
+}
+
 
 # -- formatting (HTML report and node text; web/lib/format.mjs mirrors it) -------------------------
 
@@ -251,14 +257,40 @@ def upgrade_summary(kind: str, summary: Mapping[str, Any], from_version: int) ->
     return {renames.get(k, k): v for k, v in summary.items()}
 
 
+def _largest_of_encoders(details: Any, key: str) -> int | float | None:
+    encode = details.get("encode") if isinstance(details, Mapping) else None
+    encoders = encode.get("encoders") if isinstance(encode, Mapping) else None
+    values = [
+        e.get(key) for e in encoders or () if isinstance(e, Mapping) and isinstance(e.get(key), (int, float))
+    ]
+    return max(values) if values else None
+
+
+def _upgrade_v2_summary(kind: str, summary: dict, details: Any) -> dict:
+    """Version 2 -> 3: a figure whose meaning changed with the machine is split by what it is,
+    from the per-encoder figures the step's details kept."""
+    if kind == "conditioning" and "encode_peak_above_start_bytes" in summary:
+        summary.pop("encode_peak_above_start_bytes")
+        for key in ("peak_gpu_allocated_above_start_bytes", "peak_rss_above_start_bytes"):
+            summary[f"encode_{key}"] = _largest_of_encoders(details, key)
+    return summary
+
+
 def upgrade_report(report: Mapping[str, Any]) -> dict:
-    """A report of schema_version 1 in version 2 names (a copy); other versions as they are."""
+    """A report of schema_version 1 or 2 in the current names (a copy); other versions as they are."""
     version = report.get("schema_version")
-    if version != 1:
+    if version not in (1, 2):
         return dict(report)
     out = dict(report)
     out["steps"] = [
-        {**step, "summary": upgrade_summary(step.get("kind"), step.get("summary") or {}, 1)}
+        {
+            **step,
+            "summary": _upgrade_v2_summary(
+                step.get("kind"),
+                upgrade_summary(step.get("kind"), step.get("summary") or {}, version),
+                step.get("details"),
+            ),
+        }
         if isinstance(step, Mapping)
         else step
         for step in report.get("steps") or []

@@ -18,7 +18,9 @@ from ..monitors.models.patching import MEMORY_MANAGER_DYNAMIC, memory_manager
 from ..monitors.probes import get_probes
 from ..monitors.report import failed_step
 from ..monitors.vae.chain import run_chain
+from ..monitors.vae.comfy_retry import COMFY_RETRY_TILERS
 from ..monitors.vae.errors import error_for
+from ..monitors.vae.free_memory import DYNAMIC, ESTIMATE_BASED, usable_gpu_free
 from ..monitors.vae.geometry import TileSettings, tiles_from_inputs
 from ..monitors.vae.outcomes import REQUESTS, ChainOptions
 from ..monitors.vae.report import STEP_KIND, build_vae_encode_step, log_findings
@@ -32,31 +34,52 @@ NODE_ID = "PipelineMonitorVAEEncode"
 COMFY_TILED_RETRY_WARNING = "Ran out of memory when regular VAE encoding"
 
 
-def free_memory_reader(vae):
-    """device name -> bytes an encode there can get: what is free, plus (on a GPU) what ComfyUI
-    would unload from other models to make room, less the VRAM ComfyUI always keeps in reserve.
+def free_memory_reader(vae, probes=None):
+    """device name -> memory an encode there can get (monitors/vae/free_memory.py): on a GPU
+    ComfyUI's free memory (0.33: the patcher's, with the dynamic VRAM headroom), plus what ComfyUI
+    would unload from other models, less its reserve, capped by this process's memory fraction.
     A failed read raises: the chain records why (prediction's free_bytes_unknown_reason, the step's
     monitor_errors) instead of a bare None."""
 
-    def read(device_name: str) -> int | None:
+    def read(device_name: str):
         import comfy.model_management as mm
 
+        probes_ = probes or get_probes()
         device = torch.device(device_name)
         if device.type == "cpu":
             # ComfyUI's figure for the CPU is the system's available memory (psutil's, which parses
             # all of /proc/meminfo): the probe reads the same MemAvailable from its kept-open file.
-            memory = get_probes().system_memory()
+            memory = probes_.system_memory()
             return int(memory["available_bytes"]) if memory else int(mm.get_free_memory(device))
-        free = int(mm.get_free_memory(device))
         patcher = getattr(vae, "patcher", None)
+        free, manager, source = comfy_free_memory(mm, patcher, device)
         reclaimable = sum(
             loaded.model_loaded_memory()
             for loaded in list(mm.current_loaded_models)
             if loaded.device == device and loaded.model is not None and loaded.model is not patcher
         )
-        return max(0, free + int(reclaimable) - int(mm.extra_reserved_memory()))
+        limit, allocated = None, None
+        index = device.index or 0
+        if device.type == "cuda" and index < probes_.torch_device_count():
+            limit = probes_.gpu_process_limit(index)
+            allocated = (probes_.torch_memory(index) or {}).get("allocated_bytes")
+        return usable_gpu_free(
+            free, manager, int(reclaimable), int(mm.extra_reserved_memory()), limit, allocated, source
+        )
 
     return read
+
+
+def comfy_free_memory(mm, patcher, device) -> tuple[int, str, str]:
+    """(free bytes, memory manager, which call) as the VAE's own encode sizes its batches: 0.33's
+    `patcher.get_free_memory` (free plus dynamic VRAM headroom) where the patcher has it, else
+    `model_management.get_free_memory`."""
+    getter = getattr(patcher, "get_free_memory", None)
+    if callable(getter):
+        is_dynamic = getattr(patcher, "is_dynamic", None)
+        manager = DYNAMIC if callable(is_dynamic) and is_dynamic() is True else ESTIMATE_BASED
+        return int(getter(device)), manager, "ComfyUI's ModelPatcher.get_free_memory"
+    return int(mm.get_free_memory(device)), ESTIMATE_BASED, "ComfyUI's get_free_memory"
 
 
 def comfy_cleanup() -> None:
@@ -142,6 +165,7 @@ def chain_options(
         cleanup=comfy_cleanup,
         cpu_encode=lambda vae_, pixels: encode_on_cpu(vae_, pixels, monitor_errors),
         watch_log_messages=(COMFY_TILED_RETRY_WARNING,),
+        retry_tilers=COMFY_RETRY_TILERS,
         memory_snapshot=loaded_models_snapshot,
     )
 

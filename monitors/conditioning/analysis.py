@@ -348,7 +348,8 @@ def analyse_conditioning(
     summary = summarise(sides, clip_info, comparison)
     summary.update(
         encode_total_s=encode["total_s"],
-        encode_peak_above_start_bytes=encode["peak_above_start_bytes"],
+        encode_peak_gpu_allocated_above_start_bytes=encode["peak_gpu_allocated_above_start_bytes"],
+        encode_peak_rss_above_start_bytes=encode["peak_rss_above_start_bytes"],
         memory_budget_bytes=encode["memory_budget"]["budget_bytes"],
         memory_budget_exceeded=encode["memory_budget"]["exceeded"],
         model_class=diffusion_model["class"],

@@ -80,7 +80,9 @@ def describe_encode(sides: Mapping[str, Mapping], memory_budget_bytes: int | Non
     encode = {
         "total_s": total_s,
         "n_encoders": len(encoders),
-        "peak_above_start_bytes": peak_above,
+        "peak_above_start_bytes": peak_above,  # what the budget is checked against: GPU, else RSS
+        "peak_gpu_allocated_above_start_bytes": _largest(encoders, "peak_gpu_allocated_above_start_bytes"),
+        "peak_rss_above_start_bytes": _largest(encoders, "peak_rss_above_start_bytes"),
         "encoders": encoders,
         "memory_budget": {
             "budget_bytes": memory_budget_bytes or None,
@@ -89,6 +91,11 @@ def describe_encode(sides: Mapping[str, Mapping], memory_budget_bytes: int | Non
         },
     }
     return encode, findings
+
+
+def _largest(encoders: list[dict], key: str) -> int | None:
+    values = [e[key] for e in encoders if isinstance(e.get(key), (int, float))]
+    return max(values) if values else None
 
 
 def describe_diffusion_model(model) -> dict:

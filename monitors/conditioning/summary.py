@@ -69,10 +69,17 @@ CONDITIONING = StepKindVocabulary(
             headline=True,
         ),
         SummaryField(
-            "encode_peak_above_start_bytes",
-            "encode memory",
+            "encode_peak_gpu_allocated_above_start_bytes",
+            "encode GPU memory",
             "bytes",
-            "most memory one encode node added above its start (GPU allocated, else RSS)",
+            "most GPU memory (torch allocated) one encode node added above its start; null without a GPU",
+            "integer",
+        ),
+        SummaryField(
+            "encode_peak_rss_above_start_bytes",
+            "encode RAM",
+            "bytes",
+            "most process RSS one encode node added above its start",
             "integer",
         ),
         SummaryField(

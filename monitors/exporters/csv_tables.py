@@ -5,7 +5,8 @@ the usage statistics (one row per generation, and the totals as name,value rows)
     python -m monitors.exporters.csv_tables report.json --table steps -o s.csv
 
 Values are written as they are in the JSON (bytes as integers, seconds as numbers); unknown is an
-empty cell, never -1. Nested values (lists, dicts) are written as compact JSON in their cell.
+empty cell, never -1. Per-GPU figures get one column per GPU (`cuda:0.<name>`); any other nested
+value (a list, a dict) is written as compact JSON in its cell.
 """
 
 from __future__ import annotations
@@ -57,9 +58,10 @@ GENERATION_COLUMNS = (
     "duration_s",
     "peak_rss_bytes",
     "peak_gpu_allocated_bytes",
-    "gpu_utilization_before_pct",
-    "gpu_utilization_after_pct",
 )
+# Per-GPU lists of a generation row (index = device index), one column per GPU
+# (`cuda:0.gpu_utilization_before_pct`): a cell holds a number, never a list's text.
+GENERATION_GPU_COLUMNS = ("gpu_utilization_before_pct", "gpu_utilization_after_pct")
 TABLES = ("nodes", "steps")
 
 
@@ -121,8 +123,18 @@ def steps_csv(report: Mapping[str, Any]) -> str:
 
 
 def usage_generations_csv(stats: Mapping[str, Any]) -> str:
-    """The usage statistics' kept generations, one row each."""
-    return _write(GENERATION_COLUMNS, [g for g in stats.get("generations") or () if isinstance(g, Mapping)])
+    """The usage statistics' kept generations, one row each; per-GPU figures one column per GPU."""
+    generations = [g for g in stats.get("generations") or () if isinstance(g, Mapping)]
+    n_gpus = max((len(g.get(c) or ()) for g in generations for c in GENERATION_GPU_COLUMNS), default=0)
+    gpu_columns = [f"cuda:{i}.{c}" for i in range(n_gpus) for c in GENERATION_GPU_COLUMNS]
+    rows = []
+    for generation in generations:
+        row = {c: generation.get(c) for c in GENERATION_COLUMNS}
+        for column in GENERATION_GPU_COLUMNS:
+            for index, value in enumerate(generation.get(column) or ()):
+                row[f"cuda:{index}.{column}"] = value
+        rows.append(row)
+    return _write([*GENERATION_COLUMNS, *gpu_columns], rows)
 
 
 def usage_totals_csv(stats: Mapping[str, Any]) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 from .. import vocabulary
 from ..deep_profile.html_section import STYLE as DEEP_PROFILE_STYLE
 from ..deep_profile.html_section import deep_profile_html
-from ..report import GPU_TIME_CAVEAT
+from ..report import GPU_BUSY_CAVEAT, GPU_TIME_CAVEAT
 from ..vocabulary import format_bytes, format_seconds
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -208,7 +208,8 @@ def nodes_table(report: Mapping) -> str:
         return '<p class="muted">No nodes profiled.</p>'
     head = (
         "<tr><th>node</th><th>class</th><th>status</th><th class=num>start</th><th class=num>time</th>"
-        f"<th class=num title=\"{esc(GPU_TIME_CAVEAT)}\">GPU time</th>"
+        f'<th class=num title="{esc(GPU_TIME_CAVEAT)}">GPU span</th>'
+        f'<th class=num title="{esc(GPU_BUSY_CAVEAT)}">GPU busy</th>'
         "<th class=num>peak RSS</th><th class=num>RSS added</th><th class=num>RSS change</th>"
         "<th class=num>peak GPU</th><th class=num>GPU added</th></tr>"
     )
@@ -220,6 +221,8 @@ def nodes_table(report: Mapping) -> str:
             f"<td class=num>{esc(format_seconds(n.get('duration_s')))}</td>"
             f"<td class=num title=\"{esc(n.get('gpu_time_unknown_reason') or '')}\">"
             f"{esc(format_seconds(n['gpu_time_s']) if n.get('gpu_time_s') is not None else '–')}</td>"
+            f"<td class=num title=\"{esc(n.get('gpu_busy_unknown_reason') or '')}\">"
+            f"{esc(format_seconds(n['gpu_busy_s']) if n.get('gpu_busy_s') is not None else '–')}</td>"
             f"<td class=num>{esc(format_bytes(n.get('peak_rss_bytes')) if n.get('peak_rss_bytes') is not None else '–')}</td>"
             f"<td class=num>{esc(format_value('peak_bytes', n.get('peak_rss_above_start_bytes')))}</td>"
             f"<td class=num>{esc(format_value('rss_change_bytes', n.get('rss_change_bytes')))}</td>"
@@ -227,8 +230,8 @@ def nodes_table(report: Mapping) -> str:
             f"<td class=num>{esc(format_value('peak_bytes', node_gpu_peak(n, 'peak_allocated_above_start_bytes')))}</td></tr>"
         )
     caveat = (
-        f'<p class="muted">{esc(GPU_TIME_CAVEAT)}</p>'
-        if any(n.get("gpu_time_s") is not None for n in nodes)
+        f'<p class="muted">{esc(GPU_TIME_CAVEAT)} {esc(GPU_BUSY_CAVEAT)}</p>'
+        if any(n.get("gpu_time_s") is not None or n.get("gpu_busy_s") is not None for n in nodes)
         else ""
     )
     return f"<table>{head}{''.join(rows)}</table>{caveat}"

@@ -86,6 +86,11 @@ class Probes:
                 self._remember_failure(f"torch.memory.{counter}", reason)
         return values
 
+    def gpu_process_limit(self, index: int) -> dict | None:
+        """{fraction, total_bytes, limit_bytes}: the per-process memory fraction torch's allocator
+        holds this process to on device `index`; None (with the reason kept) where unknown."""
+        return self.call("torch.process_limit", self.torch.process_limit, index)
+
     def reset_torch_peak(self, index: int) -> bool:
         return bool(self.call("torch.reset_peak", self.torch.reset_peak, index))
 
@@ -112,6 +117,14 @@ class Probes:
 
     def gpu_count(self) -> int:
         return max(self.torch_device_count(), self.nvml_device_count())
+
+    def gpu_utilization_samples(self, index: int, since_unix_s: float) -> list[tuple[float, float]] | None:
+        """NVML utilization samples of device `index` newer than `since_unix_s` ((unix s, pct)
+        pairs, oldest first); None where NVML cannot say (no NVML, no such device, a failed read)."""
+        if index >= self.nvml_device_count():
+            return None
+        samples = self.call("nvml.utilization_samples", self.nvml.utilization_samples, index, since_unix_s)
+        return None if samples is None else sorted(samples)
 
     # -- snapshots ----------------------------------------------------------------------------
     def snapshot(self, detail: str = DETAIL_FULL) -> Snapshot:

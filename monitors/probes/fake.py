@@ -73,6 +73,8 @@ class FakeTorchAllocator:
             for _ in range(n_devices)
         ]
         self.gpu_clock_s = [0.0 for _ in range(n_devices)]  # where each device's queue has got to
+        self.total_bytes = [24 * GiB for _ in range(n_devices)]
+        self.memory_fractions = [1.0 for _ in range(n_devices)]  # set_per_process_memory_fraction
         self.fail: set[str] = set()
 
     def _check(self, method):
@@ -122,6 +124,11 @@ class FakeTorchAllocator:
             values["peak_reserved_bytes"] = None
         return values
 
+    def process_limit(self, index):
+        self._check("process_limit")
+        total, fraction = self.total_bytes[index], self.memory_fractions[index]
+        return {"fraction": fraction, "total_bytes": total, "limit_bytes": int(total * fraction)}
+
     def reset_peak(self, index):
         self._check("reset_peak")
         dev = self.devices[index]
@@ -146,6 +153,19 @@ class FakeNvml:
             for _ in range(n_devices)
         ]
         self.unavailable_reason = "NVMLError_LibraryNotFound" if missing else None
+        self.utilization_log = [[] for _ in range(n_devices)]  # (unix s, pct) samples, as NVML keeps them
+
+    def sample_utilization(self, index: int, busy, start_s: float, end_s: float, period_s: float = 0.02):
+        """Write NVML's samples for [start_s, end_s): one every `period_s`, each the percentage of its
+        period (the one it closes) that `busy(t0, t1)` (busy seconds within) says kernels ran."""
+        t = start_s
+        while t + period_s <= end_s + 1e-9:
+            pct = 100.0 * busy(t, t + period_s) / period_s
+            self.utilization_log[index].append((round(t + period_s, 9), pct))
+            t += period_s
+
+    def utilization_samples(self, index, since_unix_s):
+        return [s for s in self.utilization_log[index] if s[0] > since_unix_s]
 
     def device_count(self):
         return 0 if self.missing else len(self.devices)

@@ -65,3 +65,17 @@ class NvmlBackend:
 
     def power_w(self, index: int) -> float:
         return self._lib().nvmlDeviceGetPowerUsage(self._handle(index)) / 1000.0
+
+    def utilization_samples(self, index: int, since_unix_s: float) -> list[tuple[float, float]]:
+        """NVML's GPU utilization samples newer than `since_unix_s`: (unix seconds, percent of the
+        sampling period during which kernels ran). The driver keeps a short ring of them; none newer
+        is an empty list, not an error."""
+        lib = self._lib()
+        since_us = max(0, int(since_unix_s * 1_000_000))
+        try:
+            _value_type, samples = lib.nvmlDeviceGetSamples(
+                self._handle(index), lib.NVML_GPU_UTILIZATION_SAMPLES, since_us
+            )
+        except lib.NVMLError_NotFound:
+            return []
+        return [(int(s.timeStamp) / 1_000_000, float(s.sampleValue.uiVal)) for s in samples]

@@ -60,8 +60,19 @@ class Snapshot:
         return values
 
     def to_dict(self) -> dict:
+        """Plain data of the moment: torch's peak counters are left out (see NOT_OF_THE_MOMENT)."""
         data = {name: getattr(self, name) for name in HOST_METRICS}
         data["ram_total_bytes"] = self.ram_total_bytes
         data["unix_time_s"] = self.unix_time_s
-        data["gpus"] = [gpu.__dict__.copy() | {"device": gpu.device} for gpu in self.gpus]
+        data["gpus"] = [
+            {k: v for k, v in gpu.__dict__.items() if k not in NOT_OF_THE_MOMENT} | {"device": gpu.device}
+            for gpu in self.gpus
+        ]
         return data
+
+
+# A reading's torch peak counters hold the allocator's high point since its last reset, which each
+# node's span makes: no figure of a snapshot's moment (nor the peak of the span that read it), so a
+# written snapshot (a span's baseline and end, a live sample) leaves them out. Spans report their
+# own peaks under `peaks`.
+NOT_OF_THE_MOMENT = frozenset({"peak_allocated_bytes", "peak_reserved_bytes"})

@@ -66,6 +66,20 @@ class TorchAllocatorBackend:
             values[UNKNOWN_REASONS_KEY] = reasons  # the Probes facade moves these to its failures
         return values
 
+    def process_limit(self, index: int) -> dict:
+        """This process's allocator cap on device `index`: `set_per_process_memory_fraction`'s
+        fraction of the device's total (the caching allocator refuses to reserve beyond it, while
+        `mem_get_info` and ComfyUI's free memory ignore it). Raises where torch has no getter."""
+        cuda = self._cuda()
+        if cuda is None:
+            raise RuntimeError("CUDA not initialised")
+        getter = getattr(cuda, "get_per_process_memory_fraction", None)
+        if getter is None:
+            raise RuntimeError("this torch has no torch.cuda.get_per_process_memory_fraction")
+        fraction = float(getter(index))
+        total = int(cuda.get_device_properties(index).total_memory)
+        return {"fraction": fraction, "total_bytes": total, "limit_bytes": int(total * fraction)}
+
     # -- GPU time: CUDA events on the current stream ---------------------------------------------
     def current_device(self) -> int | None:
         cuda = self._cuda()

@@ -15,7 +15,10 @@ What one attempt teaches:
   lower bound, kept as a sample of its own so that the next encode of that size is not repeated
   against the same wall.
 The largest sample is used, not the mean: one ratio that was too small costs a failed attempt,
-one too large only a needless tiling.
+one too large only a needless tiling. A failed attempt never becomes a measured ratio: measured
+samples give `ratio` (used with the margin), samples that ran out give `lower_bound_ratio` (used as
+it is: the need is at least that), and the prediction multiplies the estimate by the larger of the
+two and says which.
 
 A precedent beats the ratio: when an earlier attempt of the same strategy finished with an
 estimate at least as large and no more free memory than now, and no attempt ran out with an
@@ -63,11 +66,13 @@ class Calibration:
     model: str
     device_type: str
     dtype: str
-    ratio: float  # the largest measured / estimated ratio among the samples
+    ratio: float | None  # the largest measured / estimated ratio; None: no attempt finished
     margin: float
     n_samples: int
     n_ran_out: int
     samples: tuple[Sample, ...] = ()
+    # the largest ratio an attempt that ran out of memory proved the need to exceed; None: none ran out
+    lower_bound_ratio: float | None = None
 
     def precedent(self, strategy: str, estimate_bytes: int | None, free_bytes: int | None) -> Sample | None:
         """An earlier finished attempt of `strategy` that this one repeats at worst as easily (see
@@ -97,17 +102,25 @@ class Calibration:
 
     @property
     def factor(self) -> float:
-        return self.ratio * self.margin
+        """What the VAE's estimate is multiplied by: the measured ratio with its margin, raised to the
+        lower bound when an attempt that ran out proved the need larger (no margin on a bound)."""
+        measured = None if self.ratio is None else self.ratio * self.margin
+        return max(v for v in (measured, self.lower_bound_ratio) if v is not None)
 
     @property
     def source(self) -> str:
-        text = (
-            f"calibrated from {self.n_samples} earlier encode attempt{'s' if self.n_samples != 1 else ''} "
-            f"of {self.model} on {self.device_type} ({self.dtype}) in this process"
-        )
+        n_measured = self.n_samples - self.n_ran_out
+        text = f"calibrated from {self.n_samples} earlier encode attempt{'s' if self.n_samples != 1 else ''} "
+        text += f"of {self.model} on {self.device_type} ({self.dtype}) in this process"
+        parts = []
+        if n_measured:
+            parts.append(f"measured/estimated up to {self.ratio:.3g}, x{self.margin:g} margin")
         if self.n_ran_out:
-            text += f", {self.n_ran_out} of them out of memory (a lower bound)"
-        return text + f": measured/estimated up to {self.ratio:.3g}, x{self.margin:g} margin"
+            parts.append(
+                f"{self.n_ran_out} ran out of memory: the need is at least {self.lower_bound_ratio:.3g} x the "
+                "estimate (a lower bound, not a measurement)"
+            )
+        return text + ": " + "; ".join(parts)
 
 
 def _dtype_name(dtype) -> str:
@@ -164,15 +177,18 @@ class CalibrationTable:
                 self._samples.move_to_end(key)
         if not samples:
             return None
+        measured = [s.ratio for s in samples if s.kind != RAN_OUT]
+        ran_out = [s.ratio for s in samples if s.kind == RAN_OUT]
         return Calibration(
             model=key[0],
             device_type=key[1],
             dtype=key[2],
-            ratio=max(s.ratio for s in samples),
+            ratio=max(measured) if measured else None,
             margin=self.margin,
             n_samples=len(samples),
-            n_ran_out=sum(1 for s in samples if s.kind == RAN_OUT),
+            n_ran_out=len(ran_out),
             samples=tuple(samples),
+            lower_bound_ratio=max(ran_out) if ran_out else None,
         )
 
     def samples(self, key: tuple) -> list[Sample]:

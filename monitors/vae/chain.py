@@ -14,6 +14,10 @@ without a measurement, auto skips only when even half the estimate would not fit
 is recorded as an Attempt: outcome, error, time, peak memory (a nested Span), the prediction and
 whether it held; every attempt that ran teaches the calibration.
 
+When ComfyUI's own encode runs out of memory inside direct and retries tiled by itself
+(comfy_retry.py), direct is recorded as out of memory and the retry as an attempt of its own,
+`tiled (ComfyUI retry)`, which is then the strategy used.
+
 Only out-of-memory errors move on to the next strategy; anything else stops the chain. The chain
 never keeps an exception raised by an out-of-memory attempt: the error is turned into text and
 cleanup runs after the except block, so tensors the exception's frames hold can be freed.
@@ -34,6 +38,8 @@ from .calibration import (
     UNCALIBRATED_OVERESTIMATE,
     calibration_key,
 )
+from .comfy_retry import CAUGHT_MESSAGE, CAUGHT_REASON, RETRY_REASON, RETRY_STRATEGY, RetryWatch
+from .free_memory import as_free_memory
 from .geometry import (
     Prediction,
     _weights_to_load,
@@ -58,22 +64,6 @@ from .outcomes import (
 )
 
 log = logging.getLogger(__name__)
-
-class _LogWatch(logging.Handler):
-    """Collects log lines containing any of the watched texts while an attempt runs."""
-
-    def __init__(self, texts: tuple[str, ...]):
-        super().__init__(logging.DEBUG)
-        self.texts = texts
-        self.seen: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            message = record.getMessage()
-        except Exception:
-            return
-        if any(text in message for text in self.texts) and len(self.seen) < 10:
-            self.seen.append(message[:300])
 
 
 def _peaks(result: SpanResult | None, device: str | None) -> dict:
@@ -212,10 +202,12 @@ class VAEChain:
         if self.result.device is None:
             return None
         try:
-            return self.options.free_memory(self.result.device)
+            reading = as_free_memory(self.options.free_memory(self.result.device))
         except Exception as exc:
             self.result.monitor_errors.append(f"free memory: {type(exc).__name__}: {exc}")
             return None
+        self.result.free_memory_manager = self.result.free_memory_manager or reading.manager
+        return reading.free_bytes
 
     def _run_plan(self, plan: tuple[str, ...]) -> None:
         result = self.result
@@ -226,13 +218,13 @@ class VAEChain:
                 continue
             outcome = self._attempt(strategy)
             if outcome == OK:
-                result.strategy_used = strategy
+                result.strategy_used = result.attempts[-1].strategy  # ComfyUI's own retry may have made it
                 return
             if outcome == ERROR:
                 return
             # Out of memory: free what we can before the next strategy (outside the except block).
             self._cleanup_after_last_attempt()
-        tried = [f"{a.strategy} ({a.reason or a.error_message})" for a in result.attempts if a.outcome == OOM]
+        tried = [f"{a.strategy} ({a.error_message or a.reason})" for a in result.attempts if a.outcome == OOM]
         result.error_kind = "out_of_memory"
         result.error = (
             "VAE encode ran out of memory with every strategy: "
@@ -255,7 +247,7 @@ class VAEChain:
         prediction = self.result.predictions.get(strategy)
         if prediction is None or prediction.fits is not False:
             return None
-        calibrated = prediction.calibration_ratio is not None
+        calibrated = prediction.calibrated_estimate_bytes is not None
         if not calibrated and not _surely_too_large(prediction):
             return None  # the raw estimate is cautious: one try teaches the calibration
         if not any(self._can_run(s) for s in later):
@@ -293,10 +285,9 @@ class VAEChain:
             return self.options.cpu_encode(vae, pixels)
 
     def _attempt(self, strategy: str) -> str:
-        watch = _LogWatch(self.options.watch_log_messages) if self.options.watch_log_messages else None
-        root = logging.getLogger()
-        if watch is not None:
-            root.addHandler(watch)
+        """Run one strategy; returns the outcome of its last row (ComfyUI's own retry adds a row)."""
+        tilers = self.options.retry_tilers if strategy == "direct" else ()
+        watch = RetryWatch(self.vae, self.options.watch_log_messages, tilers)
         weights_loaded = None
         if self.options.calibration is not None:  # what this attempt loads is no part of the encode's need
             weights_loaded, _ = _weights_to_load(self.vae, self._device_of(strategy))
@@ -304,7 +295,8 @@ class VAEChain:
         started = time.monotonic()
         samples, error_type, error_message, outcome, snapshot = None, None, None, OK, None
         try:
-            samples = self._encode(strategy)
+            with watch:
+                samples = self._encode(strategy)
             if samples is None:
                 raise RuntimeError(f"{strategy} encode returned no latent")
         except Exception as exc:
@@ -316,33 +308,35 @@ class VAEChain:
             else:
                 snapshot = self._memory_snapshot()  # now, before any cleanup changes the picture
         finally:
-            duration = time.monotonic() - started
+            ended = time.monotonic()
             span_result = span.stop()
-            if watch is not None:
-                root.removeHandler(watch)
-        notes = tuple(watch.seen) if watch is not None else ()
+        retried = strategy == "direct" and watch.retried
         try:
-            self._learn(strategy, outcome, notes, span_result, weights_loaded)
+            self._learn(strategy, OOM if retried else outcome, watch.notes, span_result, weights_loaded)
         except Exception as exc:  # calibration is advice: never let it change the encode's outcome
             self.result.monitor_errors.append(f"calibration: {type(exc).__name__}: {exc}")
         prediction = self.result.predictions.get(strategy)
-        self._record(
-            strategy,
-            outcome,
-            error_type=error_type,
-            error_message=error_message,
-            duration_s=duration,
+        row = dict(
+            duration_s=ended - started,
             peaks=_peaks(span_result, self.result.device if strategy != "cpu" else "cpu"),
             prediction=prediction,
-            prediction_held=_held(prediction, outcome, notes),
-            notes=notes,
-            memory_snapshot=snapshot,
+            prediction_held=_held(prediction, OOM if retried else outcome, watch.notes),
+            notes=watch.notes,
         )
+        last = dict(error_type=error_type, error_message=error_message, memory_snapshot=snapshot)
+        if retried:  # ComfyUI ran out inside direct and tiled by itself: two rows, the OOM counted
+            caught = dict(reason=CAUGHT_REASON, caught_by_comfyui=True, error_message=CAUGHT_MESSAGE)
+            self._record(strategy, OOM, **caught, **row)
+            retry_s = None if watch.retry_started_s is None else ended - watch.retry_started_s
+            self._record(RETRY_STRATEGY, outcome, reason=RETRY_REASON, duration_s=retry_s, **last)
+        else:
+            self._record(strategy, outcome, **row, **last)
         if outcome == OK:
             self.result.samples = samples
         elif outcome == ERROR:
             self.result.error_kind = "error"
-            self.result.error = f"VAE encode ({strategy}) failed with {error_type}: {error_message}"
+            name = self.result.attempts[-1].strategy
+            self.result.error = f"VAE encode ({name}) failed with {error_type}: {error_message}"
         return outcome
 
     def _memory_snapshot(self) -> dict | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ..report import Finding
 from ..tensor_stats import describe_tensor
+from .free_memory import as_free_memory
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +224,12 @@ class Prediction:
     calibrated_estimate_bytes: int | None = None
     calibration_source: str | None = None  # "calibrated from 3 earlier encode attempts of WanVAE on cuda ..."
     calibration_unknown_reason: str | None = None  # why the raw estimate was used
+    # at least this x the estimate: earlier attempts ran out of memory (a bound, never a measurement)
+    calibration_lower_bound_ratio: float | None = None
+    free_memory_manager: str | None = (
+        None  # ComfyUI's manager read: dynamic | estimate-based (free_memory.py)
+    )
+    free_memory_source: str | None = None  # how free_bytes was made (per-process cap, reserve, ...)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -274,30 +281,37 @@ def predict(
             log.debug("pipeline monitor: memory_used_encode(%s) failed: %s", shape, exc)
             estimate_reason = f"memory_used_encode: {type(exc).__name__}: {exc}"
     weights, weights_reason = _weights_to_load(vae, device)
-    free, free_reason = None, None
+    free, free_reason, reading = None, None, as_free_memory(None)
     if device is None:
         free_reason = "the VAE has no device"
     else:
         try:
-            free = free_memory(device)
+            reading = as_free_memory(free_memory(device))
         except Exception as exc:  # the reading is advice: the prediction stays, unknown, with why
             free_reason = f"{type(exc).__name__}: {exc}"
         else:
+            free = reading.free_bytes
             if free is None:
                 free_reason = f"no free-memory reading for {device}"
     calibrated, calibration_reason, ratio, margin, source = None, None, None, None, None
+    lower_bound = None
     if isinstance(calibration, str) or calibration is None:
         calibration_reason = calibration or "no calibration table"
     elif estimate is not None:
         precedent = calibration.precedent(strategy, estimate, free)
         if precedent is not None:
             ratio, margin, source = precedent.ratio, 1.0, calibration.precedent_source(precedent)
+            calibrated = int(round(estimate * ratio))
         else:
-            ratio, margin, source = calibration.ratio, calibration.margin, calibration.source
-        calibrated = int(round(estimate * ratio * margin))
+            ratio, source = calibration.ratio, calibration.source
+            margin = None if ratio is None else calibration.margin
+            lower_bound = calibration.lower_bound_ratio
+            calibrated = int(round(estimate * calibration.factor))
     used_estimate = calibrated if calibrated is not None else estimate
     needed = None if used_estimate is None else used_estimate + (weights or 0)
     fits = None if needed is None or free is None else needed <= free
+    if fits and lower_bound is not None and estimate * lower_bound >= estimate * (ratio or 0) * (margin or 1):
+        fits = needed < free  # a bound that decides: the need exceeded it, equal does not fit
     return Prediction(
         strategy,
         device,
@@ -314,6 +328,9 @@ def predict(
         calibrated_estimate_bytes=calibrated,
         calibration_source=source,
         calibration_unknown_reason=calibration_reason,
+        calibration_lower_bound_ratio=lower_bound,
+        free_memory_manager=reading.manager,
+        free_memory_source=reading.source,
     )
 
 

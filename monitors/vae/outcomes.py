@@ -15,6 +15,7 @@ from ..probes import Probes
 from ..report import Finding
 from ..span import SpanResult
 from .calibration import PROCESS_TABLE, CalibrationTable
+from .free_memory import FreeMemory, usable_gpu_free
 from .geometry import Prediction, TileSettings
 
 log = logging.getLogger(__name__)
@@ -42,17 +43,28 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in OOM_MESSAGE_MARKERS)
 
 
-def read_free_memory(device) -> int | None:
-    """Free bytes of a device as the process can use them: available RAM, or CUDA free + cached.
-    None for other devices; a failed read raises, so that the chain records why."""
+def read_free_memory(device, probes: Probes | None = None) -> int | FreeMemory | None:
+    """Free bytes of a device as the process can use them: available RAM, or CUDA free + cached
+    under this process's memory fraction (free_memory.py). None for other devices; a failed read
+    raises, so that the chain records why."""
     name = str(device)
     if name.startswith("cuda"):
         import torch
 
+        from ..probes import get_probes
+
+        probes = probes or get_probes()
         index = int(name.split(":")[1]) if ":" in name else torch.cuda.current_device()
         free, _total = torch.cuda.mem_get_info(index)
-        cached = torch.cuda.memory_reserved(index) - torch.cuda.memory_allocated(index)
-        return int(free + max(0, cached))
+        allocated = torch.cuda.memory_allocated(index)
+        cached = torch.cuda.memory_reserved(index) - allocated
+        return usable_gpu_free(
+            int(free + max(0, cached)),
+            None,
+            process_limit=probes.gpu_process_limit(index),
+            allocated_bytes=allocated,
+            manager_source="torch.cuda.mem_get_info + cached",
+        )
     if name.startswith("cpu"):
         import psutil
 
@@ -86,6 +98,7 @@ class Attempt:
     cleanup_reclaimed_bytes: int | None = None
     notes: tuple[str, ...] = ()  # log lines seen during the attempt that matter (watch_log_messages)
     memory_snapshot: dict | None = None  # what was loaded when it ran out of memory (options.memory_snapshot)
+    caught_by_comfyui: bool = False  # ComfyUI's encode caught this out-of-memory and retried tiled itself
 
     def to_dict(self) -> dict:
         data = dict(self.__dict__)
@@ -100,10 +113,14 @@ class ChainOptions:
     allow_dummy: bool = False
     # None: ComfyUI's own retry tiling for the VAE's dimensionality (comfy_retry_tiles)
     tiles: TileSettings | None = field(default_factory=TileSettings)
-    free_memory: Callable[[str], int | None] = read_free_memory  # device name -> free bytes
+    # device name -> free bytes, or a free_memory.FreeMemory saying how they were counted
+    free_memory: Callable[[str], int | FreeMemory | None] = read_free_memory
     cleanup: Callable[[], None] = release_memory
     cpu_encode: Callable[[Any, Any], Any] | None = None  # (vae, pixels) -> latent, run on the CPU
     watch_log_messages: tuple[str, ...] = ()  # e.g. ComfyUI's "retrying with tiled" warning
+    # VAE methods its own encode calls to retry tiled after an out-of-memory (comfy_retry.py); a call
+    # during direct counts that attempt as out of memory even where the log hides the warning
+    retry_tilers: tuple[str, ...] = ()
     probes: Probes | None = None
     memory_snapshot: Callable[[], dict] | None = None  # plain data on what is loaded, read at an OOM
     # Measured/estimated ratios of earlier attempts (per process by default); None: the raw estimate.
@@ -123,6 +140,7 @@ class ChainResult:
     device: str | None = None
     free_before_bytes: int | None = None
     free_after_bytes: int | None = None
+    free_memory_manager: str | None = None  # ComfyUI's memory manager the free figures read (free_memory.py)
     span: SpanResult | None = None
     error: str | None = None
     error_kind: str | None = None  # bad_input | out_of_memory | error

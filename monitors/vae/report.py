@@ -13,6 +13,7 @@ from ..report import Finding, StepReport, format_bytes
 from ..span import memory_picture
 from ..tensor_stats import describe_tensor
 from .chain import OOM, SKIPPED, ChainResult
+from .comfy_retry import RETRY_STRATEGY
 from .geometry import TileSettings
 
 STEP_KIND = "vae_encode"
@@ -117,6 +118,7 @@ def memory_figures(result: ChainResult) -> dict:
         if result.free_before_bytes is None or result.free_after_bytes is None
         else result.free_after_bytes - result.free_before_bytes
     )
+    figures.update(driver_free_figures(span, gpu))
     if _on_cpu(result.device):
         figures.update(
             free_memory_before_bytes=None,
@@ -136,11 +138,69 @@ def memory_figures(result: ChainResult) -> dict:
     return figures
 
 
+def _driver_free(snapshot, gpu: str | None) -> int | None:
+    for reading in getattr(snapshot, "gpus", ()) if gpu else ():
+        if (
+            reading.device == gpu
+            and reading.nvml_total_bytes is not None
+            and reading.nvml_used_bytes is not None
+        ):
+            return int(reading.nvml_total_bytes - reading.nvml_used_bytes)
+    return None
+
+
+def driver_free_figures(span, gpu: str | None) -> dict:
+    """The driver's free memory (NVML) at the encode's start and end: unlike ComfyUI's figure it
+    counts torch's cached blocks as used, so the encode's own reserved memory moves it."""
+    before, after = _driver_free(span.baseline, gpu), _driver_free(span.end, gpu)
+    return {
+        "gpu_driver_free_before_bytes": before,
+        "gpu_driver_free_after_bytes": after,
+        "gpu_driver_free_change_bytes": None if before is None or after is None else after - before,
+    }
+
+
 def _attempt(result: ChainResult, strategy: str):
     for attempt in result.attempts:
         if attempt.strategy == strategy:
             return attempt
     return None
+
+
+def _direct_out_of_memory(result: ChainResult, direct, prediction) -> list[Finding]:
+    """One finding for direct running out: by itself, or inside ComfyUI's encode that retried tiled."""
+    found: list[Finding] = []
+    if direct and direct.outcome == OOM and not direct.caught_by_comfyui:
+        message = f"direct ran out of memory after {direct.duration_s:.2f} s"
+        if prediction and prediction.fits:
+            message += (
+                f"; the VAE's estimate ({format_bytes(prediction.needed_bytes)} of "
+                f"{format_bytes(prediction.free_bytes)} free) said it fits, so for inputs this size choose tiled"
+            )
+        elif result.requested == "direct":
+            message += (
+                "; strategy auto skips direct when the VAE's estimate, calibrated by earlier encodes, "
+                "says it cannot fit"
+            )
+        found.append(Finding("warning", message + ".", "direct_out_of_memory"))
+    if direct and direct.caught_by_comfyui:
+        message = (
+            f"direct ran out of memory inside ComfyUI's encode, which caught it and retried tiled by itself "
+            f"({direct.duration_s:.2f} s in all)"
+        )
+        if prediction and prediction.fits:
+            message += (
+                f"; the VAE's estimate ({format_bytes(prediction.needed_bytes)} of "
+                f"{format_bytes(prediction.free_bytes)} free) said it fits"
+            )
+        found.append(
+            Finding(
+                "warning",
+                message + "; strategy tiled goes there at once.",
+                "comfy_internal_tiled_retry",
+            )
+        )
+    return found
 
 
 def suggestions(
@@ -172,30 +232,9 @@ def suggestions(
                 "direct_predicted_too_large",
             )
         )
-    if direct and direct.outcome == OOM:
-        message = f"direct ran out of memory after {direct.duration_s:.2f} s"
-        if prediction and prediction.fits:
-            message += (
-                f"; the VAE's estimate ({format_bytes(prediction.needed_bytes)} of "
-                f"{format_bytes(prediction.free_bytes)} free) said it fits, so for inputs this size choose tiled"
-            )
-        elif result.requested == "direct":
-            message += (
-                "; strategy auto skips direct when the VAE's estimate, calibrated by earlier encodes, "
-                "says it cannot fit"
-            )
-        found.append(Finding("warning", message + ".", "direct_out_of_memory"))
-    if direct and direct.notes:
-        found.append(
-            Finding(
-                "warning",
-                f"ComfyUI's encode ran out of memory and retried tiled inside the direct attempt "
-                f"({direct.duration_s:.2f} s in all); strategy tiled goes there at once.",
-                "comfy_internal_tiled_retry",
-            )
-        )
+    found.extend(_direct_out_of_memory(result, direct, prediction))
     if used == "cpu" and result.requested != "cpu":
-        gpu_attempts = [a for a in result.attempts if a.strategy in ("direct", "tiled")]
+        gpu_attempts = [a for a in result.attempts if a.strategy in ("direct", "tiled", RETRY_STRATEGY)]
         if any(a.outcome == OOM for a in gpu_attempts):
             message = (
                 "Encoded on the CPU after the GPU strategies ran out of memory (slow): lower tile_size "
@@ -288,6 +327,7 @@ def build_step(
         if direct_prediction is None
         else direct_prediction.calibration_source or direct_prediction.calibration_unknown_reason,
         "direct_free_bytes": None if direct_prediction is None else direct_prediction.free_bytes,
+        "free_memory_manager": result.free_memory_manager,
         "direct_predicted_to_fit": None if direct_prediction is None else direct_prediction.fits,
         "direct_prediction_held": None if direct_attempt is None else direct_attempt.prediction_held,
         "used_prediction_held": None if used_attempt is None else used_attempt.prediction_held,

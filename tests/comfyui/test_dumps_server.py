@@ -9,8 +9,6 @@ import uuid
 import pytest
 import requests
 
-from monitors.vocabulary import headline_text
-
 pytestmark = pytest.mark.comfyui
 
 TAG = uuid.uuid4().hex[:6]
@@ -88,9 +86,14 @@ def test_dump_prompt_reports_latent_and_dump_steps(runs):
         assert step["summary"]["file_name"] == f"{name}.safetensors"
         assert step["summary"]["n_tensors"] == n_tensors
         assert history["outputs"][node_id]["dump"] == [f"{name}.safetensors"]
-        assert isinstance(history["outputs"][node_id]["text"], list)
+        lines = history["outputs"][node_id]["text"][0].splitlines()  # written out, not recomputed
+        assert lines[:3] == [f"file: {name}.safetensors", "written: yes", f"tensors: {n_tensors}"]
     assert steps["7"]["summary"]["encoder_family"].startswith("WAN")
-    assert history["outputs"]["2"]["text"][0].startswith(headline_text("latent", steps["2"]["summary"]))
+    assert history["outputs"]["2"]["text"][0].splitlines()[:3] == [
+        "latent type: image",
+        "shape: [1, 4, 8, 8]",
+        "latent family: SD1 / SD2 / SDXL",
+    ]
 
 
 def test_dumps_land_in_the_output_folder_only(server, runs):
@@ -109,7 +112,8 @@ def test_compare_prompt_gives_verdicts(runs):
     for node_id, status in expected.items():
         assert steps[node_id]["summary"]["status"] == status, steps[node_id]["summary"]
         text = history["outputs"][node_id]["text"]
-        assert text[0].startswith(headline_text("tensor_compare", steps[node_id]["summary"]))
+        lines = text[0].splitlines()
+        assert lines[0] == f"status: {status}" and lines[1].startswith("verdict: ")
     assert "[1, 4, 8, 8] vs [1, 4, 16, 16]" in steps["11"]["summary"]["verdict"]
     assert steps["12"]["summary"]["min_cosine_similarity"] < 0.1  # two unrelated seeds
     assert steps["14"]["details"]["b"]["live"] is True
@@ -209,7 +213,8 @@ def test_dump_and_compare_workflow_runs_and_matches_its_ui_copy(server):
     assert summary["status"] in ("close", "different"), summary
     assert summary["n_compared"] == 1 and 0 < summary["max_abs_diff"] < 1
     assert 0.5 < summary["min_cosine_similarity"] < 1
-    assert history["outputs"]["7"]["text"][0].startswith(headline_text("tensor_compare", compared["summary"]))
+    lines = history["outputs"]["7"]["text"][0].splitlines()
+    assert lines[0] == f"status: {summary['status']}" and "tensors compared: 1" in lines
 
 
 def test_image_to_video_workflow_reports_the_latent_and_dumps_it(server):

@@ -301,14 +301,34 @@ def test_totals_equal_comfyuis_patching(result):
         assert step["summary"][f"{kind}_delta_norm_partial"] is False
 
 
+def _built_ranks(case) -> set[int]:
+    """The ranks the oracle built its files with, read from their tensors by name: the down/A
+    factor's rows (LoRA, LoHa, LoKr's factorised side, GLoRA's a2), OFT's block size (BOFT: the
+    last two dimensions are the block)."""
+    ranks = set()
+    for f in case.files:
+        for key, tensor in f.sd.items():
+            if key.endswith(
+                ("lora_down.weight", "lora_A.weight", "hada_w1_b", "hada_w2_b", "lokr_w2_b", "a2.weight")
+            ):
+                ranks.add(int(tensor.shape[0]))
+            elif key.endswith("oft_blocks"):
+                ranks.add(int(tensor.shape[-1]))
+    return ranks
+
+
 @pytest.mark.parametrize("result", params("ranks"), indirect=True)
 def test_every_adapter_with_a_rank_reports_it(result):
+    reported = set()
     for kind in result["sides"]:
         for row in _rows(result["step"], kind):
             if row["type"] in ("lora", "loha", "lokr", "glora", "oft", "boft"):
                 if row["type"] == "lokr" and row["rank"] is None and row.get("rank_unavailable"):
                     continue  # two full Kronecker factors: nothing was trained at a rank
                 assert isinstance(row["rank"], int) and row["rank"] > 0, row
+                reported.add(row["rank"])
+    if reported:  # the ranks the files were built with, every one of them and no other
+        assert reported == _built_ranks(result["case"]), (reported, _built_ranks(result["case"]))
 
 
 @pytest.mark.parametrize("result", params("fields"), indirect=True)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import types
 
 import pytest
 import torch
 from vae_encode_support import core_encode, core_encode_tiled, load_tiny_wan_vae, noise_image, run_node
 
-from monitors.vocabulary import headline_text
+from monitors.probes.fake import fake_probes
+from monitors.vae.comfy_retry import COMFY_RETRY_TILERS
 
 pytestmark = pytest.mark.comfyui
 
@@ -52,7 +54,9 @@ def test_direct_equals_core_vae_encode_exactly_on_a_kl_vae(comfy, tiny, pack_run
     assert s["direct_predicted_to_fit"] is True and s["direct_prediction_held"] is True
     assert s["peak_rss_bytes"] > 0 and s["duration_s"] > 0 and s["frames_per_s"] > 0
     assert isinstance(output.ui["text"], list)
-    assert output.ui["text"][0].startswith(headline_text("vae_encode", step["summary"]))
+    lines = output.ui["text"][0].splitlines()  # written out, not recomputed with the node's function
+    assert lines[:3] == ["strategy used: direct", f"strategy requested: {strategy}", lines[2]]
+    assert lines[2].startswith("time: ") and {"latent type: image", "latent shape: [2, 4, 8, 6]"} <= set(lines)
 
 
 def test_wan_video_9_frames_become_3_latent_frames_equal_to_core(comfy, wan_vae, pack_runtime):
@@ -202,10 +206,37 @@ def test_the_gpu_free_memory_counts_what_comfyui_would_unload_less_its_reserve(c
     monkeypatch.setattr(mm, "get_free_memory", lambda device: {gpu: 1000 * mib}[device])
     reserve = {"bytes": 100 * mib}
     monkeypatch.setattr(mm, "extra_reserved_memory", lambda: reserve["bytes"])
-    read = comfy.pack_module("nodes.vae_encode_node").free_memory_reader(tiny.vae)
-    assert read("cuda:0") == (1000 + 300 - 100) * mib
+    probes = fake_probes("no GPU")  # no process cap known: the device side stands
+    read = comfy.pack_module("nodes.vae_encode_node").free_memory_reader(tiny.vae, probes)
+    assert read("cuda:0").free_bytes == (1000 + 300 - 100) * mib
+    assert read("cuda:0").manager == "estimate-based"
     reserve["bytes"] = 2000 * mib
-    assert read("cuda:0") == 0  # a reserve larger than what there is: nothing, not a negative
+    assert read("cuda:0").free_bytes == 0  # a reserve larger than what there is: nothing, not a negative
+
+
+def test_the_gpu_free_memory_honours_the_process_fraction_and_the_patchers_headroom(comfy, tiny, monkeypatch):
+    """Under set_per_process_memory_fraction the process can get its cap less what it allocated,
+    whatever the device has free; on 0.33 the patcher's get_free_memory (free plus dynamic VRAM
+    headroom) is what the VAE's own encode reads, and a dynamic patcher names its manager."""
+    import comfy.model_management as mm
+
+    mib = 1024**2
+    monkeypatch.setattr(mm, "current_loaded_models", [])
+    monkeypatch.setattr(mm, "get_free_memory", lambda device: 138 * 1024 * mib)
+    monkeypatch.setattr(mm, "extra_reserved_memory", lambda: 0)
+    probes = fake_probes("1 GPU")
+    probes.torch.total_bytes[0], probes.torch.memory_fractions[0] = 140 * 1024 * mib, 3 / 140
+    probes.torch.allocate(0, 1024 * mib)
+    read = comfy.pack_module("nodes.vae_encode_node").free_memory_reader(tiny.vae, probes)
+    reading = read("cuda:0")
+    assert reading.free_bytes == 2048 * mib and reading.capped_by_process_limit
+    view = types.SimpleNamespace(
+        patcher=types.SimpleNamespace(get_free_memory=lambda device: 500 * mib, is_dynamic=lambda: True)
+    )
+    probes.torch.memory_fractions[0] = 1.0
+    dynamic = comfy.pack_module("nodes.vae_encode_node").free_memory_reader(view, probes)("cuda:0")
+    assert dynamic.free_bytes == 500 * mib and dynamic.manager == "dynamic"
+    assert "ModelPatcher.get_free_memory" in dynamic.source
 
 
 def test_auto_goes_straight_to_tiled_when_the_estimate_does_not_fit(
@@ -254,15 +285,50 @@ def test_comfyui_internal_retry_then_our_tiled_strategy_on_a_real_vae(comfy, tin
     output, step = run_node(
         comfy, pack_runtime, pixels=pixels, vae=tiny.vae, strategy="direct", tile_size=64, overlap=16
     )
-    assert attempts(step) == [("direct", "oom"), ("tiled", "ok")]
-    direct = step["details"]["attempts"][0]
-    assert direct["error_type"] == "OutOfMemoryError" and "simulated" in direct["error_message"]
+    assert attempts(step) == [("direct", "oom"), ("tiled (ComfyUI retry)", "oom"), ("tiled", "ok")]
+    direct, retry = step["details"]["attempts"][:2]
+    assert direct["caught_by_comfyui"] is True and retry["duration_s"] is not None
+    assert retry["error_type"] == "OutOfMemoryError" and "simulated" in retry["error_message"]
     assert any("retrying with tiled" in note for note in direct["notes"])
-    assert {"direct_out_of_memory", "comfy_internal_tiled_retry"} <= set(codes(step, "warning"))
+    assert "comfy_internal_tiled_retry" in codes(step, "warning")
+    assert step["summary"]["n_out_of_memory"] == 2
     monkeypatch.undo()
     with torch.inference_mode():
         expected = core_encode_tiled(comfy, tiny.vae, pixels, tile_size=64, overlap=16)
     assert torch.equal(latent_of(output), expected)
+
+
+class OomOnce(OomAbove):
+    """Runs out of memory on the first call only, as a direct encode under a cap that tiles fit."""
+
+    def __call__(self, x, *args, **kwargs):
+        if not self.calls:
+            self.calls.append(tuple(x.shape))
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 14.00 GiB (simulated)")
+        return super().__call__(x, *args, **kwargs)
+
+
+@pytest.mark.parametrize("log_level", [logging.INFO, logging.CRITICAL])
+def test_an_out_of_memory_comfyui_caught_and_tiled_is_counted(
+    comfy, tiny, pack_runtime, monkeypatch, log_level
+):
+    """ComfyUI's own VAE.encode catches the OOM and returns a tiled latent: the step counts the out
+    of memory, names the retry as the strategy used, and Prometheus counts it. With warnings hidden
+    by the log level the tiler call alone shows it."""
+    from comfy.sd import VAE
+
+    assert any(hasattr(VAE, name) for name in COMFY_RETRY_TILERS)  # the seam exists
+    monkeypatch.setattr(tiny.vae.first_stage_model, "encode", OomOnce(tiny.vae, 10**9))
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "level", log_level)
+    pixels = noise_image(1, 128, 128, seed=9)
+    output, step = run_node(comfy, pack_runtime, pixels=pixels, vae=tiny.vae, strategy="direct")
+    assert attempts(step) == [("direct", "oom"), ("tiled (ComfyUI retry)", "ok")]
+    summary = step["summary"]
+    assert summary["strategy_used"] == "tiled (ComfyUI retry)" and summary["n_out_of_memory"] == 1
+    assert "estimate_pessimistic" not in codes(step)
+    assert latent_of(output).shape == (1, 4, 16, 16)
+    assert not any(name in vars(tiny.vae) for name in COMFY_RETRY_TILERS)  # the VAE is left as it was
 
 
 def test_every_strategy_out_of_memory_fails_as_an_oom_or_gives_flagged_zeros(
@@ -277,7 +343,13 @@ def test_every_strategy_out_of_memory_fails_as_an_oom_or_gives_flagged_zeros(
     assert isinstance(error, mm.OOM_EXCEPTION) and isinstance(error, torch.cuda.OutOfMemoryError)
     assert "every strategy" in str(error) and "allow_dummy" in str(error)
     # The VAE runs on the CPU, so the cpu strategy would only repeat direct.
-    assert attempts(step) == [("direct", "oom"), ("tiled", "oom"), ("cpu", "skipped"), ("dummy", "skipped")]
+    assert attempts(step) == [
+        ("direct", "oom"),
+        ("tiled (ComfyUI retry)", "oom"),  # ComfyUI caught the first and retried tiled: ran out too
+        ("tiled", "oom"),
+        ("cpu", "skipped"),
+        ("dummy", "skipped"),
+    ]
     error, step = run_node(comfy, pack_runtime, pixels=pixels, vae=tiny.vae, strategy="cpu")
     assert isinstance(error, torch.cuda.OutOfMemoryError)
     assert attempts(step) == [("cpu", "oom"), ("dummy", "skipped")]

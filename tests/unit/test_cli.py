@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from monitors.cli import EXIT_NO_INPUT, EXIT_OK, EXIT_REGRESSION, EXIT_SKIPPED, EXIT_USAGE, main
+from monitors.report import SCHEMA_VERSION
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -106,7 +107,7 @@ def test_aggregate_figures(tmp_path, capsys):
 def test_aggregate_names_and_skips_bad_inputs(tmp_path, capsys):
     good = write(tmp_path, "good.json", report("a", 1.0))
     newer = report("n", 1.0)
-    newer["schema_version"] = 3
+    newer["schema_version"] = SCHEMA_VERSION + 1
     missing = report("m", 1.0)
     del missing["nodes"]
     bad = {
@@ -122,7 +123,7 @@ def test_aggregate_names_and_skips_bad_inputs(tmp_path, capsys):
     result = json.loads(out.read_text())
     assert result["n_reports"] == 1 and len(result["skipped"]) == 6
     reasons = {os.path.basename(s["path"]): s["reason"] for s in result["skipped"]}
-    assert reasons["newer.json"] == "schema_version 3; this tool reads 1 and 2"
+    assert reasons["newer.json"] == f"schema_version {SCHEMA_VERSION + 1}; this tool reads 1, 2 and 3"
     assert reasons["corrupt.json"].startswith("not valid JSON")
     assert reasons["list.json"] == "not a run report: the top level is a list"
     assert reasons["other.json"] == "not a run report: no schema_version"

@@ -4,7 +4,7 @@ import csv
 import io
 import json
 
-from monitors.exporters.csv_tables import main, nodes_csv, steps_csv
+from monitors.exporters.csv_tables import main, nodes_csv, steps_csv, usage_generations_csv
 from tests.unit.test_node_memory import _run_two_nodes
 
 GiB = 1024**3
@@ -55,3 +55,20 @@ def test_cli_table_as_csv_and_json(tmp_path, capsys):
     assert cli_main(["table", report_path, "--table", "nodes", "--format", "json"]) == 0
     assert [n["node_id"] for n in json.loads(capsys.readouterr().out)] == ["1", "2"]
     assert cli_main(["table", str(tmp_path / "missing.json")]) == 1
+
+
+def test_usage_generations_one_number_per_gpu_column_and_none_on_cpu():
+    gpu_row = {
+        "index": 1,
+        "gpu_utilization_before_pct": [10.0, None],
+        "gpu_utilization_after_pct": [80.0, 5.0],
+    }
+    cpu_row = {"index": 2, "gpu_utilization_before_pct": None, "gpu_utilization_after_pct": None}
+    rows = list(csv.DictReader(io.StringIO(usage_generations_csv({"generations": [gpu_row, cpu_row]}))))
+    assert rows[0]["cuda:0.gpu_utilization_before_pct"] == "10.0"
+    assert rows[0]["cuda:1.gpu_utilization_before_pct"] == ""  # unknown: empty, never "[10.0, null]"
+    assert rows[0]["cuda:1.gpu_utilization_after_pct"] == "5.0"
+    assert rows[1]["cuda:0.gpu_utilization_after_pct"] == ""
+    assert not any(v.startswith("[") for r in rows for v in r.values())
+    header = usage_generations_csv({"generations": [cpu_row]}).splitlines()[0]
+    assert "cuda:" not in header and "gpu_utilization" not in header  # no GPU: no per-GPU column

@@ -107,5 +107,6 @@ def test_html_report_shows_gpu_time_with_the_stream_caveat(tmp_path):
     probes.torch.launch(0, 0.25)
     recorder.node_finished("1")
     page = render_html(recorder.end_run("success").to_dict())
-    assert "GPU time" in page and "250 ms" in page
-    assert GPU_TIME_CAVEAT.split(":")[0] in page
+    assert "GPU span" in page and "GPU busy" in page and "250 ms" in page
+    assert GPU_TIME_CAVEAT.split(":")[0] in page and "idle time included" in page
+    assert "an idle node shows about 0" in page

@@ -125,6 +125,19 @@ async def test_vae_fallbacks_and_lora_unmatched_keys(metrics_client):
     assert value(samples, "pipeline_monitor_lora_unmatched_keys_total") == 120
 
 
+async def test_an_out_of_memory_comfyui_caught_is_counted_and_its_retry_is_a_fallback(metrics_client):
+    client, recorder, _, _, report_mod = metrics_client
+    summary = {"strategy_requested": "auto", "strategy_used": "tiled (ComfyUI retry)", "n_out_of_memory": 1}
+    run(recorder, report_mod, "p-retry", steps=[("vae_encode", summary)])
+    samples = await scrape(client)
+    assert value(samples, "pipeline_monitor_vae_encode_out_of_memory_total") == 1
+    assert value(samples, "pipeline_monitor_vae_encode_fallbacks_total", used="tiled (ComfyUI retry)") == 1
+    assert (
+        value(samples, "pipeline_monitor_vae_encode_total", requested="auto", used="tiled (ComfyUI retry)")
+        == 1
+    )
+
+
 async def test_cached_steps_are_not_counted_again(metrics_client):
     client, recorder, _, _, report_mod = metrics_client
     recorder.begin_run("p", {})

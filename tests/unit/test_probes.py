@@ -196,3 +196,82 @@ def test_system_info_lists_gpus_and_allocator():
     assert [g["device"] for g in info["gpus"]] == ["cuda:0", "cuda:1"]
     assert info["allocator_backend"] == "native" and info["cpu_count"] == 2
     assert fake_probes("no GPU").system_info()["gpus"] == []
+
+
+def test_a_written_snapshot_calls_nothing_a_peak_that_is_not_its_own():
+    """torch's peak counters in an end snapshot are the allocator's since the last reset (each node
+    resets them): not the span's peak, so written snapshots leave them out."""
+    probes = fake_probes("1 GPU")
+    probes.torch.allocate(0, 3 * GiB)
+    probes.torch.devices[0]["allocated_bytes"] = GiB
+    data = probes.snapshot().to_dict()
+    assert data["gpus"][0]["allocated_bytes"] == GiB and data["gpus"][0]["device"] == "cuda:0"
+    assert not any(key.startswith("peak_") for key in data["gpus"][0])
+
+
+def test_the_reserved_peak_comes_from_the_allocator_counter_not_only_samples():
+    """A reserved spike between two readings (just before an out-of-memory) is kept: the span reads
+    max_memory_reserved's counter at its stop."""
+    from monitors.span import METHOD_ALLOCATOR_PEAK, Span
+
+    probes = fake_probes("1 GPU")
+    span = Span("spike", probes=probes).start()
+    probes.torch.allocate(0, 6 * GiB)  # no reading sees this moment
+    probes.torch.devices[0]["allocated_bytes"] = 0
+    probes.torch.devices[0]["reserved_bytes"] = GiB
+    result = span.stop()
+    peak = result.peaks["cuda:0.reserved_bytes"]
+    assert peak.value == 6 * GiB and peak.method == METHOD_ALLOCATOR_PEAK
+    assert result.end.gpus[0].reserved_bytes == GiB
+
+
+def test_nvml_utilization_samples_are_read_in_unix_seconds_and_none_newer_is_empty(monkeypatch):
+    """nvmlDeviceGetSamples through a stand-in pynvml: microsecond stamps become seconds, the
+    percentage comes from the value union's uiVal, and NVML's NotFound (nothing newer) is []."""
+    import types
+
+    class NotFound(Exception):
+        pass
+
+    calls = []
+
+    def get_samples(handle, kind, since_us):
+        calls.append((handle, kind, since_us))
+        if since_us >= 3_000_000:
+            raise NotFound()
+        sample = lambda stamp_us, pct: types.SimpleNamespace(  # noqa: E731
+            timeStamp=stamp_us, sampleValue=types.SimpleNamespace(uiVal=pct)
+        )
+        return 1, [sample(2_000_000, 40), sample(2_500_000, 100)]
+
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda index: f"handle{index}",
+        nvmlDeviceGetSamples=get_samples,
+        NVML_GPU_UTILIZATION_SAMPLES=1,
+        NVMLError_NotFound=NotFound,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    backend = NvmlBackend()
+    assert backend.utilization_samples(0, 1.5) == [(2.0, 40.0), (2.5, 100.0)]
+    assert calls[-1] == ("handle0", 1, 1_500_000)
+    assert backend.utilization_samples(0, 3.0) == []
+
+
+def test_the_process_limit_is_the_fraction_of_the_devices_total_or_unknown_with_why():
+    import types
+
+    cuda = types.SimpleNamespace(
+        get_per_process_memory_fraction=lambda index: 0.25,
+        get_device_properties=lambda index: types.SimpleNamespace(total_memory=80 * GiB),
+    )
+
+    class Backend(TorchAllocatorBackend):
+        def _cuda(self):
+            return cuda
+
+    assert Backend().process_limit(0) == {"fraction": 0.25, "total_bytes": 80 * GiB, "limit_bytes": 20 * GiB}
+    del cuda.get_per_process_memory_fraction  # an older torch
+    probes = Probes(torch_alloc=Backend())
+    assert probes.gpu_process_limit(0) is None
+    assert "no torch.cuda.get_per_process_memory_fraction" in probes.failures()["torch.process_limit"]

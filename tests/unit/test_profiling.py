@@ -69,7 +69,7 @@ def run_pipeline():
 
 
 def test_session_report_is_a_run_report_with_stage_rows(configured, tmp_path):
-    configured()
+    configured(probes=fake_probes("no GPU"))  # the machine's own GPUs must not change the figures
     with pm.profile_session("t2v", tags={"model": "tiny"}) as session:
         result = run_pipeline()
     assert float(result) == pytest.approx(48.0)  # the decorated functions' results are untouched

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from monitors.report import RunReport
 from monitors.store import RunStore
+from tests.unit.fake_clock import FakeClock, install
 from tests.watchdog import wait_until
 
 WATCHDOG_S = 30  # a hang watchdog only
@@ -152,18 +153,27 @@ def test_a_batch_comes_again_for_the_runs_after_it(tmp_path):
     wait_until(lambda: (tmp_path / "p4.json").is_file(), "a run after an empty batch was never written", WATCHDOG_S)
 
 
-def test_a_batch_waits_until_no_run_has_come_for_the_quiet_time(tmp_path):
-    quiet_s = 0.3
-    store = RunStore(str(tmp_path), background_writes=True, write_quiet_s=quiet_s, write_latest_s=NEVER_S)
+def test_a_batch_waits_until_no_run_has_come_for_the_quiet_time(tmp_path, monkeypatch):
+    """On a fake clock, the batch task looking at chosen moments: while runs keep coming it waits,
+    one tick short of the quiet time after the last run it still waits, at the quiet time it
+    writes them all. (The writer thread's own look comes in real time, long after this test.)"""
+    clock = install(FakeClock(), monkeypatch)
+    quiet_s = 300.0
+    store = RunStore(str(tmp_path), background_writes=True, write_quiet_s=quiet_s, write_latest_s=NEVER_S * 10)
     counted = []
-    store.add_listener(lambda data: counted.append(time.monotonic()))
+    store.add_listener(lambda data: counted.append(clock.monotonic()))
     for i in range(5):
         store.add(report(f"p{i}"))
-        last_add = time.monotonic()
-        time.sleep(quiet_s / 5)  # never quiet long enough while these come
-    wait_until(lambda: len(counted) == 5, "the batch never came", WATCHDOG_S)
-    waited = min(counted) - last_add
-    assert waited >= quiet_s * 0.99  # one clock: a lower bound the code sets, not a speed
+        last_add = clock.monotonic()
+        clock.advance(quiet_s / 5)  # never quiet long enough while these come
+        store._finish_when_quiet()
+        assert counted == []
+    clock.move_to(last_add + quiet_s - 0.001)
+    store._finish_when_quiet()
+    assert counted == []  # one tick short of quiet
+    clock.move_to(last_add + quiet_s)
+    store._finish_when_quiet()
+    assert counted == [last_add + quiet_s] * 5  # all five, at exactly the quiet time
 
 
 def test_the_exit_hook_writes_what_is_pending_and_ignores_a_store_gone(tmp_path):

@@ -30,7 +30,7 @@ def test_no_generation_yet():
 
 
 def test_generations_model_init_totals_and_means_on_cpu(fresh, monkeypatch):
-    fresh()
+    fresh(probes=fake_probes("no GPU"))  # a CPU machine whatever this one has
     clock = install(FakeClock(), monkeypatch)
 
     @pm.profile_model_parameters(name="tiny-unet")
@@ -135,15 +135,22 @@ def test_log_file_beside_the_console_log(fresh, tmp_path, caplog):
 def test_usage_statistics_export_as_json_and_csv(fresh, tmp_path):
     import csv
 
-    fresh()
-    for _ in range(2):
+    probes = fake_probes("2 GPUs")
+    fresh(probes=probes)
+    for before in (15.0, 25.0):
+        for dev in probes.nvml.devices:
+            dev["utilization_pct"] = before
         with pm.profile_session("exported"):
-            pass
+            probes.nvml.devices[1]["utilization_pct"] = 90.0
     written = usage.export_usage_statistics(tmp_path / "usage.csv", probes=fake_probes("1 GPU"))
     assert [p.rsplit("/", 1)[-1] for p in written] == ["usage.csv", "usage.totals.csv"]
     rows = list(csv.DictReader(open(written[0])))
     assert [r["index"] for r in rows] == ["1", "2"] and rows[0]["name"] == "exported"
-    assert float(rows[0]["duration_s"]) >= 0 and rows[0]["gpu_utilization_before_pct"] == ""
+    assert float(rows[0]["duration_s"]) >= 0 and "gpu_utilization_before_pct" not in rows[0]
+    # one number per GPU and cell, never a list's text
+    assert [float(r["cuda:0.gpu_utilization_before_pct"]) for r in rows] == [15.0, 25.0]
+    assert [float(r["cuda:1.gpu_utilization_after_pct"]) for r in rows] == [90.0, 90.0]
+    assert [float(r["cuda:0.gpu_utilization_after_pct"]) for r in rows] == [15.0, 25.0]
     totals = {r["name"]: r["value"] for r in csv.DictReader(open(written[1]))}
     assert totals["n_generations"] == "2"
     assert totals["current_cuda:0.allocated_bytes"] == "0"

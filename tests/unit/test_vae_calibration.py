@@ -175,12 +175,49 @@ def test_an_out_of_memory_attempt_teaches_a_lower_bound_and_the_largest_ratio_wi
     # Ran out with 2 GiB free: the need exceeded 2 GiB, more than the 512 MiB it reached.
     assert samples[1].ratio == pytest.approx(2 * GiB / DIRECT_ESTIMATE)
     calibration = table.lookup(KEY)
-    assert calibration.ratio == pytest.approx(2 * GiB / DIRECT_ESTIMATE)
+    # The failed attempt is a lower bound, never a measured ratio: the measured ones stay apart.
+    assert calibration.ratio == pytest.approx(0.25)  # the tiled measurement
+    assert calibration.lower_bound_ratio == pytest.approx(2 * GiB / DIRECT_ESTIMATE)
+    assert calibration.factor == pytest.approx(2 * GiB / DIRECT_ESTIMATE)  # the bound decides, no margin
     assert (calibration.n_samples, calibration.n_ran_out) == (3, 1)
-    assert "1 of them out of memory (a lower bound)" in calibration.source
+    assert (
+        "1 ran out of memory: the need is at least 0.328 x the estimate (a lower bound" in calibration.source
+    )
     # The same encode again goes straight to tiles: no second failed attempt.
     again = chain(MeasuredVAE(probes, {}), probes, 2 * GiB, table)
     assert outcomes(again) == [("direct", SKIPPED), ("tiled", OK)]
+    direct = again.predictions["direct"]
+    assert direct.calibration_ratio == pytest.approx(0.25)
+    assert direct.calibration_lower_bound_ratio == pytest.approx(2 * GiB / DIRECT_ESTIMATE)
+    assert direct.needed_bytes == pytest.approx(2 * GiB, abs=1) and direct.fits is False  # need > bound
+
+
+def test_a_lower_bound_alone_is_no_measurement_and_never_gets_a_margin():
+    probes, table = fake_probes("1 GPU"), CalibrationTable()
+    table.record(KEY, 0.5, "direct", RAN_OUT, DIRECT_ESTIMATE, DIRECT_ESTIMATE // 2)
+    calibration = table.lookup(KEY)
+    assert calibration.ratio is None and calibration.lower_bound_ratio == 0.5 and calibration.factor == 0.5
+    assert "measured" not in calibration.source and "a lower bound, not a measurement" in calibration.source
+    # With exactly the bound free the need (which exceeded it) does not fit; with more it may.
+    at_bound = chain(MeasuredVAE(probes, {}), probes, DIRECT_ESTIMATE // 2, table)
+    prediction = at_bound.predictions["direct"]
+    assert prediction.needed_bytes == DIRECT_ESTIMATE // 2 and prediction.fits is False
+    assert prediction.calibration_ratio is None and prediction.calibration_margin is None
+    assert prediction.calibration_lower_bound_ratio == 0.5
+    assert outcomes(at_bound)[0] == ("direct", SKIPPED)
+    more = chain(MeasuredVAE(probes, {}), probes, DIRECT_ESTIMATE // 2 + 1, table)
+    assert more.predictions["direct"].fits is True and outcomes(more)[0] == ("direct", OK)
+
+
+def test_a_measured_ratio_with_margin_above_the_bound_decides_with_equal_fitting():
+    probes, table = fake_probes("1 GPU"), CalibrationTable()
+    table.record(KEY, 0.5, "direct")
+    table.record(KEY, 0.25, "direct", RAN_OUT, DIRECT_ESTIMATE, DIRECT_ESTIMATE // 4)
+    calibration = table.lookup(KEY)
+    assert calibration.factor == pytest.approx(0.5 * SAFETY_MARGIN)
+    needed = int(round(DIRECT_ESTIMATE * 0.5 * SAFETY_MARGIN))
+    result = chain(MeasuredVAE(probes, {}), probes, needed, table)
+    assert result.predictions["direct"].fits is True  # a measured need: equal fits
 
 
 def test_comfyui_retrying_inside_direct_counts_as_running_out():
@@ -310,3 +347,75 @@ def test_a_later_out_of_memory_with_as_much_free_memory_overrules_the_precedent(
     assert table.lookup(KEY).precedent("direct", DIRECT_ESTIMATE, 3 * GiB) is None
     # With 5 GiB free the failure at 4 GiB does not contradict the success at 3 GiB.
     assert table.lookup(KEY).precedent("direct", DIRECT_ESTIMATE, 5 * GiB).ratio == 0.4
+
+
+# -- precedent boundaries (each comparison at equality, and unknown figures) -----------------------
+
+E, F = DIRECT_ESTIMATE, 3 * GiB
+
+
+def _calibration(*samples):
+    table = CalibrationTable()
+    for ratio, kind, estimate, free in samples:
+        table.record(KEY, ratio, "direct", kind, estimate, free)
+    return table.lookup(KEY)
+
+
+def test_a_precedent_at_exactly_the_same_estimate_and_free_memory_counts():
+    calibration = _calibration((0.4, MEASURED, E, F))
+    assert calibration.precedent("direct", E, F).ratio == 0.4
+    assert calibration.precedent("direct", E + 1, F) is None  # a larger encode: no precedent
+    assert calibration.precedent("direct", E, F - 1) is None  # less free memory: no precedent
+    assert calibration.precedent("tiled", E, F) is None  # another strategy's attempt
+
+
+def test_an_attempt_that_ran_out_with_exactly_as_much_free_memory_overrules_the_precedent():
+    measured = (0.4, MEASURED, E, F // 2)
+    assert _calibration(measured).precedent("direct", E, F).ratio == 0.4
+    assert _calibration(measured, (0.5, RAN_OUT, E, F)).precedent("direct", E, F) is None  # equal both
+    assert _calibration(measured, (0.5, RAN_OUT, E, F - 1)).precedent("direct", E, F).ratio == 0.4
+    assert _calibration(measured, (0.5, RAN_OUT, E + 1, F)).precedent("direct", E, F).ratio == 0.4
+
+
+def test_no_precedent_without_the_estimate_or_the_free_memory():
+    calibration = _calibration((0.4, MEASURED, E, F), (0.5, RAN_OUT, 2 * E, F))
+    assert calibration.precedent("direct", None, F) is None
+    assert calibration.precedent("direct", E, None) is None
+    assert _calibration((0.4, MEASURED, None, F)).precedent("direct", E, F) is None  # sample lacks it
+    assert _calibration((0.4, MEASURED, E, None)).precedent("direct", E, F) is None
+
+
+def test_the_largest_fitting_precedent_wins():
+    calibration = _calibration((0.4, MEASURED, E, F), (0.6, MEASURED, 2 * E, F), (0.9, MEASURED, E // 2, F))
+    assert calibration.precedent("direct", E, F).ratio == 0.6  # 0.9 encoded less: no precedent
+
+
+def test_the_default_table_keeps_8_samples_per_key_and_32_keys():
+    table = CalibrationTable()
+    for i in range(9):
+        assert table.record(KEY, 0.1 * (i + 1), "direct") is True
+    assert [round(s.ratio, 1) for s in table.samples(KEY)] == [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+    for i in range(32):
+        table.record((f"M{i}", "cuda", "float32"), 0.5, "direct")
+    assert len(table.keys()) == 32 and KEY not in table.keys()  # the least recently used went first
+
+
+def test_record_says_whether_it_kept_a_sample():
+    table = CalibrationTable()
+    assert table.record(KEY, 0.5, "direct") is True
+    assert table.record(None, 0.5, "direct") is False
+    assert table.record(KEY, 0.0, "direct") is False and table.record(KEY, float("inf"), "direct") is False
+    assert len(table.samples(KEY)) == 1
+
+
+def test_samples_and_calibrations_handed_out_cannot_be_changed():
+    import dataclasses
+
+    table = CalibrationTable()
+    table.record(KEY, 0.5, "direct", RAN_OUT, 10, 5)
+    (sample,) = table.samples(KEY)
+    calibration = table.lookup(KEY)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sample.ratio = 0.1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        calibration.lower_bound_ratio = 0.1

@@ -365,8 +365,9 @@ def test_comfyui_internal_tiled_retry_is_noted_and_the_prediction_did_not_hold()
         RetryingVAE(), pixels(), options(watch_log_messages=("Ran out of memory when regular VAE encoding",))
     )
     direct = result.attempts[0]
-    assert direct.outcome == OK and direct.notes == (COMFY_RETRY_WARNING,)
+    assert direct.outcome == OOM and direct.notes == (COMFY_RETRY_WARNING,)  # counted: it ran out
     assert direct.prediction.fits is True and direct.prediction_held is False
+    assert outcomes(result) == [("direct", OOM), ("tiled (ComfyUI retry)", OK)]
 
 
 def test_attempt_peaks_come_from_a_nested_span():

@@ -145,6 +145,27 @@ def test_v1_report_is_read_in_v2_names():
     assert vocab.upgrade_report(upgraded) == upgraded  # version 2 stays as it is
 
 
+def test_a_v2_conditioning_figure_of_two_meanings_is_split_by_what_it_measured():
+    encoders = [
+        {"node_id": "6", "peak_gpu_allocated_above_start_bytes": 300, "peak_rss_above_start_bytes": 10},
+        {"node_id": "7", "peak_gpu_allocated_above_start_bytes": None, "peak_rss_above_start_bytes": 50},
+    ]
+    step = {
+        "kind": "conditioning",
+        "node_id": "9",
+        "summary": {"encode_total_s": 1.0, "encode_peak_above_start_bytes": 300},
+        "details": {"encode": {"encoders": encoders}},
+    }
+    v2 = {"schema_version": 2, "steps": [step, {**step, "details": {}}]}
+    upgraded = vocab.upgrade_report(v2)
+    first, bare = (s["summary"] for s in upgraded["steps"])
+    assert upgraded["schema_version"] == SCHEMA_VERSION and "encode_peak_above_start_bytes" not in first
+    assert first["encode_peak_gpu_allocated_above_start_bytes"] == 300
+    assert first["encode_peak_rss_above_start_bytes"] == 50 and first["encode_total_s"] == 1.0
+    assert bare["encode_peak_gpu_allocated_above_start_bytes"] is None  # no details: unknown
+    assert v2["steps"][0]["summary"]["encode_peak_above_start_bytes"] == 300  # the input is untouched
+
+
 def test_compare_reads_a_v1_and_a_v2_report(tmp_path):
     from monitors.cli import EXIT_OK, main
 

@@ -4,7 +4,7 @@
 /** @typedef {{label: string, unit: string | null, description: string, processWide?: boolean}} FieldInfo */
 /** @typedef {{title: string, headline: string[], fields: Record<string, FieldInfo>, v1Renames: Record<string, string>}} KindVocabulary */
 
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
 
 /** @type {Record<string, KindVocabulary>} */
 export const VOCABULARY = {
@@ -299,10 +299,15 @@ export const VOCABULARY = {
     "unit": "s",
     "description": "time of every text encode node of the prompt together"
    },
-   "encode_peak_above_start_bytes": {
-    "label": "encode memory",
+   "encode_peak_gpu_allocated_above_start_bytes": {
+    "label": "encode GPU memory",
     "unit": "bytes",
-    "description": "most memory one encode node added above its start (GPU allocated, else RSS)"
+    "description": "most GPU memory (torch allocated) one encode node added above its start; null without a GPU"
+   },
+   "encode_peak_rss_above_start_bytes": {
+    "label": "encode RAM",
+    "unit": "bytes",
+    "description": "most process RSS one encode node added above its start"
    },
    "memory_budget_bytes": {
     "label": "memory budget",
@@ -479,7 +484,7 @@ export const VOCABULARY = {
    "strategy_used": {
     "label": "strategy used",
     "unit": null,
-    "description": "direct, tiled, cpu or dummy; null when every strategy failed"
+    "description": "direct, tiled, cpu or dummy, or `tiled (ComfyUI retry)` when ComfyUI's own encode ran out of memory and tiled by itself; null when every strategy failed"
    },
    "strategy_requested": {
     "label": "strategy requested",
@@ -537,7 +542,7 @@ export const VOCABULARY = {
    "n_out_of_memory": {
     "label": "out of memory",
     "unit": "count",
-    "description": "attempts that ran out of memory"
+    "description": "attempts that ran out of memory, those ComfyUI's encode caught and retried tiled included"
    },
    "frames_per_s": {
     "label": "frames per second",
@@ -622,7 +627,7 @@ export const VOCABULARY = {
    "direct_free_bytes": {
     "label": "free for direct",
     "unit": "bytes",
-    "description": "free device memory when direct was predicted",
+    "description": "memory this process could get on the device when direct was predicted: ComfyUI's free memory (cached blocks included) plus unloadable models less its reserve, capped by the per-process memory fraction",
     "processWide": true
    },
    "direct_predicted_to_fit": {
@@ -708,19 +713,42 @@ export const VOCABULARY = {
    "free_memory_before_bytes": {
     "label": "free memory before",
     "unit": "bytes",
-    "description": "free device memory before the encode",
+    "description": "memory this process could get before the encode (as direct_free_bytes; cached blocks count as free, so the encode's own cache growth does not move it: see gpu_driver_free_*)",
     "processWide": true
    },
    "free_memory_after_bytes": {
     "label": "free memory after",
     "unit": "bytes",
-    "description": "free device memory after the encode",
+    "description": "memory this process could get after the encode (as free_memory_before_bytes)",
     "processWide": true
    },
    "free_memory_change_bytes": {
     "label": "free memory change",
     "unit": "bytes",
     "description": "free memory after minus before",
+    "processWide": true
+   },
+   "free_memory_manager": {
+    "label": "memory manager",
+    "unit": null,
+    "description": "which ComfyUI memory manager the free-memory figures read: dynamic (dynamic VRAM) or estimate-based; null when no ComfyUI figure was read"
+   },
+   "gpu_driver_free_before_bytes": {
+    "label": "driver free before",
+    "unit": "bytes",
+    "description": "the driver's free device memory (NVML total - used) when the encode started: what the encode's own reserved memory (and other processes) move",
+    "processWide": true
+   },
+   "gpu_driver_free_after_bytes": {
+    "label": "driver free after",
+    "unit": "bytes",
+    "description": "the driver's free device memory (NVML total - used) when the encode ended",
+    "processWide": true
+   },
+   "gpu_driver_free_change_bytes": {
+    "label": "driver free change",
+    "unit": "bytes",
+    "description": "driver free after minus before: down by what the encode left reserved",
     "processWide": true
    },
    "free_memory_change_pct": {
@@ -1237,7 +1265,8 @@ export const KEYS = /** @type {const} */ ({
   "hidden_size_match": "hidden_size_match",
   "clip_n_patches": "clip_n_patches",
   "encode_total_s": "encode_total_s",
-  "encode_peak_above_start_bytes": "encode_peak_above_start_bytes",
+  "encode_peak_gpu_allocated_above_start_bytes": "encode_peak_gpu_allocated_above_start_bytes",
+  "encode_peak_rss_above_start_bytes": "encode_peak_rss_above_start_bytes",
   "memory_budget_bytes": "memory_budget_bytes",
   "memory_budget_exceeded": "memory_budget_exceeded",
   "model_class": "model_class",
@@ -1318,6 +1347,10 @@ export const KEYS = /** @type {const} */ ({
   "free_memory_before_bytes": "free_memory_before_bytes",
   "free_memory_after_bytes": "free_memory_after_bytes",
   "free_memory_change_bytes": "free_memory_change_bytes",
+  "free_memory_manager": "free_memory_manager",
+  "gpu_driver_free_before_bytes": "gpu_driver_free_before_bytes",
+  "gpu_driver_free_after_bytes": "gpu_driver_free_after_bytes",
+  "gpu_driver_free_change_bytes": "gpu_driver_free_change_bytes",
   "free_memory_change_pct": "free_memory_change_pct",
   "cleanup_reclaimed_bytes": "cleanup_reclaimed_bytes"
  },
@@ -1521,5 +1554,17 @@ export const DEEP_PROFILE_FIELDS = {
    "unit": "pct",
    "description": "its share of the node's device (or host op) time"
   }
+ }
+};
+
+/** A node row's GPU figures: column label and what each measures (monitors/vocabulary.py NODE_GPU_FIGURES). @type {Record<string, {label: string, description: string}>} */
+export const NODE_GPU_FIGURES = {
+ "gpu_time_s": {
+  "label": "GPU span",
+  "description": "GPU span (gpu_time_s) is the time between CUDA events recorded on the current stream of the current device when the node starts and ends: the node's span on that stream, idle time included. A node that waits for the GPU (a save, a loader that synchronises) gets its whole wall time; it also counts work queued before the node that was still running, and misses the node's kernels on other streams or devices. Wall time is when the host ran the node."
+ },
+ "gpu_busy_s": {
+  "label": "GPU busy",
+  "description": "GPU busy (gpu_busy_s) is the time a kernel ran on that device within the node's window, from NVML's utilization samples: an idle node shows about 0. It counts other processes' kernels on the same GPU, is good to about one sampling period (1/6 s to 1 s) at each end, and is unknown for a node shorter than that period."
  }
 };
