@@ -14,3 +14,13 @@ test("node rows carry GPU time beside wall time, unknown with its reason", () =>
   assert.equal(rows[0].gpuTimeUnknownReason, "no CUDA device in use by this process");
   assert.equal(rows[2].gpuTimeUnknownReason, null, "older reports and cached rows have neither");
 });
+
+test("node rows carry GPU busy time from NVML's samples, unknown with its reason", () => {
+  const report = makeReport();
+  report.nodes[0].gpu_busy_s = null;
+  report.nodes[0].gpu_busy_unknown_reason = "the node is shorter than NVML's sampling period";
+  report.nodes[1].gpu_busy_s = 0.19;
+  const rows = nodeRows(report);
+  assert.deepEqual(rows.map((r) => r.gpuBusyS), [null, 0.19, null]);
+  assert.equal(rows[0].gpuBusyUnknownReason, "the node is shorter than NVML's sampling period");
+});

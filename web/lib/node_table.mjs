@@ -5,14 +5,10 @@ import { h } from "./dom.mjs";
 import { clip, formatBytes, formatSeconds } from "./format.mjs";
 import { nodeRows, sortRows } from "./report_view.mjs";
 import { sparklineSvg, trendKey } from "./sparkline.mjs";
+import { NODE_GPU_FIGURES } from "./vocabulary.generated.mjs";
 import { badge, breakable } from "./widgets.mjs";
 
 /** @typedef {import("./report_view.mjs").RunReport} RunReport @typedef {import("./run_views.mjs").Actions} Actions */
-
-// The stream caveat of GPU_TIME_CAVEAT in monitors/report.py, shortened for a column title.
-const GPU_TIME_CAVEAT = "Between CUDA events on the current stream at the node's start and end: it includes "
-  + "earlier nodes' queued work still running and misses the node's kernels on other streams or devices. "
-  + "Wall time is when the host ran the node; with asynchronous CUDA the node that waits pays for earlier kernels.";
 
 // Short labels so the table fits the default sidebar width (312 px); each title says it whole.
 // "cached" is a mark in the node's cell, not a column of its own. `few`: shown by default; the
@@ -20,7 +16,10 @@ const GPU_TIME_CAVEAT = "Between CUDA events on the current stream at the node's
 const NODE_COLUMNS = [
   { key: "nodeId", label: "Node", few: true },
   { key: "durationS", label: "Time", num: true, few: true, title: "wall time: when the host ran the node" },
-  { key: "gpuTimeS", label: "GPU time", num: true, gpuTime: true, few: true, title: `GPU time. ${GPU_TIME_CAVEAT}` },
+  // GPU busy (from NVML's samples: an idle node shows ~0) by default; the stream span of CUDA events,
+  // idle time included, behind the toggle. Labels and titles from the vocabulary (NODE_GPU_FIGURES).
+  { key: "gpuBusyS", label: NODE_GPU_FIGURES.gpu_busy_s.label, num: true, present: "gpuBusyS", few: true, title: NODE_GPU_FIGURES.gpu_busy_s.description },
+  { key: "gpuTimeS", label: NODE_GPU_FIGURES.gpu_time_s.label, num: true, present: "gpuTimeS", title: NODE_GPU_FIGURES.gpu_time_s.description },
   { key: "rssAddedBytes", label: "RSS +", num: true, few: "noGpu", title: "RSS added: peak RSS above the node's start, what the node itself added" },
   { key: "gpuAddedBytes", label: "GPU +", num: true, gpu: true, few: true, title: "GPU added: peak GPU allocated above the node's start" },
   { key: "peakRssBytes", label: "Peak RSS", num: true, title: "the process's peak RSS while the node ran, everything before included" },
@@ -29,7 +28,7 @@ const NODE_COLUMNS = [
 
 /** @param {any} r @param {string} key */
 function nodeCellText(r, key) {
-  return key === "durationS" || key === "gpuTimeS" ? formatSeconds(r[key]) : formatBytes(r[key]);
+  return key === "durationS" || key === "gpuTimeS" || key === "gpuBusyS" ? formatSeconds(r[key]) : formatBytes(r[key]);
 }
 
 /**
@@ -39,8 +38,7 @@ function nodeCellText(r, key) {
  */
 export function nodeColumns(rows, all) {
   const hasGpu = rows.some((r) => r.peakGpuBytes !== null);
-  const hasGpuTime = rows.some((r) => r.gpuTimeS !== null);
-  const present = NODE_COLUMNS.filter((c) => (!c.gpu || hasGpu) && (!c.gpuTime || hasGpuTime));
+  const present = NODE_COLUMNS.filter((c) => (!c.gpu || hasGpu) && (!c.present || rows.some((r) => r[c.present] !== null)));
   const few = present.filter((c) => c.few === true || (c.few === "noGpu" && !hasGpu));
   return { shown: all ? present : few, hidden: all ? [] : present.filter((c) => !few.includes(c)) };
 }
@@ -91,7 +89,7 @@ export function nodesTable(report, sort, actions, trends = new Map()) {
             r.status === "error" ? badge("failed", "error") : r.status === "interrupted" ? badge("interrupted", "neutral") : null,
             r.cached ? badge("cached", "neutral", "served from ComfyUI's cache: it did not run") : null,
             sparks(trends.get(trendKey(r.nodeId, r.classType))))
-          : h("td", { class: "pm-num", text: nodeCellText(r, c.key), title: c.key === "gpuTimeS" ? r.gpuTimeUnknownReason : null }))))))));
+          : h("td", { class: "pm-num", text: nodeCellText(r, c.key), title: c.key === "gpuTimeS" ? r.gpuTimeUnknownReason : c.key === "gpuBusyS" ? r.gpuBusyUnknownReason : null }))))))));
 }
 
 /**
@@ -99,8 +97,8 @@ export function nodesTable(report, sort, actions, trends = new Map()) {
  * @param {any[]} rows
  */
 export function nodeTableCsv(rows) {
-  const keys = ["nodeId", "classType", "label", "status", "cached", "durationS", "gpuTimeS", "rssAddedBytes", "peakRssBytes", "gpuAddedBytes", "peakGpuBytes"];
-  const heads = ["node_id", "class_type", "title", "status", "cached", "duration_s", "gpu_time_s", "rss_added_bytes", "peak_rss_bytes", "gpu_added_bytes", "peak_gpu_bytes"];
+  const keys = ["nodeId", "classType", "label", "status", "cached", "durationS", "gpuBusyS", "gpuTimeS", "rssAddedBytes", "peakRssBytes", "gpuAddedBytes", "peakGpuBytes"];
+  const heads = ["node_id", "class_type", "title", "status", "cached", "duration_s", "gpu_busy_s", "gpu_time_s", "rss_added_bytes", "peak_rss_bytes", "gpu_added_bytes", "peak_gpu_bytes"];
   const quote = (/** @type {unknown} */ v) => {
     if (v === null || v === undefined) return "";
     const text = String(v);

@@ -10,7 +10,8 @@ import { kindInfo } from "./step_kinds.mjs";
  * @typedef {{node_id: string, class_type: string | null, title?: string | null, status: string, cached: boolean,
  *   start_offset_s?: number | null, duration_s?: number | null, peak_rss_bytes?: number | null,
  *   peak_rss_method?: string | null, rss_change_bytes?: number | null, gpu_peaks?: GpuPeak[],
- *   peak_rss_above_start_bytes?: number | null, gpu_time_s?: number | null,
+ *   peak_rss_above_start_bytes?: number | null, gpu_time_s?: number | null, gpu_busy_s?: number | null,
+ *   gpu_busy_unknown_reason?: string | null,
  *   gpu_time_unknown_reason?: string | null}} NodeProfile
  * @typedef {{kind: string, node_id: string | null, summary?: Record<string, unknown>, details?: Record<string, unknown>,
  *   findings?: Finding[], monitor_errors?: string[], created_unix_s?: number | null, cached?: boolean}} StepReport
@@ -154,7 +155,7 @@ export function nodeRssAdded(node) {
 /**
  * @typedef {{nodeId: string, label: string, classType: string, status: string, cached: boolean,
  *   durationS: number | null, gpuTimeS: number | null, gpuTimeUnknownReason: string | null,
- *   peakRssBytes: number | null, peakGpuBytes: number | null,
+ *   gpuBusyS: number | null, gpuBusyUnknownReason: string | null, peakRssBytes: number | null, peakGpuBytes: number | null,
  *   rssAddedBytes: number | null, gpuAddedBytes: number | null,
  *   rssChangeBytes: number | null, slowest: boolean, hungriest: boolean}} NodeRow
  */
@@ -180,6 +181,8 @@ export function nodeRows(report) {
     durationS: isNumber(n.duration_s) ? n.duration_s : null,
     gpuTimeS: isNumber(n.gpu_time_s) ? n.gpu_time_s : null,
     gpuTimeUnknownReason: typeof n.gpu_time_unknown_reason === "string" ? n.gpu_time_unknown_reason : null,
+    gpuBusyS: isNumber(n.gpu_busy_s) ? n.gpu_busy_s : null,
+    gpuBusyUnknownReason: typeof n.gpu_busy_unknown_reason === "string" ? n.gpu_busy_unknown_reason : null,
     peakRssBytes: isNumber(n.peak_rss_bytes) ? n.peak_rss_bytes : null,
     peakGpuBytes: nodeGpuPeak(n),
     rssAddedBytes: nodeRssAdded(n),
