@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 CHROMIUM = "/usr/bin/chromium"
@@ -53,6 +54,34 @@ def open_app(page, url: str) -> None:
     page.goto(url)
     page.wait_for_function("window.app && window.app.extensionManager", timeout=90_000)
     page.wait_for_selector(".p-blockui-mask", state="hidden", timeout=60_000)
+
+
+@contextmanager
+def app_page(server, width: int = 1500, height: int = 950, init_script: str | None = None, open_panel: bool = True):
+    """Chromium on `server`'s ComfyUI as a fresh user (first-run template browser skipped), page
+    errors collected in `page.errors`, the panel's tab opened unless `open_panel` is False."""
+    import requests
+    from playwright.sync_api import sync_playwright
+
+    requests.post(server.url + "/api/settings", json={"Comfy.TutorialCompleted": True}, timeout=10)
+    playwright = sync_playwright().start()
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    context = browser.new_context(viewport={"width": width, "height": height})
+    if init_script:
+        context.add_init_script(init_script)
+    page = context.new_page()
+    page.errors = []
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    try:
+        open_app(page, server.url)
+        if open_panel:
+            page.click(TAB_BUTTON)
+            page.wait_for_selector(PANEL)
+        yield page
+    finally:
+        context.close()
+        browser.close()
+        playwright.stop()
 
 
 def widen_sidebar(page, x: int = 640) -> None:

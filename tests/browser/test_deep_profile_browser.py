@@ -8,12 +8,9 @@ from __future__ import annotations
 import pytest
 
 from .browser_support import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     PANEL,
-    TAB_BUTTON,
+    app_page,
     artifacts_dir,
-    open_app,
     queue_from_page,
     wait_for_report,
 )
@@ -31,23 +28,8 @@ def small_prompt(width: int) -> dict:
 
 @pytest.fixture(scope="module")
 def page(server):
-    import requests
-    from playwright.sync_api import sync_playwright
-
-    requests.post(server.url + "/api/settings", json={"Comfy.TutorialCompleted": True}, timeout=10)
-    playwright = sync_playwright().start()
-    browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-    context = browser.new_context(viewport={"width": 1500, "height": 950})
-    page = context.new_page()
-    page.errors = []
-    page.on("pageerror", lambda error: page.errors.append(str(error)))
-    open_app(page, server.url)
-    page.click(TAB_BUTTON)
-    page.wait_for_selector(PANEL)
-    yield page
-    context.close()
-    browser.close()
-    playwright.stop()
+    with app_page(server) as page:
+        yield page
 
 
 def wait_armed(page, armed: bool) -> None:

@@ -9,14 +9,12 @@ from __future__ import annotations
 import pytest
 
 from .browser_support import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     COUNT_PACK_TIMERS,
     EVIL,
     PANEL,
     TAB_BUTTON,
+    app_page,
     artifacts_dir,
-    open_app,
 )
 
 WORKFLOW = "pm changes demo"
@@ -74,22 +72,8 @@ def shots(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page(server):
-    import requests
-    from playwright.sync_api import sync_playwright
-
-    requests.post(server.url + "/api/settings", json={"Comfy.TutorialCompleted": True}, timeout=10)
-    playwright = sync_playwright().start()
-    browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-    context = browser.new_context(viewport={"width": 1500, "height": 950})
-    context.add_init_script(COUNT_PACK_TIMERS)
-    page = context.new_page()
-    page.errors = []
-    page.on("pageerror", lambda error: page.errors.append(str(error)))
-    open_app(page, server.url)
-    yield page
-    context.close()
-    browser.close()
-    playwright.stop()
+    with app_page(server, init_script=COUNT_PACK_TIMERS, open_panel=False) as page:
+        yield page
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,9 @@ from pathlib import Path
 import pytest
 
 from .browser_support import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     PANEL,
-    TAB_BUTTON,
+    app_page,
     artifacts_dir,
-    open_app,
     wait_for_report,
 )
 
@@ -68,23 +65,8 @@ def shots(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page(server):
-    import requests
-    from playwright.sync_api import sync_playwright
-
-    requests.post(server.url + "/api/settings", json={"Comfy.TutorialCompleted": True}, timeout=10)
-    playwright = sync_playwright().start()
-    browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-    context = browser.new_context(viewport={"width": 1600, "height": 1000})
-    page = context.new_page()
-    page.errors = []
-    page.on("pageerror", lambda error: page.errors.append(str(error)))
-    open_app(page, server.url)
-    page.click(TAB_BUTTON)
-    page.wait_for_selector(PANEL)
-    yield page
-    context.close()
-    browser.close()
-    playwright.stop()
+    with app_page(server, width=1600, height=1000) as page:
+        yield page
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +75,9 @@ def first_run(page, server):
     report = wait_for_report(server, prompt_id)
     assert report["status"] == "success", report["error"]
     page.evaluate("window.__pipelineMonitor.show({name: 'runs'})")
-    page.locator(f'.pm-run-row[data-prompt-id="{prompt_id}"]').wait_for(timeout=15_000)
+    # the finished row, not the running one: the run's announcement comes in the store's batch, after
+    # the report can already be read
+    page.locator(f'.pm-run-row[data-prompt-id="{prompt_id}"]:not(.pm-running-row)').wait_for(timeout=15_000)
     return prompt_id
 
 

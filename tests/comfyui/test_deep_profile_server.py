@@ -6,6 +6,7 @@ the exported trace nests the ops inside the node spans."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -107,8 +108,6 @@ def test_the_trace_export_nests_the_ops_inside_the_node_spans(server, deep_and_p
     for _ in range(100):  # the store writes reports in batches after the prompts
         if path.exists():
             break
-        import time
-
         time.sleep(0.1)
     out = tmp_path / "deep.trace.json"
     assert cli_main(["trace", str(path), "-o", str(out)]) == 0
