@@ -235,3 +235,14 @@ test("the history rule matches monitors/aggregate.py history_limit", () => {
   assert.ok(Math.abs(/** @type {number} */ (historyLimit([1.0], "seconds").limit) - 1.1) < 1e-9);
   assert.ok(Math.abs(/** @type {number} */ (historyLimit([1.0, 1.4, 1.2], "seconds").limit) - 1.8) < 1e-9);
 });
+
+test("compare: a few KiB added by a node in a run that adds little memory never outrank seconds", () => {
+  const KiB = 1024;
+  const node = (/** @type {string} */ id, /** @type {number} */ s, /** @type {number} */ added) => ({ node_id: id, class_type: `C${id}`, status: "success", cached: false, duration_s: s, peak_rss_above_start_bytes: added });
+  const base = makeReport({ prompt_id: "a", duration_s: 1.2, nodes: [node("2", 1.0, 0), node("8", 0.01, 0)] });
+  const newer = makeReport({ prompt_id: "b", duration_s: 4.2, nodes: [node("2", 4.0, 0), node("8", 0.01, 100 * KiB)] });
+  const c = compareRuns(base, newer);
+  assert.deepEqual(c.nodes.map((n) => n.nodeId), ["2", "8"], "+3 s leads; +100 KiB is measured against the 64 MiB floor");
+  const hungry = makeReport({ prompt_id: "c", duration_s: 1.2, nodes: [node("2", 1.1, 0), node("8", 0.01, 512 * MiB)] });
+  assert.deepEqual(compareRuns(base, hungry).nodes.map((n) => n.nodeId), ["8", "2"], "+512 MiB leads a +0.1 s change");
+});

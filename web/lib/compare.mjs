@@ -111,12 +111,13 @@ function compareNode(a, b, earlier) {
 
 /**
  * The size of each node's change, to sort by: its time change as a share of the longer run, or its
- * memory change as a share of the most memory any node added, whichever is larger.
+ * memory change as a share of the most memory any node added (at least the regression floor, so a
+ * few KiB in a run that adds little memory do not outrank seconds), whichever is larger.
  * @param {ReturnType<typeof compareNode>[]} nodes @param {RunReport} base @param {RunReport} candidate
  */
 function scoreChanges(nodes, base, candidate) {
   const timeScale = Math.max(base.duration_s ?? 0, candidate.duration_s ?? 0, ...nodes.map((n) => Math.max(n.durationA ?? 0, n.durationB ?? 0)), 1e-6);
-  const memoryScale = Math.max(...nodes.map((n) => Math.max(Math.abs(n.memoryA ?? 0), Math.abs(n.memoryB ?? 0))), 1);
+  const memoryScale = Math.max(...nodes.map((n) => Math.max(Math.abs(n.memoryA ?? 0), Math.abs(n.memoryB ?? 0))), REGRESSION.bytes);
   for (const n of nodes) {
     const presence = n.presence === "both" ? 0 : 1; // a node in one run only is a change of its own
     n.change = Math.max(Math.abs(n.durationDelta ?? 0) / timeScale, Math.abs(n.memoryDelta ?? 0) / memoryScale, presence);
