@@ -11,6 +11,7 @@ Fixtures:
 from __future__ import annotations
 
 import asyncio
+import copy
 import importlib
 import importlib.util
 import os
@@ -74,6 +75,26 @@ def load_script(name: str):
 
 
 # -- in-process ComfyUI -------------------------------------------------------------------------
+
+# A small SD-style KL VAE (32 base channels): the tiny VAE of the in-process tests and the GPU ones.
+TINY_KL_VAE_CONFIG = {
+    "params": {
+        "embed_dim": 4,
+        "ddconfig": {
+            "double_z": True,
+            "z_channels": 4,
+            "resolution": 64,
+            "in_channels": 3,
+            "out_ch": 3,
+            "ch": 32,
+            "ch_mult": [1, 2, 2, 2],
+            "num_res_blocks": 1,
+            "attn_resolutions": [],
+            "dropout": 0.0,
+        },
+    }
+}
+
 
 
 def classic_executor(comfy):
@@ -203,23 +224,7 @@ def tiny(comfy):
     clip = comfy.sd.CLIP(target=target, model_options={"clip_l_model_config": clip_config})
     _init_weights(clip.cond_stage_model, seed=2)
 
-    vae_config = {
-        "params": {
-            "embed_dim": 4,
-            "ddconfig": {
-                "double_z": True,
-                "z_channels": 4,
-                "resolution": 64,
-                "in_channels": 3,
-                "out_ch": 3,
-                "ch": 32,
-                "ch_mult": [1, 2, 2, 2],
-                "num_res_blocks": 1,
-                "attn_resolutions": [],
-                "dropout": 0.0,
-            },
-        }
-    }
+    vae_config = copy.deepcopy(TINY_KL_VAE_CONFIG)
     source = _init_weights(comfy.ldm.models.autoencoder.AutoencoderKL(**vae_config["params"]), seed=3)
     vae = comfy.sd.VAE(sd=source.state_dict(), config=vae_config, device=cpu, dtype=torch.float32)
     return types.SimpleNamespace(model=model, clip=clip, vae=vae)

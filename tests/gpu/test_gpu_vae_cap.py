@@ -5,6 +5,7 @@ when COMFYUI_PATH is set). Skipped without CUDA: the only CUDA call made then is
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 
@@ -18,6 +19,7 @@ from monitors.vae.comfy_retry import COMFY_RETRY_TILERS, RETRY_STRATEGY
 from monitors.vae.geometry import TileSettings
 from monitors.vae.outcomes import OOM, ChainOptions, read_free_memory
 from monitors.vae.report import build_step
+from tests.comfyui.conftest import TINY_KL_VAE_CONFIG
 
 pytestmark = [
     pytest.mark.gpu,
@@ -104,23 +106,7 @@ def comfy_sd():
 
 def kl_vae(comfy):
     """A small SD-style KL VAE (32 base channels) with fixed random weights, on the GPU."""
-    config = {
-        "params": {
-            "embed_dim": 4,
-            "ddconfig": {
-                "double_z": True,
-                "z_channels": 4,
-                "resolution": 64,
-                "in_channels": 3,
-                "out_ch": 3,
-                "ch": 32,
-                "ch_mult": [1, 2, 2, 2],
-                "num_res_blocks": 1,
-                "attn_resolutions": [],
-                "dropout": 0.0,
-            },
-        }
-    }
+    config = copy.deepcopy(TINY_KL_VAE_CONFIG)
     torch.manual_seed(3)
     source = comfy.ldm.models.autoencoder.AutoencoderKL(**config["params"])
     with torch.no_grad():
