@@ -199,3 +199,44 @@ def test_every_tiler_comfyuis_encode_retries_with_is_watched():
         }
         assert called and called <= set(COMFY_RETRY_TILERS), (version, called)
         assert WATCHED[0] in ast.get_source_segment((root / "comfy" / "sd.py").read_text(), encode), version
+
+
+# -- the watch itself --------------------------------------------------------------------------
+
+
+def test_the_log_watch_keeps_at_most_ten_matching_lines_each_cut_at_300_characters():
+    from monitors.vae.comfy_retry import MAX_NOTES, LogWatch
+
+    assert MAX_NOTES == 10
+    watch = LogWatch(("retrying with tiled",))
+    record = lambda message: logging.LogRecord("comfy", logging.WARNING, __file__, 1, message, None, None)  # noqa: E731
+    watch.emit(record("something else entirely"))
+    assert watch.seen == [], "only lines with a watched text"
+    for i in range(12):
+        watch.emit(record(f"retrying with tiled {i} " + "x" * 400))
+    assert len(watch.seen) == 10
+    assert watch.seen[0].startswith("retrying with tiled 0 ") and len(watch.seen[0]) == 300
+    assert watch.seen[-1].startswith("retrying with tiled 9 ")
+
+
+def test_the_retry_watch_is_its_own_context_and_removes_its_log_handler():
+    from monitors.vae.comfy_retry import RetryWatch
+
+    class Vae:
+        def encode_tiled_(self, x):
+            return x
+
+    vae = Vae()
+    before = list(logging.getLogger().handlers)
+    with RetryWatch(vae, log_texts=("retrying with tiled",), tilers=("encode_tiled_",)) as watch:
+        assert isinstance(watch, RetryWatch)
+        assert len(logging.getLogger().handlers) == len(before) + 1
+        logging.getLogger("comfy").warning("Warning: Ran out of memory ..., retrying with tiled VAE encoding.")
+        assert vae.encode_tiled_(3) == 3
+    assert logging.getLogger().handlers == before
+    assert watch.retried and watch.tiler_called == "encode_tiled_" and len(watch.notes) == 1
+    assert "encode_tiled_" not in vae.__dict__, "the class's tiler is back"
+    quiet = RetryWatch(vae)
+    with quiet:
+        pass
+    assert quiet.notes == () and not quiet.retried
