@@ -55,6 +55,19 @@ FUSED_COMPILE_TIMEOUT_S = 300
 SYNC = [lambda: None]  # torch.cuda.synchronize on a GPU: each timing covers its kernels
 
 
+def case_figures(read_bytes: int, variant_s: list[float], yardstick_s: dict[str, list[float]]) -> dict:
+    """One case's times, per-pair ratios against each yardstick, and throughput."""
+    return {
+        "bytes": read_bytes,
+        "variant_s": variant_s,
+        "yardsticks": {
+            k: {"seconds": s, "ratios": [v / y for v, y in zip(variant_s, s, strict=True)]}
+            for k, s in yardstick_s.items()
+        },
+        "throughput_bps": [read_bytes / v for v in variant_s],
+    }
+
+
 def _time(fn) -> float:
     SYNC[0]()
     started = time.perf_counter()
@@ -139,15 +152,7 @@ def measure(elements: int, pairs: int, yardstick_threads: str = "variant") -> di
             ("compare_pair", lambda a=a, b=b: compare_pair(a, b, 1e-5, 1e-8), compare_yardsticks, 2 * nbytes),
         ):
             v_s, y_s = paired(variant, {k: as_variant(fn) for k, fn in yardsticks.items()}, pairs)
-            cases[f"{kind} {name}"] = {
-                "bytes": read_bytes,
-                "variant_s": v_s,
-                "yardsticks": {
-                    k: {"seconds": s, "ratios": [v / y for v, y in zip(v_s, s, strict=True)]}
-                    for k, s in y_s.items()
-                },
-                "throughput_bps": [read_bytes / v for v in v_s],
-            }
+            cases[f"{kind} {name}"] = case_figures(read_bytes, v_s, y_s)
         del a, b, difference
     threads = torch.get_num_threads()
     return {
@@ -192,15 +197,7 @@ def measure_cuda(pairs: int, elements: int | None = None) -> dict:
             ("compare_pair", lambda a=a, b=b: compare_pair(a, b, 1e-5, 1e-8), compare_yardsticks, 2 * nbytes),
         ):
             v_s, y_s = paired(variant, yardsticks, pairs)
-            cases[f"{kind} {name}"] = {
-                "bytes": read_bytes,
-                "variant_s": v_s,
-                "yardsticks": {
-                    k: {"seconds": s, "ratios": [v / y for v, y in zip(v_s, s, strict=True)]}
-                    for k, s in y_s.items()
-                },
-                "throughput_bps": [read_bytes / v for v in v_s],
-            }
+            cases[f"{kind} {name}"] = case_figures(read_bytes, v_s, y_s)
         del a, b
         torch.cuda.empty_cache()
     return {
