@@ -22,12 +22,11 @@ fi
 PIP=${PIP:-python3 -m pip}
 mkdir -p .gpu/wheels .gpu/stubs/av .gpu/frontend
 
-copy_sources() {  # copy_sources SRC DEST: the sources only (no .git, caches, models or outputs)
+copy_sources() {  # copy_sources SRC DEST: the whole snapshot (its models/ holds only configs and
+  # placeholders, a few hundred KB) without .git and bytecode caches
   rm -rf "$2"
   mkdir -p "$2"
-  tar -C "$1" --exclude=.git --exclude=__pycache__ --exclude='*.pyc' --exclude=models \
-    --exclude=output --exclude=input --exclude=user --exclude=custom_nodes -cf - . | tar -C "$2" -xf -
-  mkdir -p "$2/models" "$2/custom_nodes"
+  tar -C "$1" --exclude=.git --exclude=__pycache__ --exclude='*.pyc' -cf - . | tar -C "$2" -xf -
 }
 copy_sources "$SHARED/comfyui" .gpu/comfyui-0.8
 [ -d "$SHARED/comfyui-0.33" ] && copy_sources "$SHARED/comfyui-0.33" .gpu/comfyui-0.33
