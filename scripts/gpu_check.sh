@@ -4,7 +4,7 @@
 #     bash scripts/gpu_check.sh [--no-unit] [--quick]
 #
 # No network; under 6 minutes on one H100/H200. Steps, each with a time limit, its log in
-# $OUT/gpu_check (the device machine's output folder) or .gpu/out:
+# .gpu/out/gpu_check (with $OUT set: the summary and logs.tar.gz in $OUT/gpu_check):
 #   1. the full-size SD1.5 files generated in the background (scripts/make_models.py, into .gpu/base)
 #   2. the `gpu` tests (tests/gpu), then tests/gpu/test_gpu_dynamic_vram.py (issue 24: the example
 #      pipeline on ComfyUI 0.33 with dynamic VRAM on and with --disable-dynamic-vram, the VAE monitor
@@ -17,7 +17,8 @@
 #      CUDA_VISIBLE_DEVICES="" when time is left (--no-unit skips both)
 # Without CUDA it says so, skips every GPU-only step with a verdict saying why, and runs the rest.
 # What it needs that the machine lacks comes in .gpu/ (scripts/gpu_prepare.sh makes it): ComfyUI
-# 0.8 and 0.33 sources, wheels, an import-only stand-in for PyAV and a folder for --front-end-root.
+# 0.8 and 0.33 sources, wheels, an import-only stand-in for PyAV, comfy-kitchen's code without its
+# native backends and a folder for --front-end-root.
 # Environment it sets for the tests: COMFYUI_PATH (0.8), COMFYUI_033_PATH (0.33),
 # PIPELINE_MONITOR_COMFYUI_ARGS (extra ComfyUI arguments, read by tests/comfyui/conftest.py).
 set -uo pipefail
@@ -34,10 +35,19 @@ for arg in "$@"; do
   esac
 done
 TOTAL_BUDGET_S=${PM_GPU_CHECK_BUDGET_S:-340}  # the second unit run only starts if it fits in this
-OUTDIR=${OUT:-$REPO/.gpu/out}/gpu_check
-mkdir -p "$OUTDIR" "$REPO/.gpu"
+# Logs are written under .gpu/out/gpu_check; where $OUT is set (the device machine's output folder,
+# which brings back only a few files), the summary and one archive of the logs go there on exit.
+OUTDIR=$REPO/.gpu/out/gpu_check
+rm -rf "$OUTDIR" && mkdir -p "$OUTDIR"
 SUMMARY=$OUTDIR/summary.txt
 : > "$SUMMARY"
+pack_logs() {
+  [ -n "${OUT:-}" ] || return 0
+  mkdir -p "$OUT/gpu_check"
+  cp "$SUMMARY" "$OUT/gpu_check/summary.txt"
+  tar -C "$OUTDIR" -czf "$OUT/gpu_check/logs.tar.gz" .
+}
+trap pack_logs EXIT
 
 if [ -z "${PYTHON:-}" ]; then
   if [ -x "$REPO/.venv/bin/python" ]; then PYTHON=$REPO/.venv/bin/python; else PYTHON=python3; fi
@@ -54,6 +64,9 @@ if [ -d .gpu/wheels ] && ls .gpu/wheels/*.whl > /dev/null 2>&1; then
 fi
 if ! "$PYTHON" -c "import av" > /dev/null 2>&1 && [ -d .gpu/stubs ]; then
   EXTRA_PATH=$REPO/.gpu/stubs${EXTRA_PATH:+:$EXTRA_PATH}
+fi
+if ! "$PYTHON" -c "import comfy_kitchen" > /dev/null 2>&1 && [ -d .gpu/kitchen/comfy_kitchen ]; then
+  EXTRA_PATH=${EXTRA_PATH:+$EXTRA_PATH:}$REPO/.gpu/kitchen  # ComfyUI 0.33 imports it at start
 fi
 export PYTHONPATH=$REPO${EXTRA_PATH:+:$EXTRA_PATH}${PYTHONPATH:+:$PYTHONPATH}
 COMFY_ARGS=""

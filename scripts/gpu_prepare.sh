@@ -7,6 +7,9 @@
 #   .gpu/stubs/av/      an import-only stand-in for PyAV (35 MB, too large to carry; no workflow
 #                       here decodes video)
 #   .gpu/frontend/      a folder holding an index.html, for ComfyUI's --front-end-root
+#   .gpu/kitchen/       comfy-kitchen's Python code without its native backends (the wheel is 68 MB,
+#                       the code 0.8 MB): ComfyUI 0.33 imports it at start, and without the
+#                       native libraries it runs its eager (plain torch) backend
 # Run here, once, with network:  bash scripts/gpu_prepare.sh [SHARED]   (SHARED: the folder holding
 # comfyui and comfyui-0.33; default: ../shared beside the checkout, then ../../shared).
 set -euo pipefail
@@ -43,6 +46,21 @@ for wheel in "${WHEELS[@]}"; do
   $PIP download --quiet --no-deps --only-binary=:all: --python-version 3.12 "${PLATFORMS[@]}" \
     -d .gpu/wheels "$wheel" || echo "warning: no wheel for $wheel" >&2
 done
+
+# comfy-kitchen, at the version ComfyUI 0.33 pins, as code only
+KITCHEN=$(grep -E '^comfy-kitchen' "$SHARED/comfyui-0.33/requirements.txt" 2>/dev/null | head -1 || true)
+if [ -n "$KITCHEN" ]; then
+  KITCHEN_TMP=$(mktemp -d)
+  $PIP download --quiet --no-deps --only-binary=:all: --python-version 3.12 "${PLATFORMS[@]}" \
+    -d "$KITCHEN_TMP" "$KITCHEN" || echo "warning: no wheel for $KITCHEN" >&2
+  rm -rf .gpu/kitchen && mkdir -p .gpu/kitchen
+  for wheel in "$KITCHEN_TMP"/*.whl; do
+    [ -f "$wheel" ] && python3 -c "import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    z.extractall(sys.argv[2], [n for n in z.namelist() if not n.endswith('.so')])" "$wheel" .gpu/kitchen
+  done
+  rm -rf "$KITCHEN_TMP"
+fi
 
 cat > .gpu/stubs/av/__init__.py <<'PY'
 """Import-only stand-in for PyAV on the GPU machine: ComfyUI imports av and some of its submodules at

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 
 from ..report import Finding, StepReport
 from . import analysis, trace_ops
+from .links import restore_links
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class DeepProfiler:
         self._factory, self._range_factory = profiler_factory, range_factory
         self._profiler = None
         self.failed_reason: str | None = None
+        self.unlinked_reason: str | None = None  # why kernels could not be tied to their ops
         self.ranges: dict[str, tuple[str, str | None]] = {}  # range name -> (node id, class)
         self._open: dict[str, list] = {}  # node id -> its open ranges
         self.started_monotonic_s: float | None = None
@@ -130,7 +132,8 @@ class DeepProfiler:
             return None
         try:
             profiler.stop()
-            return profiler.events()
+            events, self.unlinked_reason = restore_links(profiler, profiler.events())
+            return events
         except Exception as exc:
             self._fail("stop", exc)
             return None
@@ -166,6 +169,8 @@ def build_step(
         trace = _trace_file(profiler, events, reports_dir, max_trace_events, reasons)
     if profiler.failed_reason:
         errors.append(profiler.failed_reason)
+    if profiler.unlinked_reason:
+        reasons["device"] = profiler.unlinked_reason
     summary = {**node_totals, **_overhead(profiler, baseline, reasons)}
     summary["n_trace_events"] = trace["n_host_events"] + trace["n_device_events"]
     summary["n_trace_events_dropped"] = trace["n_dropped"]
