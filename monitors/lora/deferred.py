@@ -5,7 +5,10 @@ key's norm as it went paid one synchronisation per key. Here a figure is a `Scal
 on its device, with an optional error bound and a float64 recomputation) or an `Expr` over scalars
 (a norm, a product of norms, a sum of inner products); `resolve` reads every pending scalar of a
 batch in one transfer per device, then recomputes in float64 the few whose bound is not small
-enough (a second transfer, only when there are such). Nothing here keeps a tensor after `resolve`.
+enough (a second transfer, only when there are such). A scalar may also be computed `later`, by a
+function that receives every such scalar of the batch at once (the low-rank norms: one batched
+product per shape instead of a few small kernels per key, which on a GPU cost a launch each).
+Nothing here keeps a tensor after `resolve`.
 """
 
 from __future__ import annotations
@@ -21,11 +24,20 @@ class Scalar:
     again in float64, used when the value is not finite or its bound exceeds `tolerance` of it
     (without `exact` the value is kept as it is)."""
 
-    __slots__ = ("tensor", "bound", "exact", "tolerance", "value")
+    __slots__ = ("tensor", "bound", "exact", "tolerance", "value", "later")
 
     def __init__(self, tensor, bound=None, exact: Callable | None = None, tolerance: float = 0.0) -> None:
         self.tensor, self.bound, self.exact, self.tolerance = tensor, bound, exact, tolerance
         self.value: float | None = None
+        self.later: tuple | None = None
+
+    @classmethod
+    def computed_later(cls, compute: Callable[[list[Scalar]], None], *inputs) -> Scalar:
+        """A scalar whose tensor `compute(scalars)` sets at resolve time, for every scalar of the
+        batch made with the same `compute` at once (each holds its `inputs` until then)."""
+        scalar = cls(None)
+        scalar.later = (compute, inputs)
+        return scalar
 
     def good_enough(self, bound: float | None) -> bool:
         if self.exact is None:
@@ -71,6 +83,7 @@ def resolve(figures: Iterable[Expr | None]) -> None:
     """Read back every pending scalar of `figures`: one transfer per device, plus one for those
     computed again in float64 (none in the usual case)."""
     pending = [s for figure in figures if figure is not None for s in figure.scalars if s.value is None]
+    _compute_later(pending)
     bounds = _read(pending)
     again = [s for s, bound in zip(pending, bounds, strict=True) if not s.good_enough(bound)]
     for scalar in again:
@@ -78,6 +91,18 @@ def resolve(figures: Iterable[Expr | None]) -> None:
     _read(again)
     for scalar in pending:
         scalar.tensor = scalar.bound = scalar.exact = None  # keep no tensor past the read
+
+
+def _compute_later(scalars: list[Scalar]) -> None:
+    """Run each `computed_later` function once over its scalars of this batch."""
+    by_compute: dict = {}
+    for scalar in scalars:
+        if scalar.later is not None:
+            by_compute.setdefault(scalar.later[0], []).append(scalar)
+    for compute, group in by_compute.items():
+        compute(group)
+        for scalar in group:
+            scalar.later = None
 
 
 def _read(scalars: list[Scalar]) -> list[float | None]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 
+from ..tensor_stats import one_cpu_thread
 from .deferred import Expr, Scalar, figure_value, root
 
 # Elements per chunk of a plain norm: 1 Mi float32 (4 MiB) stays in cache, where a 4 Mi chunk's
@@ -32,6 +33,8 @@ UNIT_ROUNDOFF_FLOAT32 = 2.0**-24
 LAMBDA = 2.0  # the probabilistic bound's constant (1 holds with probability > 0.99 for k <= 1e7)
 # Squared norms are kept where their error bound is below this (the norm's is about half of it).
 GRAM_SQUARED_TOLERANCE = 1e-4
+# Factor elements stacked at once by the batched low-rank norms (float32: 256 MiB at most).
+BATCH_ELEMENTS = 1 << 26
 
 
 def _as_matrix(tensor, dtype=None):
@@ -99,25 +102,37 @@ def _squares64(flat):
 
 
 def _gram_trace(left_gram, right_gram):
-    """trace(L R) for symmetric L, R: the squared norm of the product they describe (summed in
-    float64 whatever the Grams' type), as a 0-dim tensor on their device, never negative."""
+    """trace(L R) for symmetric L, R (or batches of them, [..., k, k]): the squared norm of the
+    product they describe (summed in float64 whatever the Grams' type), on their device, never
+    negative."""
     import torch
 
-    return torch.clamp(torch.sum(left_gram * right_gram, dtype=torch.float64), min=0.0)
+    return torch.clamp(torch.sum(left_gram * right_gram, dim=(-2, -1), dtype=torch.float64), min=0.0)
 
 
 def _gram_error_bound(left_gram, right_gram, m: int, n: int):
-    """Bound on the rounding error of _gram_trace for float32 Grams of inner lengths m and n
-    (a 0-dim tensor on their device).
+    """Bound on the rounding error of _gram_trace for float32 Grams (or batches of them) of inner
+    lengths m and n, on their device.
 
     Entry (i, j) of L = A^T A is off by at most LAMBDA sqrt(m) u |a_i| |a_j| (column norms
     c = sqrt(diag L)), so sum(dL * R) is off by at most LAMBDA sqrt(m) u c^T |R| c; likewise for R."""
+    import torch
+
     # In the Grams' own type: a bound needs no more precision, and each extra op costs more than
     # the arithmetic of a small Gram.
-    c_left, c_right = left_gram.diagonal().sqrt(), right_gram.diagonal().sqrt()
-    from_left = c_left @ right_gram.abs() @ c_left
-    from_right = c_right @ left_gram.abs() @ c_right
+    c_left = left_gram.diagonal(dim1=-2, dim2=-1).sqrt()
+    c_right = right_gram.diagonal(dim1=-2, dim2=-1).sqrt()
+    from_left = torch.einsum("...i,...ij,...j->...", c_left, right_gram.abs(), c_left)
+    from_right = torch.einsum("...i,...ij,...j->...", c_right, left_gram.abs(), c_right)
     return LAMBDA * UNIT_ROUNDOFF_FLOAT32 * (math.sqrt(m) * from_left + math.sqrt(n) * from_right)
+
+
+def _exact_product_norm_sq(a, b):
+    """||a @ b.T||_F^2 with float64 Grams (the fallback of a float32 result)."""
+    import torch
+
+    a64, b64 = a.to(torch.float64), b.to(torch.float64)
+    return _gram_trace(a64.T @ a64, b64.T @ b64)
 
 
 def _product_norm_sq(a, b) -> Scalar:
@@ -130,12 +145,58 @@ def _product_norm_sq(a, b) -> Scalar:
     if left.dtype == torch.float64:
         return Scalar(total)
     bound = _gram_error_bound(left, right, int(a.shape[0]), int(b.shape[0]))
+    return Scalar(total, bound=bound, exact=lambda: _exact_product_norm_sq(a, b), tolerance=GRAM_SQUARED_TOLERANCE)
 
-    def exact():
-        a64, b64 = a.to(torch.float64), b.to(torch.float64)
-        return _gram_trace(a64.T @ a64, b64.T @ b64)
 
-    return Scalar(total, bound=bound, exact=exact, tolerance=GRAM_SQUARED_TOLERANCE)
+def _matrix(tensor):
+    """[rows, rest] view of a weight factor in its own dtype (conv factors flattened after dim 0)."""
+    matrix = tensor.detach()
+    return matrix.reshape(matrix.shape[0], -1) if matrix.dim() != 2 else matrix
+
+
+def _product_dtype(a, b):
+    import torch
+
+    return torch.float64 if torch.float64 in (a.dtype, b.dtype) else torch.float32
+
+
+def _batched_product_norms_sq(scalars: list[Scalar]) -> None:
+    """The squared norms ||a @ b.T||^2 of every pending low-rank product of a step: the products of
+    one device, dtype and pair of shapes are stacked and their Grams formed by one batched matmul
+    each (at most BATCH_ELEMENTS factor elements per stack), their traces and error bounds by one
+    reduction each. A product with its own shapes is a batch of one. Same float32-then-float64 rule
+    as _product_norm_sq."""
+    import torch
+
+    groups: dict[tuple, list[Scalar]] = {}
+    for scalar in scalars:
+        a, b = scalar.later[1]
+        key = (a.device, a.dtype, b.dtype, tuple(a.shape), tuple(b.shape))
+        groups.setdefault(key, []).append(scalar)
+    for (device, *_dtypes, a_shape, b_shape), group in groups.items():
+        per_item = (a_shape[0] + b_shape[0]) * a_shape[1]
+        step = max(1, BATCH_ELEMENTS // max(1, per_item))
+        with torch.no_grad(), one_cpu_thread(device.type):
+            for start in range(0, len(group), step):
+                _product_norms_of(group[start : start + step])
+
+
+def _product_norms_of(batch: list[Scalar]) -> None:
+    import torch
+
+    a0, b0 = batch[0].later[1]
+    dtype = _product_dtype(a0, b0)
+    a = torch.stack([s.later[1][0] for s in batch]).to(dtype)
+    b = torch.stack([s.later[1][1] for s in batch]).to(dtype)
+    left, right = a.transpose(1, 2) @ a, b.transpose(1, 2) @ b
+    totals = _gram_trace(left, right)
+    bounds = None if dtype == torch.float64 else _gram_error_bound(left, right, int(a0.shape[0]), int(b0.shape[0]))
+    for i, scalar in enumerate(batch):
+        scalar.tensor = totals[i]
+        if bounds is not None:
+            factors = scalar.later[1]
+            scalar.bound, scalar.tolerance = bounds[i], GRAM_SQUARED_TOLERANCE
+            scalar.exact = lambda factors=factors: _exact_product_norm_sq(*factors)
 
 
 def lora_norm(up, down) -> float:
@@ -144,15 +205,12 @@ def lora_norm(up, down) -> float:
 
 
 def lora_deferred(up, down) -> Expr:
-    """lora_norm left on the device until resolved with the step's other figures."""
-    import torch
-
-    with torch.no_grad():
-        u = _as_matrix(up)
-        d = _as_matrix(down, u.dtype)
-        if u.shape[1] != d.shape[0]:
-            raise ValueError(f"rank mismatch: up {tuple(up.shape)} down {tuple(down.shape)}")
-        return root(_product_norm_sq(u, d.T))
+    """lora_norm left pending until resolved with the step's other figures: the products of a step
+    are computed together, batched by shape (_batched_product_norms_sq)."""
+    u, d = _matrix(up), _matrix(down)
+    if u.shape[1] != d.shape[0]:
+        raise ValueError(f"rank mismatch: up {tuple(up.shape)} down {tuple(down.shape)}")
+    return root(Scalar.computed_later(_batched_product_norms_sq, u, d.T))
 
 
 def loha_norm(w1a, w1b, w2a, w2b) -> float:

@@ -95,7 +95,7 @@ def test_lora_norm_small_values_and_conv_factors(gram_calls):
     assert norms.lora_norm(up, down) < 1e-2
     conv_up, conv_down = up.reshape(6, 3, 1, 1), down.reshape(3, 7, 1, 1)
     assert norms.lora_norm(conv_up, conv_down) == pytest.approx(norms.lora_norm(up, down), rel=1e-12)
-    assert gram_calls[0] == ((3, 3), (3, 3))
+    assert gram_calls[0] == ((1, 3, 3), (1, 3, 3))  # a batch of one r x r Gram pair, never m x n
     with pytest.raises(ValueError, match="rank mismatch"):
         norms.lora_norm(up, down.T)
 

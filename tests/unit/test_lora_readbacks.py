@@ -165,3 +165,31 @@ def test_base_norms_go_with_their_model(lora_files):
     del base
     gc.collect()
     assert BASE_NORMS.n_models() == 0
+
+
+def test_the_low_rank_norms_of_a_step_are_one_batched_product_per_shape(lora_files, monkeypatch):
+    """On a GPU each small kernel costs a launch: 40 keys of one shape make one batched Gram pair
+    (its trace taken once), not 40; a key of another shape is a batch of its own."""
+    from monitors.lora import norms
+
+    traces = []
+    original = norms._gram_trace
+
+    def counting(left, right):
+        traces.append(tuple(left.shape))
+        return original(left, right)
+
+    monkeypatch.setattr(norms, "_gram_trace", counting)
+    patches = adapters(40, seed=3)
+    patches["diffusion_model.40.weight"] = Adapter(
+        "lora", (rand(16, 2, seed=7), rand(2, 24, seed=8), 2.0, None, None, None)
+    )
+    module = wide_module(41)
+    report = step(Patcher(module), [patches], ["a.safetensors"], [0.5], lora_files)
+    assert sorted(traces) == [(1, 2, 2), (40, 4, 4)]
+    rows = report.details["model"]["overall"]["weights"]
+    assert len(rows) == 41 and all(row["delta_norm"] is not None for row in rows)
+    up, down = patches["diffusion_model.7.weight"].weights[:2]
+    expected = 0.5 * 2.0 / 4 * float(torch.linalg.matrix_norm(up.double() @ down.double()))
+    row = next(r for r in rows if r["key"] == "diffusion_model.7.weight")
+    assert row["delta_norm"] == pytest.approx(expected, rel=1e-6)
