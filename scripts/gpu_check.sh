@@ -12,7 +12,8 @@
 #      tests/gpu/test_gpu_vae_cap.py (issue 26: a VAE encode under
 #      torch.cuda.set_per_process_memory_fraction, the out-of-memory counted), when present
 #   3. the CUDA benches: bench.tensor_stats and bench.lora_analysis with --device cuda
-#   4. the GPU pipeline bench: bench.full_size_pipeline --device cuda (512x512, 20 steps)
+#   4. the GPU pipeline bench: bench.full_size_pipeline --device cuda (512x512, 20 steps), then
+#      bench.lora_step_profile --device cuda (the LoRA monitor's step, timed and profiled)
 #   5. the unit suite (pytest-xdist when installed), with the GPU visible; again with
 #      CUDA_VISIBLE_DEVICES="" when time is left (--no-unit skips both)
 # Without CUDA it says so, skips every GPU-only step with a verdict saying why, and runs the rest.
@@ -99,7 +100,7 @@ step() {
   note "step $name: $status, ${took} s"
   grep -E "^(=+ )?[0-9]+ (passed|failed|error|skipped)|^=+ .*(passed|failed|error).* =+$" "$log" | tail -1 \
     | sed 's/^/  pytest: /' | tee -a "$SUMMARY"
-  grep -E "^(verdict|gpu-dynamic-vram): " "$log" | sed 's/^/  /' | tee -a "$SUMMARY"
+  grep -E "^(verdict|gpu-dynamic-vram): |^LoRA step on " "$log" | sed 's/^/  /' | tee -a "$SUMMARY"
   grep -E "^FAILED |^ERROR " "$log" | head -20 | sed 's/^/  /' | tee -a "$SUMMARY"
   return 0
 }
@@ -155,6 +156,9 @@ if [ -n "$DEVICE" ]; then
   if [ -n "${COMFYUI_PATH:-}" ]; then
     step bench_gpu_pipeline 240 "$PYTHON" -m bench.full_size_pipeline --device cuda --pairs 5 \
       --base .gpu/base "${QUICK_FLAG[@]}"
+    # where the LoRA monitor's time goes on this GPU (cProfile of one step, in process)
+    step lora_step_profile 120 env COMFYUI_PATH="$COMFYUI_PATH" "$PYTHON" -m bench.lora_step_profile \
+      --device cuda --base .gpu/base --repeats 5
   else
     skip bench_gpu_pipeline "no ComfyUI 0.8 sources: run scripts/gpu_prepare.sh, carry .gpu"
   fi

@@ -314,6 +314,44 @@ class ModuleAnswers:
 RULES = ModuleAnswers()  # weights.leaf_parameter_rule: why ComfyUI's loader never patches a key
 
 
+class FileStatuses:
+    """What a LoRA file's header says (file.lora_file_status: the report's status, the tensor
+    index), by file identity, at most `max_files`: a header of a real-size LoRA is ~800 entries to
+    parse and check, every prompt. Callers get a copy of the status and must not change the index."""
+
+    def __init__(self, max_files: int = MAX_FILES) -> None:
+        self._by_file: OrderedDict = OrderedDict()
+        self._max = max_files
+        self._lock = threading.Lock()
+
+    def get(self, ident: tuple | None) -> tuple | None:
+        if ident is None:
+            return None
+        with self._lock:
+            found = self._by_file.get(ident)
+            if found is None:
+                return None
+            self._by_file.move_to_end(ident)
+        status, index = found
+        return copy.deepcopy(status), index
+
+    def put(self, ident: tuple | None, status: dict, index: dict | None) -> None:
+        if ident is None or index is None:
+            return  # only whole, readable headers are kept: an error is looked at again
+        with self._lock:
+            self._by_file[ident] = (copy.deepcopy(status), index)
+            self._by_file.move_to_end(ident)
+            while len(self._by_file) > self._max:
+                self._by_file.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._by_file.clear()
+
+
+FILE_STATUSES = FileStatuses()
+
+
 def entry_files(pairs: list, added_by_hop: list[dict], hop_files) -> dict[int, tuple]:
     """id(entry) -> file identity, for the entries of patching hops paired with their loaders one
     to one and whose strengths are the loader's (anything else: no file figure is reused)."""
@@ -350,3 +388,4 @@ def clear_caches() -> None:
     FILE_FIGURES.clear()
     COVERAGE.clear()
     RULES.clear()
+    FILE_STATUSES.clear()

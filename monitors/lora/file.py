@@ -119,7 +119,22 @@ def network_info(metadata: dict[str, str]) -> dict[str, Any]:
 def lora_file_status(name: str | None, path: str | None) -> tuple[dict[str, Any], dict | None]:
     """(what the report says about one LoRA file, the header's tensor index or None).
 
-    The index (name -> dtype, shape, offsets) is for the caller to use and drop, not to report."""
+    The index (name -> dtype, shape, offsets) is for the caller to read and drop, not to report
+    or change. A file read before with the same identity (path, size, mtime) is not read again."""
+    from .caches import FILE_STATUSES, file_identity
+
+    ident = file_identity(path) if path and os.path.isfile(path) else None
+    cached = FILE_STATUSES.get(ident)
+    if cached is not None:
+        status, index = cached
+        status["name"] = name
+        return status, index
+    status, index = _read_file_status(name, path)
+    FILE_STATUSES.put(ident, status, index)
+    return status, index
+
+
+def _read_file_status(name: str | None, path: str | None) -> tuple[dict[str, Any], dict | None]:
     status: dict[str, Any] = {
         "name": name,
         "path": path,

@@ -60,7 +60,7 @@ def test_kernel_time_lands_on_the_node_that_launched_it_and_waiting_shows_none()
     kernels, waiting = rows["1"], rows["2"]
     log.warning(
         "deep profile on %s: kernels node device %.4f s (CUDA events %.4f s, wall %.4f s, busy %.1f %%, "
-        "syncs %s, top %s); waiting node device %.6f s, wall %.4f s",
+        "syncs %s, top %s); waiting node device %.6f s, wall %.4f s; %s device events in the trace, %s",
         torch.cuda.get_device_name(0),
         kernels["device_time_s"],
         reference_s,
@@ -70,6 +70,8 @@ def test_kernel_time_lands_on_the_node_that_launched_it_and_waiting_shows_none()
         [o["name"] for o in kernels["top_ops"]],
         waiting["device_time_s"],
         waiting["wall_s"],
+        step.details["trace"]["n_device_events"],
+        step.details["unknown_reasons"],
     )
     assert step.details["activities"] == ["cpu", "cuda"] and step.monitor_errors == ()
     assert kernels["device_time_s"] == pytest.approx(reference_s, rel=0.1)
