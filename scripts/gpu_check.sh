@@ -102,6 +102,7 @@ step() {
     | sed 's/^/  pytest: /' | tee -a "$SUMMARY"
   grep -E "^(verdict|gpu-dynamic-vram): |^LoRA step on " "$log" | sed 's/^/  /' | tee -a "$SUMMARY"
   grep -E "^FAILED |^ERROR " "$log" | head -20 | sed 's/^/  /' | tee -a "$SUMMARY"
+  pack_logs  # after every step: a run cut off by its caller still brings back what it did
   return 0
 }
 
