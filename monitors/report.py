@@ -1,9 +1,9 @@
 """Run reports: frozen dataclasses -> plain dicts -> JSON (written atomically) and a log summary.
 
 One vocabulary for Python, JSON and the panel: units in names (`_bytes`, `_s`, `_pct`), counts as
-`n_...`, unknown as None. Each step kind's summary keys are declared once in monitors/vocabulary.py
+`n_...`, unknown as None. Each step kind's summary keys are declared once in monitors/vocabulary/registry.py
 (and monitors/<kind>/summary.py). Bump SCHEMA_VERSION on any incompatible change, declare the key
-renames there, and regenerate `schemas/run_report.schema.json` (python -m monitors.generated_files --write).
+renames there, and regenerate `schemas/run_report.schema.json` (python -m monitors.vocabulary.generated_files --write).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 # RSS on a CPU) split into encode_peak_gpu_allocated_above_start_bytes and
 # encode_peak_rss_above_start_bytes; node rows gain gpu_busy_s; the VAE step its free-memory
 # manager and the driver's free memory. Older reports are read through
-# monitors.vocabulary.upgrade_report.
+# monitors.vocabulary.upgrade.upgrade_report.
 SCHEMA_VERSION = 3
 READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 
@@ -167,7 +167,7 @@ class NodeProfile:
     gpu_time_s: float | None = None
     gpu_time_unknown_reason: str | None = None
     # Seconds a kernel ran on that device within the node's window, from NVML's utilization samples
-    # (monitors/gpu_busy.py): an idle node shows ~0 whatever its stream span; None with the reason.
+    # (monitors/engine/gpu_busy.py): an idle node shows ~0 whatever its stream span; None with the reason.
     gpu_busy_s: float | None = None
     gpu_busy_unknown_reason: str | None = None
 
@@ -209,7 +209,7 @@ class RunReport:
     # prompt came without one (a script posting API-format JSON).
     workflow: Mapping[str, Any] | None = None
     # The widget inputs that changed since the last run of the same workflow (see
-    # monitors/input_changes.py); None in reports made before it was recorded.
+    # monitors/engine/input_changes.py); None in reports made before it was recorded.
     input_changes: Mapping[str, Any] | None = None
     # The ComfyUI symbols the pack uses that this ComfyUI lacks (the start-up self-check,
     # nodes/seams.py): the monitors using them report less or fail. Empty when all were found.
@@ -278,7 +278,7 @@ def _summary_input_changes(changes) -> dict | None:
 def node_profile_from_span(
     node_id, class_type, title, status, result, run_started_unix_s, gpu_time_unknown_reason=None
 ) -> NodeProfile:
-    """A per-node (or per-stage) row from a closed span (a monitors.span.SpanResult)."""
+    """A per-node (or per-stage) row from a closed span (a monitors.engine.span.SpanResult)."""
     rss_change = result.changes.get("process_rss_bytes")
     devices = sorted({metric.split(".")[0] for metric in result.peaks if metric.startswith("cuda:")})
     return NodeProfile(

@@ -25,7 +25,7 @@ import logging
 from collections.abc import Mapping
 
 from ..monitors.deep_profile import get_controller as deep_profile
-from ..monitors.prompt_info import cached_node_ids, run_outcome, workflow_from_extra_data
+from ..monitors.engine.prompt_info import cached_node_ids, run_outcome, workflow_from_extra_data
 from ..monitors.report import run_summary
 from . import seams
 from .runtime import get_runtime
@@ -37,7 +37,7 @@ _WRAPPED = "__pipeline_monitor_wrapped__"
 _handler_class = None
 
 # The passthrough monitors whose work ran upstream: their upstream nodes get a full-detail span
-# and the step a memory picture of them (monitors/upstream_memory.py).
+# and the step a memory picture of them (monitors/engine/upstream_memory.py).
 UPSTREAM_MEMORY_KINDS = {
     "PipelineMonitorModels": "models",
     "PipelineMonitorLora": "lora",
@@ -138,7 +138,7 @@ def on_prompt_end(executor, extra_data=None) -> None:
 def announce_run(report: Mapping) -> None:
     """A store listener: tell every open panel that a run finished (a broadcast of its run-list
     row, not the report). In a server the store calls it in its batches after the prompts
-    (monitors/store.py): the panel hears of a run within WRITE_QUIET_S of its end, or of several
+    (monitors/engine/store.py): the panel hears of a run within WRITE_QUIET_S of its end, or of several
     runs at once on a server that runs prompts back to back, and ComfyUI's own end-of-prompt
     messages go out first."""
     try:

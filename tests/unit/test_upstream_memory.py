@@ -9,15 +9,10 @@ import types
 import torch
 
 from monitors.conditioning.report import build_conditioning_step
-from monitors.lora.report import build_lora_step
-from monitors.models.report import build_models_step
-from monitors.probes import DETAIL_LIGHT
-from monitors.probes.fake import GiB, fake_probes
-from monitors.probes.readings import Snapshot
-from monitors.recorder import RunRecorder
-from monitors.span import METHOD_KERNEL_HWM, METHOD_SAMPLED, Change, Peak, SpanResult, merge_sequential
-from monitors.store import RunStore
-from monitors.upstream_memory import (
+from monitors.engine.recorder import RunRecorder
+from monitors.engine.span import METHOD_KERNEL_HWM, METHOD_SAMPLED, Change, Peak, SpanResult, merge_sequential
+from monitors.engine.store import RunStore
+from monitors.engine.upstream_memory import (
     CACHED_REASON,
     NO_RECORDER_REASON,
     NO_RUN_REASON,
@@ -26,6 +21,11 @@ from monitors.upstream_memory import (
     upstream_memory,
     watch_plan,
 )
+from monitors.lora.report import build_lora_step
+from monitors.models.report import build_models_step
+from monitors.probes import DETAIL_LIGHT
+from monitors.probes.fake import GiB, fake_probes
+from monitors.probes.readings import Snapshot
 
 MiB = 1024**2
 KINDS = {"MonModels": "models", "MonLora": "lora", "MonCond": "conditioning"}

@@ -15,11 +15,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from ..probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
+from ..report import GPU_TIME_NO_CUDA, NodeProfile, RunReport, StepReport, node_profile_from_span
 from .gpu_busy import LOOKBACK_S, NOT_YET_REASON, SampleLog, resolve_busy
 from .input_changes import InputHistory, snapshot
-from .probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
 from .prompt_info import node_info_from_prompt, upstream_node_ids
-from .report import GPU_TIME_NO_CUDA, NodeProfile, RunReport, StepReport, node_profile_from_span
 from .span import Span
 from .store import RunStore
 from .upstream_memory import (
@@ -57,7 +57,7 @@ class _RunRecord:
     # no node waits for the GPU
     gpu_pending: list[tuple] = field(default_factory=list)
     busy_log: SampleLog | None = None  # NVML utilization samples for the nodes' busy time (gpu_busy.py)
-    # monitor node id -> the upstream nodes its step describes (see monitors/upstream_memory.py);
+    # monitor node id -> the upstream nodes its step describes (see monitors/engine/upstream_memory.py);
     # only those nodes get a full-detail span, kept in `full_results` for the monitor's picture
     upstream_plan: dict[str, tuple[str, ...]] = field(default_factory=dict)
     watched: frozenset = frozenset()
@@ -105,7 +105,7 @@ class RunRecorder:
         """Open a run. `node_lookup(node_id)` -> (class_type, title) names nodes that are not in
         `prompt` (nodes a node expanded into while the prompt runs); it is dropped at end_run.
         `upstream_kinds` (monitor class_type -> step kind) names the passthrough monitors whose
-        upstream nodes get a full-detail span (monitors/upstream_memory.py)."""
+        upstream nodes get a full-detail span (monitors/engine/upstream_memory.py)."""
         with self._lock:
             if self._run is not None:
                 self.end_run("interrupted", reason="a new prompt started before this one finished")
@@ -396,7 +396,7 @@ class RunRecorder:
 
     def upstream_memory(self, node_id: str | None) -> dict:
         """{memory, memory_unknown_reason, memory_scope} of the monitor `node_id` in the active run:
-        the picture over the upstream nodes its step describes (monitors/upstream_memory.py)."""
+        the picture over the upstream nodes its step describes (monitors/engine/upstream_memory.py)."""
         with self._lock:
             run = self._run
             if run is None:

@@ -6,7 +6,7 @@ would measure the wrong thing. Instead, when a prompt starts, the recorder picks
 graph the nodes each such monitor describes (`watch_plan`) and gives exactly those nodes a
 full-detail span (system RAM, RSS, allocator, NVML), while every other node keeps its light one.
 When the monitor runs, `upstream_memory` merges the spans of its upstream nodes that ran into one
-picture (monitors.span.memory_picture): baseline at the first one's start, end at the last one's
+picture (monitors.engine.span.memory_picture): baseline at the first one's start, end at the last one's
 end, peaks and lows over their spans with the time from the first start. One picture rather than
 one per node, so that every step's `memory` has the same shape; `memory_scope` names the nodes it
 covers and the ones that did not run. Upstream nodes served from ComfyUI's cache did not run this
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from .conditioning.prompt_text import trace_text_encoders
-from .lora.coverage import upstream_loaders
+from ..conditioning.prompt_text import trace_text_encoders
+from ..lora.coverage import upstream_loaders
 from .span import SpanResult, memory_picture, merge_sequential
 
 MAX_WATCHED_PER_MONITOR = 64  # a pathological graph must not turn every node into a full span
