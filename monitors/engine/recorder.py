@@ -25,6 +25,7 @@ from .store import RunStore
 from .upstream_memory import (
     NO_RUN_REASON,
     PROFILE_OFF_REASON,
+    UpstreamWalk,
     unknown,
     upstream_memory,
     watch_plan,
@@ -100,12 +101,12 @@ class RunRecorder:
         prompt_id: str,
         prompt: Mapping | None = None,
         node_lookup=None,
-        upstream_kinds: Mapping[str, str] | None = None,
+        upstream_walks: Mapping[str, UpstreamWalk] | None = None,
     ) -> None:
         """Open a run. `node_lookup(node_id)` -> (class_type, title) names nodes that are not in
         `prompt` (nodes a node expanded into while the prompt runs); it is dropped at end_run.
-        `upstream_kinds` (monitor class_type -> step kind) names the passthrough monitors whose
-        upstream nodes get a full-detail span (monitors/engine/upstream_memory.py)."""
+        `upstream_walks` (monitor class_type -> its stage's graph walk) names the passthrough
+        monitors whose upstream nodes get a full-detail span (monitors/engine/upstream_memory.py)."""
         with self._lock:
             if self._run is not None:
                 self.end_run("interrupted", reason="a new prompt started before this one finished")
@@ -122,9 +123,9 @@ class RunRecorder:
                 self._run.inputs = snapshot(prompt)
             except Exception as exc:
                 self._note(self._run, f"prompt inputs not recorded: {type(exc).__name__}: {exc}")
-            if upstream_kinds and self.profile_enabled:
+            if upstream_walks and self.profile_enabled:
                 try:
-                    self._run.upstream_plan = watch_plan(prompt, upstream_kinds)
+                    self._run.upstream_plan = watch_plan(prompt, upstream_walks)
                     self._run.watched = watched_nodes(self._run.upstream_plan)
                 except Exception as exc:
                     reason = f"upstream nodes of monitors not found: {type(exc).__name__}: {exc}"

@@ -12,11 +12,13 @@ import torch
 
 from monitors import profiling as pm
 from monitors.conditioning.report import build_conditioning_step
+from monitors.conditioning.upstream import upstream_node_ids as conditioning_upstream
 from monitors.dumps.report import LIVE_VALUE, build_compare_step, build_dump_step
 from monitors.engine.recorder import RunRecorder
 from monitors.engine.store import RunStore
 from monitors.latent.report import build_latent_step
 from monitors.lora.report import build_lora_step
+from monitors.lora.upstream import upstream_node_ids as lora_upstream
 from monitors.models.report import build_models_step
 from monitors.probes.fake import GiB, fake_probes
 from monitors.profiling import usage
@@ -92,7 +94,7 @@ def run_report(tmp_path):
     recorder = RunRecorder(RunStore(str(tmp_path)), probes=probes)
     # node 9 as the LoRA monitor (LoRA loader 3 upstream), 19 as the conditioning monitor (encoder 4)
     graph = {**PROMPT, "19": {"class_type": "MonitorConditioning", "inputs": {"positive": ["4", 0]}}}
-    recorder.begin_run("p1", graph, upstream_kinds={"Monitor": "lora", "MonitorConditioning": "conditioning"})
+    recorder.begin_run("p1", graph, upstream_walks={"Monitor": lora_upstream, "MonitorConditioning": conditioning_upstream})
     for node_id in ("1", "3", "4"):
         recorder.node_started(node_id)
         probes.torch.allocate(0, GiB)
