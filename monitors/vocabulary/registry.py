@@ -17,8 +17,8 @@ def registry() -> dict[str, StepKindVocabulary]:
     """kind -> its declaration, in the order of monitors.report.STEP_KINDS."""
     global _REGISTRY
     if _REGISTRY is None:
-        # Imported on first use: importing monitors.profiling runs its whole API, which renders
-        # HTML with this module.
+        # Imported on first use: the node text and the exporters import this module, and only a
+        # lookup needs every stage's declaration (and the stage packages they load).
         from ..conditioning.summary import CONDITIONING
         from ..deep_profile.summary import DEEP_PROFILE
         from ..dumps.summary import TENSOR_COMPARE, TENSOR_DUMP

@@ -11,7 +11,6 @@ import types
 import pytest
 import torch
 
-from monitors import profiling  # noqa: F401 - before exporters.trace, which it imports in a cycle
 from monitors.deep_profile import analysis, trace_ops
 from monitors.deep_profile.control import DeepProfileController, DeepProfileSwitch, last_plain_run
 from monitors.deep_profile.session import DeepProfiler, build_step, range_name
