@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from monitors.engine.node_rows import node_profile_from_span
 from monitors.engine.span import Span
 from monitors.probes import DETAIL_FULL, Probes
-from monitors.report import node_profile_from_span
 from monitors.vae.chain import run_chain
 from monitors.vae.geometry import TileSettings
 from monitors.vae.outcomes import OK, SKIPPED, ChainOptions, read_free_memory

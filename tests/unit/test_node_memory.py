@@ -7,11 +7,11 @@ import json
 import jsonschema
 
 from monitors.cli.aggregate import compare
+from monitors.engine.node_rows import node_memory_above_start
 from monitors.engine.recorder import RunRecorder
 from monitors.engine.span import Span
 from monitors.engine.store import RunStore
 from monitors.probes.fake import GiB, fake_probes
-from monitors.report import node_memory_above_start
 from tests.unit.test_report_store import SCHEMA
 
 MiB = 1024**2
