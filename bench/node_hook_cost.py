@@ -21,9 +21,9 @@ import time
 import torch  # noqa: F401  (as in ComfyUI: the torch probe reads through it)
 
 from bench.verdicts import add_quick_flag, fmt_spread, verdict_line
+from monitors.engine.recorder import RunRecorder
+from monitors.engine.store import RunStore
 from monitors.probes import Probes
-from monitors.recorder import RunRecorder
-from monitors.store import RunStore
 
 NODE_TARGET_MS = 0.1
 PROMPT_TARGET_MS = 0.5

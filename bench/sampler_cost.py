@@ -42,7 +42,7 @@ NET_CPU_TARGETS = {2.0: 0.01, 20.0: 0.05}  # fraction of one core
 
 def measure_window(window_s: float, rate_hz: float | None, probes) -> dict:
     """CPU seconds used by the whole process during window_s of wall time, sampler on or off."""
-    from monitors.sampler import Sampler
+    from monitors.engine.sampler import Sampler
 
     sampler = Sampler(interval_s=1.0 / rate_hz, probes=probes) if rate_hz else None
     cpu0, wall0 = time.process_time(), time.monotonic()
@@ -134,8 +134,8 @@ def time_call(fn, number: int, repeats: int = 5, spaced: int = 40, gap_s: float 
 
 
 def micro_benchmarks(probes, number: int, spaced: int = 40) -> dict:
+    from monitors.engine.span import Span
     from monitors.probes import DETAIL_FULL, DETAIL_LIGHT
-    from monitors.span import Span
 
     def span(detail):
         def fn():

@@ -15,7 +15,7 @@ tensors read per second, are reported as min/median/max):
 - comparison, two yardsticks: "inputs" = aminmax + sum over each of the two tensors (reads both
   twice); "difference" = b - a into a preallocated tensor, then aminmax + sum over it (the least a
   plain torch comparison does: form the difference and reduce it).
-By default every yardstick runs on the variant's CPU threads (monitors.tensor_stats.one_cpu_thread:
+By default every yardstick runs on the variant's CPU threads (monitors.numeric.tensor_stats.one_cpu_thread:
 one intra-op thread), so the ratio compares passes, not thread counts; `--yardstick-threads
 default` runs them on torch's default thread count instead.
 Inputs: float32 standard normal (all finite, the common case) and the same as float16; the
@@ -86,12 +86,12 @@ def resolve_device(device: str) -> str:
 
 def paired(variant, yardsticks: dict, pairs: int) -> tuple[list[float], dict[str, list[float]]]:
     """Seconds of the variant and of each yardstick, one of each per pair, in rotating order."""
-    from monitors.fused_kernels import KERNELS
+    from monitors.numeric.fused_kernels import KERNELS
 
     runs = {"variant": variant, **yardsticks}
     for fn in runs.values():  # warm-up: first calls allocate and dispatch more
         fn()
-    # The variant's first call asks for its fused kernels (monitors/fused_kernels.py): timed once
+    # The variant's first call asks for its fused kernels (monitors/numeric/fused_kernels.py): timed once
     # they are compiled, as in a long-running server after its first large tensor.
     KERNELS.wait_idle(FUSED_COMPILE_TIMEOUT_S)
     variant()
@@ -108,7 +108,7 @@ def measure(elements: int, pairs: int, yardstick_threads: str = "variant") -> di
     import torch
 
     from monitors.dumps.compare import compare_pair
-    from monitors.tensor_stats import one_cpu_thread, value_stats
+    from monitors.numeric.tensor_stats import one_cpu_thread, value_stats
 
     def as_variant(fn):
         if yardstick_threads == "default":
@@ -171,7 +171,7 @@ def measure_cuda(pairs: int, elements: int | None = None) -> dict:
     import torch
 
     from monitors.dumps.compare import compare_pair
-    from monitors.tensor_stats import value_stats
+    from monitors.numeric.tensor_stats import value_stats
 
     SYNC[0] = torch.cuda.synchronize
     cases = {}
@@ -277,7 +277,7 @@ def main(argv=None) -> int:
         result = measure_cuda(args.pairs, args.elements if args.quick else None)
     else:
         result = measure(args.elements, args.pairs, args.yardstick_threads)
-    from monitors.fused_kernels import KERNELS
+    from monitors.numeric.fused_kernels import KERNELS
 
     print(
         f"{result['elements']} elements per tensor, {result['pairs']} pairs, {device}; yardsticks on "

@@ -1,7 +1,7 @@
-"""`python -m monitors ...` from the pack folder: see monitors/cli.py."""
+"""`python -m monitors ...` from the pack folder: see monitors/cli/commands.py."""
 
 import sys
 
-from .cli import main
+from .cli.commands import main
 
 sys.exit(main())

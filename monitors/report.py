@@ -1,9 +1,9 @@
 """Run reports: frozen dataclasses -> plain dicts -> JSON (written atomically) and a log summary.
 
 One vocabulary for Python, JSON and the panel: units in names (`_bytes`, `_s`, `_pct`), counts as
-`n_...`, unknown as None. Each step kind's summary keys are declared once in monitors/vocabulary.py
+`n_...`, unknown as None. Each step kind's summary keys are declared once in monitors/vocabulary/registry.py
 (and monitors/<kind>/summary.py). Bump SCHEMA_VERSION on any incompatible change, declare the key
-renames there, and regenerate `schemas/run_report.schema.json` (python -m monitors.generated_files --write).
+renames there, and regenerate `schemas/run_report.schema.json` (python -m monitors.vocabulary.generated_files --write).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 # RSS on a CPU) split into encode_peak_gpu_allocated_above_start_bytes and
 # encode_peak_rss_above_start_bytes; node rows gain gpu_busy_s; the VAE step its free-memory
 # manager and the driver's free memory. Older reports are read through
-# monitors.vocabulary.upgrade_report.
+# monitors.vocabulary.upgrade.upgrade_report.
 SCHEMA_VERSION = 3
 READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 
@@ -167,7 +167,7 @@ class NodeProfile:
     gpu_time_s: float | None = None
     gpu_time_unknown_reason: str | None = None
     # Seconds a kernel ran on that device within the node's window, from NVML's utilization samples
-    # (monitors/gpu_busy.py): an idle node shows ~0 whatever its stream span; None with the reason.
+    # (monitors/engine/gpu_busy.py): an idle node shows ~0 whatever its stream span; None with the reason.
     gpu_busy_s: float | None = None
     gpu_busy_unknown_reason: str | None = None
 
@@ -209,7 +209,7 @@ class RunReport:
     # prompt came without one (a script posting API-format JSON).
     workflow: Mapping[str, Any] | None = None
     # The widget inputs that changed since the last run of the same workflow (see
-    # monitors/input_changes.py); None in reports made before it was recorded.
+    # monitors/engine/input_changes.py); None in reports made before it was recorded.
     input_changes: Mapping[str, Any] | None = None
     # The ComfyUI symbols the pack uses that this ComfyUI lacks (the start-up self-check,
     # nodes/seams.py): the monitors using them report less or fail. Empty when all were found.
@@ -273,86 +273,6 @@ def _summary_input_changes(changes) -> dict | None:
         "changes": list(listed[:SUMMARY_INPUT_CHANGES]) if isinstance(listed, list) else None,
         "unknown_reason": changes.get("unknown_reason"),
     }
-
-
-def node_profile_from_span(
-    node_id, class_type, title, status, result, run_started_unix_s, gpu_time_unknown_reason=None
-) -> NodeProfile:
-    """A per-node (or per-stage) row from a closed span (a monitors.span.SpanResult)."""
-    rss_change = result.changes.get("process_rss_bytes")
-    devices = sorted({metric.split(".")[0] for metric in result.peaks if metric.startswith("cuda:")})
-    return NodeProfile(
-        node_id=node_id,
-        class_type=class_type,
-        title=title,
-        status=status,
-        cached=False,
-        start_offset_s=result.start_unix_s - run_started_unix_s,
-        duration_s=result.duration_s,
-        peak_rss_bytes=result.peak_rss_bytes,
-        peak_rss_method=result.peak_rss_method,
-        rss_change_bytes=None if rss_change is None else rss_change.delta,
-        gpu_peaks=tuple(_gpu_peak(result, d) for d in devices),
-        peak_rss_above_start_bytes=_int_or_none(result.above_start("process_rss_bytes")),
-        rss_start_bytes=None if rss_change is None else _int_or_none(rss_change.before),
-        rss_end_bytes=None if rss_change is None else _int_or_none(rss_change.after),
-        peak_rss_at_s=_peak_at_s(result, "process_rss_bytes"),
-        gpu_time_unknown_reason=gpu_time_unknown_reason,
-    )
-
-
-def _peak_at_s(result, metric: str) -> float | None:
-    peak = result.peaks.get(metric)
-    return None if peak is None else peak.at_s
-
-
-def _gpu_peak(result, device: str) -> GpuPeak:
-    changes = {c: result.changes.get(f"{device}.{c}") for c in ("allocated_bytes", "reserved_bytes")}
-
-    def part(counter: str, name: str):
-        change = changes[counter]
-        return None if change is None else _int_or_none(getattr(change, name))
-
-    return GpuPeak(
-        device,
-        _int_or_none(result.peak(f"{device}.allocated_bytes")),
-        _int_or_none(result.peak(f"{device}.reserved_bytes")),
-        _int_or_none(result.above_start(f"{device}.allocated_bytes")),
-        _int_or_none(result.above_start(f"{device}.reserved_bytes")),
-        allocated_start_bytes=part("allocated_bytes", "before"),
-        allocated_end_bytes=part("allocated_bytes", "after"),
-        allocated_change_bytes=part("allocated_bytes", "delta"),
-        reserved_start_bytes=part("reserved_bytes", "before"),
-        reserved_end_bytes=part("reserved_bytes", "after"),
-        reserved_change_bytes=part("reserved_bytes", "delta"),
-        peak_allocated_at_s=_peak_at_s(result, f"{device}.allocated_bytes"),
-        peak_reserved_at_s=_peak_at_s(result, f"{device}.reserved_bytes"),
-    )
-
-
-def _int_or_none(value) -> int | None:
-    return None if value is None else int(value)
-
-
-def node_memory_above_start(node: Mapping[str, Any]) -> int | float | None:
-    """What a node row says the node itself needed: its largest GPU allocated peak above its start,
-    else its RSS peak above its start; None for rows without these figures (cached, older reports)."""
-    gpu = [
-        p.get("peak_allocated_above_start_bytes")
-        for p in node.get("gpu_peaks") or []
-        if isinstance(p, Mapping) and isinstance(p.get("peak_allocated_above_start_bytes"), (int, float))
-    ]
-    if gpu:
-        return max(gpu)
-    rss = node.get("peak_rss_above_start_bytes")
-    return rss if isinstance(rss, (int, float)) else None
-
-
-def max_gpu_peak(nodes) -> int | None:
-    values = [
-        p.peak_allocated_bytes for n in nodes for p in n.gpu_peaks if p.peak_allocated_bytes is not None
-    ]
-    return max(values) if values else None
 
 
 def write_json_atomic(path: str, data: Mapping[str, Any], compact: bool = False, durable: bool = True) -> None:

@@ -1,7 +1,7 @@
 """The language a step kind declares its summary in: a field (name with its unit, label, unit,
 description, JSON type, headline or not) and a kind (its fields, title, v1 renames).
 
-Each `monitors/<kind>/summary.py` declares its kind with these; `monitors/vocabulary.py` collects
+Each `monitors/<kind>/summary.py` declares its kind with these; `monitors/vocabulary/registry.py` collects
 the declarations and derives everything else from them.
 """
 

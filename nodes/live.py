@@ -1,13 +1,13 @@
 """Live view glue: sampler ticks pushed as `pipeline_monitor.sample` through ComfyUI's websocket.
 
-The watcher list and the payload are monitors/live.py's; this file gives it ComfyUI's send, its
+The watcher list and the payload are monitors/engine/live.py's; this file gives it ComfyUI's send, its
 socket table and its last executing node. Routes: nodes/routes.py.
 """
 
 from __future__ import annotations
 
+from ..monitors.engine.live import LiveWatchers
 from ..monitors.lazy import Lazy
-from ..monitors.live import LiveWatchers
 
 
 def _server_send(event: str, data: dict, sid: str) -> None:

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Mapping
 
 from ..monitors.report import StepReport, failed_step
-from ..monitors.vocabulary import step_text
+from ..monitors.vocabulary.headline import step_text
 from .runtime import get_runtime
 
 log = logging.getLogger(__name__)

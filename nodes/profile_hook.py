@@ -24,8 +24,11 @@ import functools
 import logging
 from collections.abc import Mapping
 
+from ..monitors.conditioning.upstream import upstream_node_ids as conditioning_upstream
 from ..monitors.deep_profile import get_controller as deep_profile
-from ..monitors.prompt_info import cached_node_ids, run_outcome, workflow_from_extra_data
+from ..monitors.engine.prompt_info import cached_node_ids, run_outcome, workflow_from_extra_data
+from ..monitors.lora.upstream import upstream_node_ids as lora_upstream
+from ..monitors.models.upstream import upstream_node_ids as models_upstream
 from ..monitors.report import run_summary
 from . import seams
 from .runtime import get_runtime
@@ -36,12 +39,13 @@ HANDLER_NAME = "pipeline_monitor"
 _WRAPPED = "__pipeline_monitor_wrapped__"
 _handler_class = None
 
-# The passthrough monitors whose work ran upstream: their upstream nodes get a full-detail span
-# and the step a memory picture of them (monitors/upstream_memory.py).
-UPSTREAM_MEMORY_KINDS = {
-    "PipelineMonitorModels": "models",
-    "PipelineMonitorLora": "lora",
-    "PipelineMonitorConditioning": "conditioning",
+# The passthrough monitors whose work ran upstream, each with its stage's graph walk: their
+# upstream nodes get a full-detail span and the step a memory picture of them
+# (monitors/engine/upstream_memory.py).
+UPSTREAM_WALKS = {
+    "PipelineMonitorModels": models_upstream,
+    "PipelineMonitorLora": lora_upstream,
+    "PipelineMonitorConditioning": conditioning_upstream,
 }
 
 
@@ -102,7 +106,7 @@ def on_prompt_start(progress, *args, **kwargs) -> None:
     prompt = getattr(dynprompt, "original_prompt", None)
     runtime.recorder.missing_seams = seams.missing_seams()  # the start-up self-check's, in every report
     runtime.recorder.begin_run(
-        str(prompt_id), prompt, node_lookup=_node_lookup(dynprompt), upstream_kinds=UPSTREAM_MEMORY_KINDS
+        str(prompt_id), prompt, node_lookup=_node_lookup(dynprompt), upstream_walks=UPSTREAM_WALKS
     )
     progress.add_progress_handler(_handler_class(runtime.recorder))
     cuda = runtime.recorder.probes.torch_device_count() > 0
@@ -138,7 +142,7 @@ def on_prompt_end(executor, extra_data=None) -> None:
 def announce_run(report: Mapping) -> None:
     """A store listener: tell every open panel that a run finished (a broadcast of its run-list
     row, not the report). In a server the store calls it in its batches after the prompts
-    (monitors/store.py): the panel hears of a run within WRITE_QUIET_S of its end, or of several
+    (monitors/engine/store.py): the panel hears of a run within WRITE_QUIET_S of its end, or of several
     runs at once on a server that runs prompts back to back, and ComfyUI's own end-of-prompt
     messages go out first."""
     try:

@@ -14,12 +14,12 @@ import os
 
 from aiohttp import web
 
-from ..monitors import live
 from ..monitors.deep_profile import get_controller as deep_profile_controller
 from ..monitors.dumps.files import DUMP_SUFFIX, NPY_SUFFIX, DumpError, list_dumps, resolve_file
+from ..monitors.engine import live
+from ..monitors.engine.settings import SettingsError, apply_settings, current_settings
+from ..monitors.engine.store import is_valid_run_id
 from ..monitors.exporters.html import CSP, render_html
-from ..monitors.settings import SettingsError, apply_settings, current_settings
-from ..monitors.store import is_valid_run_id
 from . import dump_paths, metrics
 from .live import get_watchers
 from .runtime import get_runtime

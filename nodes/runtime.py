@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 import os
 
+from ..monitors.engine.recorder import RunRecorder
+from ..monitors.engine.sampler import Sampler
+from ..monitors.engine.store import RunStore
 from ..monitors.lazy import Lazy
-from ..monitors.recorder import RunRecorder
-from ..monitors.sampler import Sampler
-from ..monitors.store import RunStore
 
 log = logging.getLogger(__name__)
 

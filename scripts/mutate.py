@@ -525,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         work, pytest_args, log_path, coverage_of, coverage_out = json.loads(argv[1])
         return _child_main(work, pytest_args, log_path, coverage_of, coverage_out)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("modules", nargs="+", help="module files relative to the root, e.g. monitors/span.py")
+    parser.add_argument("modules", nargs="+", help="module files relative to the root, e.g. monitors/engine/span.py")
     parser.add_argument(
         "--tests", nargs="+", help="test files (default: tests/unit/test_*.py importing the module)"
     )

@@ -27,7 +27,7 @@ def http_json(url: str, payload: dict | None = None, timeout: float = 10):
 
 def named_extra_data(workflow_file: str) -> dict:
     """The prompt's extra data naming its workflow after the file, as the panel names the runs it
-    queues (monitors/prompt_info.py workflow_from_extra_data reads it): the Runs list then shows
+    queues (monitors/engine/prompt_info.py workflow_from_extra_data reads it): the Runs list then shows
     "models_profile_demo", not a prompt id."""
     name = os.path.basename(workflow_file)
     return {

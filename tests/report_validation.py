@@ -107,7 +107,7 @@ def invalid_reports(root: Path) -> list[str]:
     import jsonschema
 
     from monitors.report import SCHEMA_VERSION
-    from monitors.vocabulary import upgrade_report
+    from monitors.vocabulary.upgrade import upgrade_report
 
     schema = json.loads((REPO_ROOT / "schemas" / "run_report.schema.json").read_text(encoding="utf-8"))
     validator = jsonschema.Draft202012Validator(schema)

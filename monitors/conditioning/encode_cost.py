@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..engine.node_rows import node_memory_above_start
 from ..models.state import describe_model
-from ..report import format_bytes, node_memory_above_start, sum_known
+from ..report import format_bytes, sum_known
 
 NO_MODEL_REASON = "no MODEL connected to the conditioning monitor (connect it to record the diffusion model)"
 NO_BUDGET_REASON = "no memory budget set (memory_budget_mib is 0)"

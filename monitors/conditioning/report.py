@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
+from ..engine.upstream_memory import step_memory
 from ..report import StepReport
-from ..upstream_memory import step_memory
 from .analysis import analyse_conditioning
 from .prompt_text import trace_text_encoders
 
@@ -42,5 +42,5 @@ def build_conditioning_step(
     step = analyse_conditioning(
         node_id, positive, negative, clip, traces, model=model, memory_budget_bytes=memory_budget_bytes
     )
-    # the picture over the text encode nodes' own spans (monitors/upstream_memory.py)
+    # the picture over the text encode nodes' own spans (monitors/engine/upstream_memory.py)
     return dataclasses.replace(step, details={**step.details, **step_memory(recorder, node_id)})

@@ -1,4 +1,4 @@
-"""The `conditioning` step's summary fields: the one declaration (see monitors/vocabulary.py)."""
+"""The `conditioning` step's summary fields: the one declaration (see monitors/vocabulary/registry.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The `deep_profile` step's declaration (see monitors/vocabulary.py): its summary fields, and
+"""The `deep_profile` step's declaration (see monitors/vocabulary/registry.py): its summary fields, and
 the fields of each row of `details.nodes` and of each row's `top_ops` (documented in the metrics
 reference, labelled in the panel and the HTML report from here)."""
 

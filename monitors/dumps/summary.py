@@ -1,5 +1,5 @@
 """The `tensor_dump` and `tensor_compare` steps' summary fields: the one declaration (see
-monitors/vocabulary.py)."""
+monitors/vocabulary/registry.py)."""
 
 from __future__ import annotations
 

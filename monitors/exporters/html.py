@@ -14,11 +14,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .. import vocabulary
-from ..deep_profile.html_section import STYLE as DEEP_PROFILE_STYLE
-from ..deep_profile.html_section import deep_profile_html
 from ..report import GPU_BUSY_CAVEAT, GPU_TIME_CAVEAT
-from ..vocabulary import format_bytes, format_seconds
+from ..vocabulary import formatting, registry
+from ..vocabulary.formatting import format_bytes, format_seconds
+from ..vocabulary.memory_rows import MEMORY_NOT_READ_REASON, MEMORY_ROWS
+from ..vocabulary.upgrade import upgrade_report
+from .deep_profile_html import STYLE as DEEP_PROFILE_STYLE
+from .deep_profile_html import deep_profile_html
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 MAX_TIMELINE_ROWS = 200
@@ -64,17 +66,17 @@ def esc(value: Any) -> str:
 
 def format_value(key: str, value: Any) -> str:
     """A value that no step kind declares (node rows, system info), by the unit its name implies."""
-    return vocabulary.format_value(key, value)
+    return formatting.format_value(key, value)
 
 
 def label(kind: str | None, key: str) -> str:
     """A summary key's label: the kind's declaration, else derived from the name."""
-    return vocabulary.label(kind, key)
+    return registry.label(kind, key)
 
 
 def _verdict_key() -> str:
     # looked up when a report renders: the vocabulary's registry imports this module's neighbours
-    return vocabulary.key("tensor_compare", "verdict")
+    return registry.key("tensor_compare", "verdict")
 
 
 def _utc(unix_s: float | None) -> str:
@@ -293,8 +295,8 @@ def memory_scope_text(scope: Any, node_classes: Mapping[str, str] | None = None)
 
 
 def memory_html(details: Any, node_classes: Mapping[str, str] | None = None) -> str:
-    """The step's memory section (monitors.span.memory_picture), the panel's table: a row per
-    figure of vocabulary.MEMORY_ROWS, columns start, end, change, peak @ time; '' without one."""
+    """The step's memory section (monitors.engine.span.memory_picture), the panel's table: a row per
+    figure of MEMORY_ROWS, columns start, end, change, peak @ time; '' without one."""
     if not isinstance(details, Mapping) or "memory" not in details:
         return ""
     scope = memory_scope_text(details.get("memory_scope"), node_classes)
@@ -310,19 +312,19 @@ def memory_html(details: Any, node_classes: Mapping[str, str] | None = None) -> 
     rows = []
 
     def add(decl: Mapping, fig: Any, row_label: str) -> None:
-        reason = (decl["reason"] and reasons.get(decl["reason"])) or vocabulary.MEMORY_NOT_READ_REASON
+        reason = (decl["reason"] and reasons.get(decl["reason"])) or MEMORY_NOT_READ_REASON
         cells, bar = _memory_cells(fig, reason)
         rows.append(f'<tr><td title="{esc(decl["description"])}">{esc(row_label)}{bar}</td>{"".join(cells)}</tr>')
 
     ram = picture.get("system_ram") if isinstance(picture.get("system_ram"), Mapping) else {}
-    for decl in vocabulary.MEMORY_ROWS:
+    for decl in MEMORY_ROWS:
         if decl["group"] is None:
             add(decl, picture.get(decl["field"]), decl["label"])
         elif decl["group"] == "system_ram":
             add(decl, ram.get(decl["field"]), decl["label"])
     for gpu in picture.get("gpus") or []:
         if isinstance(gpu, Mapping):
-            for decl in (d for d in vocabulary.MEMORY_ROWS if d["group"] == "gpu"):
+            for decl in (d for d in MEMORY_ROWS if d["group"] == "gpu"):
                 add(decl, gpu.get(decl["field"]), f"{gpu.get('device') or 'GPU'} {decl['label']}")
     duration = picture.get("duration_s")
     title = f"Memory over {format_seconds(duration)}" if isinstance(duration, (int, float)) else "Memory"
@@ -340,14 +342,14 @@ def step_html(step: Mapping, node_classes: Mapping[str, str] | None = None) -> s
     kind = step.get("kind")
     kind_name = kind if isinstance(kind, str) else None
     badges = '<span class="badge">cached</span>' if step.get("cached") else ""
-    vocab = vocabulary.vocabulary(kind_name) if kind_name else None
+    vocab = registry.vocabulary(kind_name) if kind_name else None
     title = vocab.title if vocab else str(kind or "step").replace("_", " ")
     # a compare's verdict is one of its figures; its finding would say the same a second time
     verdict = summary.get(_verdict_key()) if kind_name == "tensor_compare" else None
     figures = "".join(
         f"<div><b>{esc(label(kind_name, str(k)))}</b>"
-        f"{esc(vocabulary.format_summary_value(kind_name, str(k), summary[k]))}</div>"
-        for k in vocabulary.ordered_keys(kind_name, summary)
+        f"{esc(registry.format_summary_value(kind_name, str(k), summary[k]))}</div>"
+        for k in registry.ordered_keys(kind_name, summary)
     )
     findings = "".join(
         f'<li class="{esc(f.get("level"))}"><b>{esc(f.get("level"))}</b> {esc(f.get("message"))}</li>'
@@ -382,7 +384,7 @@ def system_html(system: Mapping) -> str:
 
 
 def input_changes_html(report: Mapping) -> str:
-    """The widget inputs changed since the last run of the workflow (monitors/input_changes.py)."""
+    """The widget inputs changed since the last run of the workflow (monitors/engine/input_changes.py)."""
     changes = report.get("input_changes")
     if not isinstance(changes, Mapping):
         return ""
@@ -409,7 +411,7 @@ def input_changes_html(report: Mapping) -> str:
 
 
 def render_html(report: Mapping) -> str:
-    report = vocabulary.upgrade_report(report)  # a version 1 report shows version 2 labels
+    report = upgrade_report(report)  # a version 1 report shows version 2 labels
     prompt_id = report.get("prompt_id")
     status = report.get("status") or "unknown"
     nodes = report.get("nodes") or []

@@ -26,7 +26,7 @@ else:
     PROMETHEUS_MISSING = None
 
 from ..probes import DETAIL_FULL
-from ..vocabulary import key
+from ..vocabulary.registry import key
 
 log = logging.getLogger(__name__)
 

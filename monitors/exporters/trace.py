@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..deep_profile.trace_ops import trace_events as deep_trace_events
-from ..profiling.phases import profiling_step
+from ..profiling_step.phases import profiling_step
 from ..report import to_jsonable, write_json_atomic
 
 US = 1_000_000.0

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..numeric.tensor_stats import describe_tensor
 from ..report import Finding, sum_known
-from ..tensor_stats import describe_tensor
 
 # Above this many elements only metadata is reported: statistics of a 128 Mi-element tensor
 # already take seconds on a CPU, and a reshaped view of an expanded tensor would be materialised.

@@ -1,4 +1,4 @@
-"""The `latent` step's summary fields: the one declaration (see monitors/vocabulary.py)."""
+"""The `latent` step's summary fields: the one declaration (see monitors/vocabulary/registry.py)."""
 
 from __future__ import annotations
 

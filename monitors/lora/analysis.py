@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..models.patching import patched_on_the_fly
-from ..tensor_stats import one_cpu_thread
+from ..numeric.tensor_stats import one_cpu_thread
 from .deferred import known, resolve
 from .entries import (  # noqa: F401 (analyse_entry, classify_patch... are imported from here)
     ADAPTER_INFO,

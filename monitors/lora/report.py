@@ -12,8 +12,8 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 
+from ..engine.upstream_memory import step_memory
 from ..report import MAX_TRACEBACK_CHARS, Finding, StepReport, sum_known
-from ..upstream_memory import step_memory
 from .caches import file_identity
 from .coverage import attribute_hops, loader_findings, merge_loaders, upstream_loaders
 from .file import lora_file_status
@@ -280,7 +280,7 @@ def build_lora_step(
             "returned": returned_ids,
             "exceptions": exceptions[:MAX_EXCEPTIONS],
             "n_exceptions": len(exceptions),
-            # the picture over the LoRA loaders' own spans (monitors/upstream_memory.py)
+            # the picture over the LoRA loaders' own spans (monitors/engine/upstream_memory.py)
             **step_memory(recorder, node_id),
         },
         findings=tuple(findings),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..models.state import describe_clip, describe_model
-from ..tensor_stats import one_cpu_thread
+from ..numeric.tensor_stats import one_cpu_thread
 from .analysis import (
     MATERIALISE_ELEMENT_BUDGET,
     MAX_LISTED_KEYS,

@@ -1,4 +1,4 @@
-"""The `lora` step's summary fields: the one declaration (see monitors/vocabulary.py)."""
+"""The `lora` step's summary fields: the one declaration (see monitors/vocabulary/registry.py)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..tensor_stats import one_cpu_thread
+from ..numeric.tensor_stats import one_cpu_thread
 from .deferred import Expr, Scalar, figure_value, known, resolve, root
 
 LINEAR_CHEAP = ("lora", "diff")  # types whose cross inner products need no base weight

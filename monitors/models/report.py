@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
+from ..engine.upstream_memory import step_memory
 from ..probes import get_probes
 from ..report import Finding, StepReport, sum_known
-from ..upstream_memory import step_memory
 from .state import describe
 
 STEP_KIND = "models"
@@ -64,7 +64,7 @@ def build_models_step(
             "objects": objects,
             "loaders": loaders,
             "memory_baseline": baseline,
-            # the picture over the loaders' own spans (monitors/upstream_memory.py)
+            # the picture over the loaders' own spans (monitors/engine/upstream_memory.py)
             **step_memory(recorder, node_id),
         },
         findings=tuple(findings),

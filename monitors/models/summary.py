@@ -1,4 +1,4 @@
-"""The `models` step's summary fields: the one declaration (see monitors/vocabulary.py)."""
+"""The `models` step's summary fields: the one declaration (see monitors/vocabulary/registry.py)."""
 
 from __future__ import annotations
 

@@ -14,10 +14,10 @@ import sys
 import time
 
 from ..deep_profile.trace_ops import read_ops
+from ..engine.span import memory_picture
 from ..exporters.html import render_html
 from ..exporters.trace import reports_to_trace
 from ..report import Finding, RunReport, StepReport, format_run_summary, write_json_atomic
-from ..span import memory_picture
 from . import usage
 from .suggestions import suggest
 

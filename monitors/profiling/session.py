@@ -19,13 +19,14 @@ import time
 from collections import deque
 
 from ..deep_profile import library as deep_library
+from ..engine.node_rows import node_profile_from_span
+from ..engine.sampler import Sampler
+from ..engine.span import Span
 from ..probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
-from ..report import NodeProfile, node_profile_from_span, to_jsonable
-from ..sampler import Sampler
-from ..span import Span
+from ..profiling_step.phases import PhaseAccumulator
+from ..report import NodeProfile, to_jsonable
 from .config import ProfilingConfig
 from .display import display_line
-from .phases import PhaseAccumulator
 from .report import build_report, write_report_files
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 
+from ..profiling_step.phases import profiling_step, report_phases
 from ..report import Finding, format_bytes
-from .phases import profiling_step, report_phases
 
 GiB = 1024**3
 MEMORY_NEAR_LIMIT_PCT = 90.0

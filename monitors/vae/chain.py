@@ -29,9 +29,9 @@ import dataclasses
 import logging
 import time
 
+from ..engine.span import Span, SpanResult
 from ..probes import DETAIL_FULL, DETAIL_LIGHT
 from ..report import format_bytes
-from ..span import Span, SpanResult
 from .calibration import (
     MEASURED,
     RAN_OUT,

@@ -15,8 +15,8 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 
+from ..numeric.tensor_stats import describe_tensor
 from ..report import Finding
-from ..tensor_stats import describe_tensor
 from .free_memory import as_free_memory
 
 log = logging.getLogger(__name__)

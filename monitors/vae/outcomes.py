@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engine.span import SpanResult
 from ..probes import Probes
 from ..report import Finding
-from ..span import SpanResult
 from .calibration import PROCESS_TABLE, CalibrationTable
 from .free_memory import FreeMemory, usable_gpu_free
 from .geometry import Prediction, TileSettings

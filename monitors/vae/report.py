@@ -8,10 +8,10 @@ from __future__ import annotations
 import logging
 import time
 
+from ..engine.span import memory_picture
 from ..models.state import describe_vae
+from ..numeric.tensor_stats import describe_tensor
 from ..report import Finding, StepReport, format_bytes
-from ..span import memory_picture
-from ..tensor_stats import describe_tensor
 from .chain import OOM, SKIPPED, ChainResult
 from .comfy_retry import RETRY_STRATEGY
 from .geometry import TileSettings

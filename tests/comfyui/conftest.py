@@ -234,9 +234,9 @@ def tiny(comfy):
 def pack_runtime(comfy, tmp_path):
     """A fresh runtime for the pack whose reports go to tmp_path; the old one is restored after."""
     runtime_mod = comfy.pack_module("nodes.runtime")
-    store_mod = comfy.pack_module("monitors.store")
-    recorder_mod = comfy.pack_module("monitors.recorder")
-    sampler_mod = comfy.pack_module("monitors.sampler")
+    store_mod = comfy.pack_module("monitors.engine.store")
+    recorder_mod = comfy.pack_module("monitors.engine.recorder")
+    sampler_mod = comfy.pack_module("monitors.engine.sampler")
     store = store_mod.RunStore(str(tmp_path / "reports"))
     runtime = runtime_mod.Runtime(store, recorder_mod.RunRecorder(store), sampler_mod.Sampler())
     previous = runtime_mod.set_runtime(runtime)

@@ -218,8 +218,8 @@ def pack_threads() -> set[threading.Thread]:
 
 
 def test_no_pack_thread_left_behind(comfy, monkeypatch, tmp_path):
-    sampler_mod = comfy.pack_module("monitors.sampler")
-    store_mod = comfy.pack_module("monitors.store")
+    sampler_mod = comfy.pack_module("monitors.engine.sampler")
+    store_mod = comfy.pack_module("monitors.engine.store")
     probes = comfy.pack_module("monitors.probes.fake").fake_probes()
     before = pack_threads()  # other tests' runtimes may hold theirs
 
@@ -235,7 +235,7 @@ def test_no_pack_thread_left_behind(comfy, monkeypatch, tmp_path):
     assert new_threads() == set()
     # The background report writer ends itself once idle, and comes back for the next report.
     monkeypatch.setattr(store_mod, "WRITER_IDLE_EXIT_S", 0.1)
-    recorder_mod = comfy.pack_module("monitors.recorder")
+    recorder_mod = comfy.pack_module("monitors.engine.recorder")
     store = store_mod.RunStore(str(tmp_path / "reports"), background_writes=True)
     recorder = recorder_mod.RunRecorder(store, probes=probes)
     for i in range(2):

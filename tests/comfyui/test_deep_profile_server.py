@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from monitors.cli import main as cli_main
+from monitors.cli.commands import main as cli_main
 
 pytestmark = pytest.mark.comfyui
 

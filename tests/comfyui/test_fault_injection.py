@@ -141,7 +141,7 @@ ANALYSERS = [
     ("monitors.models.report", "describe"),
     ("monitors.models.report", "get_probes"),
     ("nodes.models_node", "build_models_step"),
-    ("monitors.recorder", "upstream_node_ids"),
+    ("monitors.engine.recorder", "upstream_node_ids"),
     ("monitors.lora.report", "analyse_side"),
     ("monitors.lora.report", "upstream_loaders"),
     ("monitors.lora.report", "merge_loaders"),
@@ -241,7 +241,7 @@ def test_each_analyser_failing(comfy, setup, monkeypatch, module, name):
 
 
 def test_report_file_write_failing(comfy, setup, monkeypatch, caplog):
-    store_mod = comfy.pack_module("monitors.store")
+    store_mod = comfy.pack_module("monitors.engine.store")
     monkeypatch.setattr(store_mod, "write_json_atomic", raiser)
     executor, runtime = setup
     report = run_prompt(executor, runtime)

@@ -1,6 +1,6 @@
 """A server restart: the run list comes back from the reports on disk, and the first run of a
 workflow after the restart shows its real changed inputs (the last inputs per workflow name are
-kept beside the reports, monitors/input_changes.py InputFiles), not "changes unknown".
+kept beside the reports, monitors/engine/input_changes.py InputFiles), not "changes unknown".
 
 Every timeout here is a hang watchdog: it fails only when something never happens."""
 

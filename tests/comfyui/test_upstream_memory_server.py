@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from monitors.upstream_memory import CACHED_REASON
+from monitors.engine.upstream_memory import CACHED_REASON
 from tests.comfyui.test_lora_server import LORA, WAN, write_loras
 
 pytestmark = pytest.mark.comfyui

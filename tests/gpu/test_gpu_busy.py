@@ -9,9 +9,9 @@ import time
 import pytest
 import torch
 
+from monitors.engine.recorder import RunRecorder
+from monitors.engine.store import RunStore
 from monitors.probes import Probes
-from monitors.recorder import RunRecorder
-from monitors.store import RunStore
 
 pytestmark = [
     pytest.mark.gpu,

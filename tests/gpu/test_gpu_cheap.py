@@ -10,7 +10,7 @@ import torch
 from monitors.dumps.compare import compare_pair
 from monitors.lora.caches import clear_caches
 from monitors.lora.report import build_lora_step
-from monitors.tensor_stats import value_stats
+from monitors.numeric.tensor_stats import value_stats
 from tests.readbacks import ReadbackCounter
 
 pytestmark = [

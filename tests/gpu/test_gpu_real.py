@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from monitors.engine.node_rows import node_profile_from_span
+from monitors.engine.span import Span
 from monitors.probes import DETAIL_FULL, Probes
-from monitors.report import node_profile_from_span
-from monitors.span import Span
 from monitors.vae.chain import run_chain
 from monitors.vae.geometry import TileSettings
 from monitors.vae.outcomes import OK, SKIPPED, ChainOptions, read_free_memory
@@ -127,8 +127,8 @@ def _launch_kernels(x, n):
 def test_node_gpu_time_counts_kernels_it_only_launched(cuda, tmp_path):
     """A node that launches ~200 ms of kernels and returns at once shows ~200 ms GPU time; the node
     after it that waits for the GPU (as a VAE decode or a save does) shows almost none."""
-    from monitors.recorder import RunRecorder
-    from monitors.store import RunStore
+    from monitors.engine.recorder import RunRecorder
+    from monitors.engine.store import RunStore
 
     x = torch.randn(4096, 4096, device=cuda)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -1,4 +1,4 @@
-// The shared "Memory" section of a step card (details.memory from monitors.span.memory_picture).
+// The shared "Memory" section of a step card (details.memory from monitors.engine.span.memory_picture).
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { compactBytes, designedCard, gpuNoteOfRun, memoryBlock, memoryScopeLine } from "../../web/lib/step_cards.mjs";

@@ -230,7 +230,7 @@ test("compare sorts nodes by the size of their change and judges them against th
   assert.equal(c.totals.nRuns, 7);
 });
 
-test("the history rule matches monitors/aggregate.py history_limit", () => {
+test("the history rule matches monitors/cli/aggregate.py history_limit", () => {
   assert.deepEqual(historyLimit([], "seconds"), { limit: null, nRuns: 0 });
   assert.ok(Math.abs(/** @type {number} */ (historyLimit([1.0], "seconds").limit) - 1.1) < 1e-9);
   assert.ok(Math.abs(/** @type {number} */ (historyLimit([1.0, 1.4, 1.2], "seconds").limit) - 1.8) < 1e-9);

@@ -30,7 +30,7 @@ def caplog_warnings(caplog):
 @pytest.fixture(autouse=True)
 def no_span_left_open():
     """Spans share one process-wide registry: a test must close every span it opens."""
-    from monitors import span
+    from monitors.engine import span
 
     yield
     leaked = span.open_span_count()

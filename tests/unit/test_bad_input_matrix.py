@@ -29,11 +29,11 @@ from monitors.dumps.files import (
     resolve_file,
     write_dump,
 )
+from monitors.engine.store import RunStore, is_valid_run_id
 from monitors.exporters.html import render_html
 from monitors.latent.analysis import analyse_latent
 from monitors.lora.file import lora_file_status
-from monitors.store import RunStore, is_valid_run_id
-from monitors.tensor_stats import describe_tensor
+from monitors.numeric.tensor_stats import describe_tensor
 
 HUGE_META = (1 << 20, 77, 4096)  # 330 G elements, shape only
 NAN, INF = float("nan"), float("inf")
@@ -195,7 +195,7 @@ def test_non_utf8_prompt_survives_json_and_html(sandbox):
     trace = trace_text_encoders(prompt, "7", "positive", input_types=TEXT_TYPES.get)
     step = analyse_conditioning("7", cond(torch.ones(1, 77, 768)), traces={"positive": trace})
     assert step.summary["positive_n_characters"] == len(text)
-    from monitors.recorder import RunRecorder
+    from monitors.engine.recorder import RunRecorder
 
     store = RunStore(str(sandbox / "reports"))
     recorder = RunRecorder(store)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from monitors.cli import EXIT_NO_INPUT, EXIT_OK, EXIT_REGRESSION, EXIT_SKIPPED, EXIT_USAGE, main
+from monitors.cli.commands import EXIT_NO_INPUT, EXIT_OK, EXIT_REGRESSION, EXIT_SKIPPED, EXIT_USAGE, main
 from monitors.report import SCHEMA_VERSION
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -293,7 +293,7 @@ def test_compare_judges_a_node_against_the_spread_of_its_history(tmp_path, capsy
 
 
 def test_history_limit_rule():
-    from monitors.aggregate import history_limit
+    from monitors.cli.aggregate import history_limit
 
     assert history_limit([], 10, 0.05)["limit"] is None
     one = history_limit([1.0], 10, 0.05)

@@ -12,7 +12,7 @@ import torch
 from monitors.conditioning.analysis import MAX_ENTRIES, MAX_FINDINGS, analyse_conditioning
 from monitors.conditioning.family import families_from_encoder_class, family_from_shape
 from monitors.report import to_jsonable
-from monitors.vocabulary import step_text
+from monitors.vocabulary.headline import step_text
 
 
 def conditioning(tokens=77, hidden=768, pooled=768, seed=0, batch=1, **extras):
@@ -333,8 +333,8 @@ def test_no_tensor_survives_the_analysis():
 def test_step_in_a_run_report_is_valid_json_on_disk(tmp_path, probes_for):
     import jsonschema
 
-    from monitors.recorder import RunRecorder
-    from monitors.store import RunStore
+    from monitors.engine.recorder import RunRecorder
+    from monitors.engine.store import RunStore
     from tests.unit.test_report_store import SCHEMA
 
     probes_for("no GPU")

@@ -44,7 +44,7 @@ def test_steps_table_and_the_command_line(tmp_path):
 
 
 def test_cli_table_as_csv_and_json(tmp_path, capsys):
-    from monitors.cli import main as cli_main
+    from monitors.cli.commands import main as cli_main
 
     _run_two_nodes(tmp_path, 1 * GiB)  # the store writes p.json
     report_path = str(tmp_path / "p.json")

@@ -11,14 +11,13 @@ import types
 import pytest
 import torch
 
-from monitors import profiling  # noqa: F401 - before exporters.trace, which it imports in a cycle
 from monitors.deep_profile import analysis, trace_ops
 from monitors.deep_profile.control import DeepProfileController, DeepProfileSwitch, last_plain_run
 from monitors.deep_profile.session import DeepProfiler, build_step, range_name
+from monitors.engine.recorder import RunRecorder
+from monitors.engine.store import RunStore
 from monitors.exporters.trace import report_to_trace
 from monitors.probes.fake import fake_probes
-from monitors.recorder import RunRecorder
-from monitors.store import RunStore
 
 # -- fake profiler events (torch's FunctionEvent shape) --------------------------------------------
 
@@ -321,7 +320,7 @@ def test_profile_session_deep_gives_the_per_stage_breakdown_and_nests_ops_in_its
 
 
 def test_the_cli_compare_says_when_only_one_run_was_deep_profiled(tmp_path, capsys):
-    from monitors.cli import main
+    from monitors.cli.commands import main
     from tests.unit.test_cli import report, write
 
     plain = report("a", 2.0, stages=(("denoise", 1.0),))

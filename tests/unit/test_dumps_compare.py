@@ -181,7 +181,7 @@ def test_float32_chunks_match_a_float64_reference(float32_chunks, dtype, noise):
 
 
 def tensor_compare_bound():
-    from monitors.tensor_stats import SUM_CHAIN_BOUND
+    from monitors.numeric.tensor_stats import SUM_CHAIN_BOUND
 
     return (SUM_CHAIN_BOUND + 2) * 2.0**-24
 

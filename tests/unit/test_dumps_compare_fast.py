@@ -11,7 +11,7 @@ import torch
 
 from monitors.dumps import compare
 from monitors.dumps.compare import compare_pair, polarization_factor
-from monitors.tensor_stats import SUM_CHAIN_BOUND
+from monitors.numeric.tensor_stats import SUM_CHAIN_BOUND
 
 U32 = 2.0**-24
 NORM_BOUND = (SUM_CHAIN_BOUND + 2) * U32

@@ -1,4 +1,4 @@
-"""The fused CPU kernels (monitors/fused_kernels.py): compiled by torch.compile on a background thread,
+"""The fused CPU kernels (monitors/numeric/fused_kernels.py): compiled by torch.compile on a background thread,
 the same figures as the eager kernels within the documented bound, exact min/max and tolerance
 counts, NaN and Inf still found, never a compile in the caller's path, and the eager kernels
 wherever compiling fails or is turned off.
@@ -16,11 +16,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from monitors import fused_kernels, tensor_stats  # noqa: E402
 from monitors.dumps import compare  # noqa: E402
 from monitors.dumps.compare import compare_pair  # noqa: E402
-from monitors.fused_kernels import FUSED_CHUNK_ELEMENTS, FusedKernels  # noqa: E402
-from monitors.tensor_stats import one_cpu_thread, stats_error_bound, value_stats  # noqa: E402
+from monitors.numeric import fused_kernels, tensor_stats  # noqa: E402
+from monitors.numeric.fused_kernels import FUSED_CHUNK_ELEMENTS, FusedKernels  # noqa: E402
+from monitors.numeric.tensor_stats import one_cpu_thread, stats_error_bound, value_stats  # noqa: E402
 
 COMPILE_WATCHDOG_S = 600  # a hang watchdog: a first compile takes seconds
 # Two full chunks and a shorter last one: fused, fused, eager.
@@ -267,7 +267,7 @@ def test_a_failed_compile_leaves_the_eager_kernels_with_the_reason(monkeypatch, 
     monkeypatch.setattr(fused_kernels, "KERNELS", kernels)
     values = _random(torch.float32, seed=10)
     expected = value_stats(values)
-    with caplog.at_level(logging.WARNING, logger="monitors.fused_kernels"):
+    with caplog.at_level(logging.WARNING, logger="monitors.numeric.fused_kernels"):
         assert kernels.wait_idle(COMPILE_WATCHDOG_S)
     assert kernels.failure_reason == "torch.compile failed: RuntimeError: no C++ compiler found"
     assert "eager kernels used" in caplog.text and "no C++ compiler found" in caplog.text
@@ -293,7 +293,7 @@ def test_auto_is_the_default_and_an_unknown_mode_means_auto(monkeypatch, caplog)
     monkeypatch.delenv(fused_kernels.SETTING, raising=False)
     assert FusedKernels().mode == "auto"
     monkeypatch.setenv(fused_kernels.SETTING, "fast")
-    with caplog.at_level(logging.WARNING, logger="monitors.fused_kernels"):
+    with caplog.at_level(logging.WARNING, logger="monitors.numeric.fused_kernels"):
         assert FusedKernels().mode == "auto"
     assert "PIPELINE_MONITOR_FUSED_KERNELS='fast' is not one of auto|on|off" in caplog.text
 
@@ -344,7 +344,7 @@ def test_exit_waits_for_the_compile_under_way_and_starts_no_other(tmp_path):
     script = tmp_path / "exit_while_compiling.py"
     script.write_text(
         "import sys, threading, time, torch\n"
-        "from monitors.fused_kernels import FUSED_CHUNK_ELEMENTS, FusedKernels\n"
+        "from monitors.numeric.fused_kernels import FUSED_CHUNK_ELEMENTS, FusedKernels\n"
         "started = threading.Event()\n"
         "def slow(fn):\n"
         "    started.set()\n"
@@ -399,7 +399,7 @@ def test_after_a_failed_compile_the_kernels_queued_behind_it_are_not_compiled(ca
 
     kernels = FusedKernels(mode="on", compile_fn=fails_once)
     values = torch.zeros(FUSED_CHUNK_ELEMENTS)
-    with caplog.at_level(logging.INFO, logger="monitors.fused_kernels"):
+    with caplog.at_level(logging.INFO, logger="monitors.numeric.fused_kernels"):
         kernels.stats_chunks(values)
         kernels.compare_chunks(values, values, 0.0, 0.0)
         release.set()

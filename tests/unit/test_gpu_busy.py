@@ -8,10 +8,10 @@ import json
 import jsonschema
 import pytest
 
-from monitors.gpu_busy import SampleLog, busy_time, sampling_period_s
+from monitors.engine.gpu_busy import SampleLog, busy_time, sampling_period_s
+from monitors.engine.recorder import RunRecorder
+from monitors.engine.store import RunStore
 from monitors.probes.fake import fake_probes
-from monitors.recorder import RunRecorder
-from monitors.store import RunStore
 from tests.unit.fake_clock import FakeClock, install
 from tests.unit.test_report_store import SCHEMA
 

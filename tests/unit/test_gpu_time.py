@@ -6,10 +6,10 @@ import json
 
 import jsonschema
 
+from monitors.engine.recorder import RunRecorder
+from monitors.engine.store import RunStore
 from monitors.probes.fake import fake_probes
-from monitors.recorder import RunRecorder
 from monitors.report import GPU_TIME_NO_CUDA
-from monitors.store import RunStore
 from tests.unit.test_report_store import SCHEMA
 
 

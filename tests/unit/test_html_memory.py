@@ -2,10 +2,10 @@
 
 import re
 
+from monitors.engine.span import Change, Peak, SpanResult, memory_picture
+from monitors.engine.upstream_memory import upstream_memory
 from monitors.exporters.html import memory_html, memory_scope_text, render_html
 from monitors.probes import Snapshot
-from monitors.span import Change, Peak, SpanResult, memory_picture
-from monitors.upstream_memory import upstream_memory
 
 MiB = 1024**2
 GiB = 1024**3

@@ -52,7 +52,7 @@ def test_importing_monitors_starts_no_thread_and_prints_nothing():
     result = run_clean(
         """
         import threading
-        import monitors.sampler, monitors.span, monitors.recorder, monitors.probes
+        import monitors.engine.sampler, monitors.engine.span, monitors.engine.recorder, monitors.probes
         assert threading.active_count() == 1, threading.enumerate()
         """
     )

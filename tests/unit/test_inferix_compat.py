@@ -17,7 +17,7 @@ import time
 import pytest
 
 from monitors import profiling as pm
-from monitors.cli import EXIT_OK, main
+from monitors.cli.commands import EXIT_OK, main
 from monitors.probes import GpuReading, Snapshot
 from monitors.probes.fake import fake_probes
 from monitors.profiling import usage

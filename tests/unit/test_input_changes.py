@@ -5,7 +5,7 @@ import shutil
 
 import jsonschema
 
-from monitors.input_changes import (
+from monitors.engine.input_changes import (
     MAX_CHANGES,
     MAX_VALUE_CHARS,
     NO_NAME_REASON,
@@ -14,8 +14,8 @@ from monitors.input_changes import (
     is_link,
     snapshot,
 )
-from monitors.recorder import RunRecorder
-from monitors.store import INPUTS_DIR_NAME, RunStore
+from monitors.engine.recorder import RunRecorder
+from monitors.engine.store import INPUTS_DIR_NAME, RunStore
 
 from .test_report_store import SCHEMA
 

@@ -3,15 +3,15 @@
 import json
 import os
 
-from monitors.input_changes import (
+from monitors.engine.input_changes import (
     MAX_INPUTS_PER_SNAPSHOT,
     InputFiles,
     InputHistory,
     inputs_file_name,
     snapshot,
 )
-from monitors.recorder import RunRecorder
-from monitors.store import INPUTS_DIR_NAME, RunStore
+from monitors.engine.recorder import RunRecorder
+from monitors.engine.store import INPUTS_DIR_NAME, RunStore
 
 
 def prompt(seed=1, steps=20):

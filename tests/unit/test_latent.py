@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from monitors.latent import analysis as latent_mod
 from monitors.latent.analysis import analyse_latent
-from monitors.vocabulary import headline_text
+from monitors.vocabulary.headline import headline_text
 
 
 def codes(findings):

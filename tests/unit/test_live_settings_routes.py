@@ -7,8 +7,8 @@ import types
 import pytest
 from aiohttp import web
 
+from monitors.engine.sampler import Sampler
 from monitors.probes.fake import fake_probes
-from monitors.sampler import Sampler
 from tests.unit.test_routes import PACK, import_pack
 
 
@@ -32,14 +32,14 @@ def sent():
 
 @pytest.fixture
 def live_setup(sent):
-    live = pack("monitors.live")
+    live = pack("monitors.engine.live")
     clock = Clock()
     connected = {"a", "b"}
     watchers = live.LiveWatchers(
         lambda event, data, sid: sent.append((event, data, sid)), lambda sid: sid in connected, clock=clock
     )
-    store_mod = pack("monitors.store")
-    recorder = pack("monitors.recorder").RunRecorder(store_mod.RunStore(None), probes=fake_probes())
+    store_mod = pack("monitors.engine.store")
+    recorder = pack("monitors.engine.recorder").RunRecorder(store_mod.RunStore(None), probes=fake_probes())
     sampler = Sampler(probes=fake_probes())
     sampler.ensure_started = lambda: None  # ticks are driven by the test
     return live, watchers, sampler, recorder, clock, connected
@@ -95,9 +95,9 @@ def test_watchers_are_bounded(live_setup):
 @pytest.fixture
 async def client(aiohttp_client, tmp_path):
     routes_mod, runtime_mod = import_pack()
-    live, live_glue = pack("monitors.live"), pack("nodes.live")
-    store = pack("monitors.store").RunStore(str(tmp_path))
-    recorder = pack("monitors.recorder").RunRecorder(store, probes=fake_probes())
+    live, live_glue = pack("monitors.engine.live"), pack("nodes.live")
+    store = pack("monitors.engine.store").RunStore(str(tmp_path))
+    recorder = pack("monitors.engine.recorder").RunRecorder(store, probes=fake_probes())
     sampler = Sampler(probes=fake_probes())
     sampler.ensure_started = lambda: None
     runtime = runtime_mod.Runtime(store, recorder, sampler)

@@ -1,8 +1,8 @@
 """The named memory picture of a span: baseline, end, change, peak (or low) with its time."""
 
+from monitors.engine.span import Span, memory_picture
 from monitors.probes import DETAIL_LIGHT
 from monitors.probes.fake import GiB, fake_probes
-from monitors.span import Span, memory_picture
 
 MiB = 1024**2
 FIGURE_KEYS = {"baseline", "end", "change", "change_pct", "peak", "peak_at_s"}

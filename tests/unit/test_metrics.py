@@ -6,9 +6,9 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from monitors.engine.sampler import Sampler
 from monitors.probes.fake import GiB, fake_probes
 from monitors.report import StepReport
-from monitors.sampler import Sampler
 from tests.unit.test_routes import PACK, import_pack
 
 
@@ -16,8 +16,8 @@ from tests.unit.test_routes import PACK, import_pack
 async def metrics_client(aiohttp_client, tmp_path, request):
     routes_mod, runtime_mod = import_pack()
     metrics_mod = importlib.import_module(f"{PACK}.nodes.metrics")
-    store_mod = importlib.import_module(f"{PACK}.monitors.store")
-    recorder_mod = importlib.import_module(f"{PACK}.monitors.recorder")
+    store_mod = importlib.import_module(f"{PACK}.monitors.engine.store")
+    recorder_mod = importlib.import_module(f"{PACK}.monitors.engine.recorder")
     report_mod = importlib.import_module(f"{PACK}.monitors.report")
     probes = fake_probes("1 GPU")
     if request.param == "in batches":  # as in a server, with a batch that never comes by itself

@@ -12,17 +12,19 @@ import torch
 
 from monitors import profiling as pm
 from monitors.conditioning.report import build_conditioning_step
+from monitors.conditioning.upstream import upstream_node_ids as conditioning_upstream
 from monitors.dumps.report import LIVE_VALUE, build_compare_step, build_dump_step
+from monitors.engine.recorder import RunRecorder
+from monitors.engine.store import RunStore
 from monitors.latent.report import build_latent_step
 from monitors.lora.report import build_lora_step
-from monitors.metrics_reference import DOC_PATH, all_figures, document_text
+from monitors.lora.upstream import upstream_node_ids as lora_upstream
 from monitors.models.report import build_models_step
 from monitors.probes.fake import GiB, fake_probes
 from monitors.profiling import usage
-from monitors.recorder import RunRecorder
-from monitors.store import RunStore
 from monitors.vae.chain import run_chain
 from monitors.vae.report import build_step as build_vae_step
+from monitors.vocabulary.metrics_reference import DOC_PATH, all_figures, document_text
 from tests.unit.test_lora_patches import Patcher, lora_patches, tiny_module
 from tests.unit.test_step_builders import PROMPT
 from tests.unit.test_vae_chain import FakeVAE, options, pixels
@@ -92,7 +94,7 @@ def run_report(tmp_path):
     recorder = RunRecorder(RunStore(str(tmp_path)), probes=probes)
     # node 9 as the LoRA monitor (LoRA loader 3 upstream), 19 as the conditioning monitor (encoder 4)
     graph = {**PROMPT, "19": {"class_type": "MonitorConditioning", "inputs": {"positive": ["4", 0]}}}
-    recorder.begin_run("p1", graph, upstream_kinds={"Monitor": "lora", "MonitorConditioning": "conditioning"})
+    recorder.begin_run("p1", graph, upstream_walks={"Monitor": lora_upstream, "MonitorConditioning": conditioning_upstream})
     for node_id in ("1", "3", "4"):
         recorder.node_started(node_id)
         probes.torch.allocate(0, GiB)
@@ -176,6 +178,6 @@ def test_path_matching_is_strict():
 def test_document_is_generated_and_names_every_figure():
     with open(DOC_PATH, encoding="utf-8") as f:
         text = f.read()
-    assert text == document_text(), "stale: run python -m monitors.generated_files --write"
+    assert text == document_text(), "stale: run python -m monitors.vocabulary.generated_files --write"
     for figure in all_figures():
         assert f"`{figure.path}`" in text

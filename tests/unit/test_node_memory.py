@@ -6,12 +6,12 @@ import json
 
 import jsonschema
 
-from monitors.aggregate import compare
+from monitors.cli.aggregate import compare
+from monitors.engine.node_rows import node_memory_above_start
+from monitors.engine.recorder import RunRecorder
+from monitors.engine.span import Span
+from monitors.engine.store import RunStore
 from monitors.probes.fake import GiB, fake_probes
-from monitors.recorder import RunRecorder
-from monitors.report import node_memory_above_start
-from monitors.span import Span
-from monitors.store import RunStore
 from tests.unit.test_report_store import SCHEMA
 
 MiB = 1024**2

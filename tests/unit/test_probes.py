@@ -212,7 +212,7 @@ def test_a_written_snapshot_calls_nothing_a_peak_that_is_not_its_own():
 def test_the_reserved_peak_comes_from_the_allocator_counter_not_only_samples():
     """A reserved spike between two readings (just before an out-of-memory) is kept: the span reads
     max_memory_reserved's counter at its stop."""
-    from monitors.span import METHOD_ALLOCATOR_PEAK, Span
+    from monitors.engine.span import METHOD_ALLOCATOR_PEAK, Span
 
     probes = fake_probes("1 GPU")
     span = Span("spike", probes=probes).start()

@@ -10,8 +10,8 @@ import types
 
 import pytest
 
+from monitors.engine.sampler import Sampler
 from monitors.probes.fake import fake_probes
-from monitors.sampler import Sampler
 from tests.unit.test_routes import PACK, import_pack
 
 PROMPT = {"1": {"class_type": "LoadImage", "inputs": {}, "_meta": {"title": "Load"}}}
@@ -73,8 +73,8 @@ def fake_seams(monkeypatch, *, missing=()):
 def hook(monkeypatch, tmp_path):
     _, runtime_mod = import_pack()
     hook = importlib.import_module(f"{PACK}.nodes.profile_hook")
-    store_mod = importlib.import_module(f"{PACK}.monitors.store")
-    recorder_mod = importlib.import_module(f"{PACK}.monitors.recorder")
+    store_mod = importlib.import_module(f"{PACK}.monitors.engine.store")
+    recorder_mod = importlib.import_module(f"{PACK}.monitors.engine.recorder")
     store = store_mod.RunStore(str(tmp_path))
     recorder = recorder_mod.RunRecorder(store, probes=fake_probes())
     runtime = runtime_mod.Runtime(store, recorder, Sampler(probes=fake_probes()))

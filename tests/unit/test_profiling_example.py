@@ -7,7 +7,7 @@ import os
 import jsonschema
 
 from monitors import profiling as pm
-from monitors.aggregate import load_report
+from monitors.cli.aggregate import load_report
 from monitors.profiling import usage
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

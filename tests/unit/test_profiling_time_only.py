@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from monitors import profiling as pm
-from monitors import span as span_module
+from monitors.engine import span as span_module
 from monitors.profiling import usage
 from monitors.profiling.session import measures_memory
 

@@ -10,9 +10,9 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from monitors.engine.sampler import Sampler
 from monitors.exporters import prometheus
 from monitors.probes.fake import GiB, fake_probes
-from monitors.sampler import Sampler
 
 MiB = 1024**2
 # The contract with dashboards: these bounds, in bytes and seconds, as the exposition writes them.

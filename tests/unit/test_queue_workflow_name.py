@@ -3,7 +3,7 @@
 import importlib.util
 from pathlib import Path
 
-from monitors.prompt_info import workflow_from_extra_data
+from monitors.engine.prompt_info import workflow_from_extra_data
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "queue_workflow.py"
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import monitors.dumps.compare as compare
-import monitors.tensor_stats as tensor_stats
+import monitors.numeric.tensor_stats as tensor_stats
 from monitors.dumps.compare import compare_pair
-from monitors.tensor_stats import value_stats
+from monitors.numeric.tensor_stats import value_stats
 from tests.readbacks import ReadbackCounter
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]

@@ -3,11 +3,11 @@ import json
 import jsonschema
 import pytest
 
+from monitors.engine.prompt_info import node_info_from_prompt
+from monitors.engine.recorder import RunRecorder
+from monitors.engine.store import RunStore
 from monitors.probes.fake import GiB, fake_probes
-from monitors.prompt_info import node_info_from_prompt
-from monitors.recorder import RunRecorder
 from monitors.report import StepReport
-from monitors.store import RunStore
 from tests.unit.test_report_store import SCHEMA
 
 PROMPT = {
@@ -136,7 +136,7 @@ def test_cached_monitor_node_shows_its_earlier_step(setup):
 
 
 def test_lazy_node_started_twice_keeps_one_span_and_leaks_none(setup):
-    from monitors.span import open_span_count
+    from monitors.engine.span import open_span_count
 
     _, _, recorder = setup
     recorder.begin_run("abc", PROMPT)

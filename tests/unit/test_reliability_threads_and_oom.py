@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from monitors import store as store_mod
-from monitors.recorder import RunRecorder
-from monitors.store import RunStore
+from monitors.engine import store as store_mod
+from monitors.engine.recorder import RunRecorder
+from monitors.engine.store import RunStore
 from monitors.vae.chain import run_chain
 from monitors.vae.outcomes import ERROR, OK, OOM
 from tests.unit.test_vae_chain import CUDA_OOM, FakeVAE, options, pixels

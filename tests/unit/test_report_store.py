@@ -5,6 +5,8 @@ import os
 import jsonschema
 import pytest
 
+from monitors.engine.span import Span
+from monitors.engine.store import RunStore, is_valid_run_id
 from monitors.probes.fake import fake_probes
 from monitors.report import (
     SCHEMA_VERSION,
@@ -18,8 +20,6 @@ from monitors.report import (
     to_jsonable,
     write_json_atomic,
 )
-from monitors.span import Span
-from monitors.store import RunStore, is_valid_run_id
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCHEMA = json.load(open(os.path.join(REPO, "schemas", "run_report.schema.json")))
@@ -125,7 +125,7 @@ def test_store_keeps_last_n_in_memory_and_prunes_disk(tmp_path):
 
 
 def test_a_store_at_its_cap_lists_the_folder_once_every_tenth_report(tmp_path, monkeypatch):
-    import monitors.store as store_module
+    import monitors.engine.store as store_module
 
     listings = []
     real_scandir = os.scandir

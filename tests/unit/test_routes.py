@@ -8,8 +8,8 @@ import sys
 import pytest
 from aiohttp import web
 
+from monitors.engine.sampler import Sampler
 from monitors.probes.fake import fake_probes
-from monitors.sampler import Sampler
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACK = "pm_pack_under_test"
@@ -29,8 +29,8 @@ def import_pack():
 @pytest.fixture
 async def client_and_store(aiohttp_client, tmp_path):
     routes_mod, runtime_mod = import_pack()
-    store_mod = importlib.import_module(f"{PACK}.monitors.store")
-    recorder_mod = importlib.import_module(f"{PACK}.monitors.recorder")
+    store_mod = importlib.import_module(f"{PACK}.monitors.engine.store")
+    recorder_mod = importlib.import_module(f"{PACK}.monitors.engine.recorder")
     store = store_mod.RunStore(str(tmp_path))
     recorder = recorder_mod.RunRecorder(store, probes=fake_probes())
     previous = runtime_mod.set_runtime(runtime_mod.Runtime(store, recorder, Sampler(probes=fake_probes())))

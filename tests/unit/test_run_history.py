@@ -7,10 +7,10 @@ import os
 
 import jsonschema
 
-from monitors.prompt_info import workflow_from_extra_data
-from monitors.recorder import RunRecorder
+from monitors.engine.prompt_info import workflow_from_extra_data
+from monitors.engine.recorder import RunRecorder
+from monitors.engine.store import RunStore
 from monitors.report import Finding, RunReport, StepReport, run_summary
-from monitors.store import RunStore
 
 from .test_report_store import SCHEMA, make_report
 

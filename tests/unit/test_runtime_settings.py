@@ -66,7 +66,7 @@ def test_a_value_that_is_no_integer_is_named_and_the_default_used(make_runtime, 
 
 
 def test_history_that_cannot_be_loaded_is_named_and_the_server_goes_on(make_runtime, monkeypatch, caplog):
-    store_mod = importlib.import_module(f"{PACK}.monitors.store")
+    store_mod = importlib.import_module(f"{PACK}.monitors.engine.store")
 
     def broken(self):
         raise PermissionError("reports folder not readable")

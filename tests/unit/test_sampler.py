@@ -4,9 +4,9 @@ import time
 
 import pytest
 
+from monitors.engine.sampler import Sampler
+from monitors.engine.span import METHOD_SAMPLED, Span
 from monitors.probes.fake import GiB, fake_probes
-from monitors.sampler import Sampler
-from monitors.span import METHOD_SAMPLED, Span
 
 
 def wait_for(predicate, timeout_s=60.0):  # a hang watchdog, never a speed check

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
+from monitors.engine.span import METHOD_KERNEL_HWM, METHOD_SAMPLED, Span, open_span_count
 from monitors.probes.fake import GiB, fake_probes
-from monitors.span import METHOD_KERNEL_HWM, METHOD_SAMPLED, Span, open_span_count
 from tests.unit.fake_clock import FakeClock, install
 
 MiB = 1024**2
@@ -20,7 +20,7 @@ import json, time
 import numpy as np
 from monitors.probes import Probes
 from monitors.probes.fake import fake_probes
-from monitors.span import Span
+from monitors.engine.span import Span
 spike_bytes = 300 * 1024**2
 probes = Probes(nvml=fake_probes().nvml)
 with Span("spike", probes=probes) as span:

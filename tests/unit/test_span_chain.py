@@ -1,9 +1,9 @@
-"""Chained spans (ComfyUI's nodes, monitors/span.py): one high-water-mark read per span, no peak lost."""
+"""Chained spans (ComfyUI's nodes, monitors/engine/span.py): one high-water-mark read per span, no peak lost."""
 
 from __future__ import annotations
 
+from monitors.engine.span import METHOD_KERNEL_HWM, METHOD_SAMPLED, Span, open_span_count
 from monitors.probes.fake import GiB, fake_probes
-from monitors.span import METHOD_KERNEL_HWM, METHOD_SAMPLED, Span, open_span_count
 
 
 def counting(probes):

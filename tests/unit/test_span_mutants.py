@@ -1,4 +1,4 @@
-"""monitors/span.py with exact numbers from a fake clock and fake probes: durations, the time a
+"""monitors/engine/span.py with exact numbers from a fake clock and fake probes: durations, the time a
 peak (or low) was first reached, changes with one side missing or a zero baseline, what a span
 added above its start, nesting (scripts/mutate.py survivors of the first tests)."""
 
@@ -8,9 +8,9 @@ import dataclasses
 
 import pytest
 
-from monitors import span as span_module
+from monitors.engine import span as span_module
+from monitors.engine.span import METHOD_KERNEL_HWM, METHOD_SAMPLED, Change, Span, SpanResult, memory_picture
 from monitors.probes.fake import GiB, fake_probes
-from monitors.span import METHOD_KERNEL_HWM, METHOD_SAMPLED, Change, Span, SpanResult, memory_picture
 from tests.unit.fake_clock import FakeClock, install
 
 MiB = 1024**2

@@ -18,17 +18,17 @@ from monitors.dumps.report import (  # noqa: E402
     dump_name_problem,
     file_state,
 )
+from monitors.engine.live import WatchRequestError, watch_request  # noqa: E402
+from monitors.engine.prompt_info import cached_node_ids, run_outcome, upstream_node_ids  # noqa: E402
+from monitors.engine.recorder import RunRecorder  # noqa: E402
+from monitors.engine.store import RunStore  # noqa: E402
 from monitors.latent.report import build_latent_step  # noqa: E402
-from monitors.live import WatchRequestError, watch_request  # noqa: E402
 from monitors.lora.coverage import key_coverage  # noqa: E402
 from monitors.lora.report import build_lora_step  # noqa: E402
 from monitors.models.loaded import loaded_models_snapshot  # noqa: E402
 from monitors.models.report import build_models_step  # noqa: E402
 from monitors.probes.fake import fake_probes  # noqa: E402
-from monitors.prompt_info import cached_node_ids, run_outcome, upstream_node_ids  # noqa: E402
-from monitors.recorder import RunRecorder  # noqa: E402
 from monitors.report import StepReport, failed_step, sum_known  # noqa: E402
-from monitors.store import RunStore  # noqa: E402
 from monitors.vae.errors import (  # noqa: E402
     VAEEncodeError,
     VAEEncodeInputError,

@@ -1,4 +1,4 @@
-"""The run store with background writes (monitors/store.py): reports are logged, counted by the
+"""The run store with background writes (monitors/engine/store.py): reports are logged, counted by the
 listeners and written in batches once the store is quiet, or at most write_latest_s late; readers
 get them from memory meanwhile, and nothing pending is lost at exit."""
 
@@ -12,8 +12,8 @@ import threading
 import time
 from pathlib import Path
 
+from monitors.engine.store import RunStore
 from monitors.report import RunReport
-from monitors.store import RunStore
 from tests.unit.fake_clock import FakeClock, install
 from tests.watchdog import wait_until
 
@@ -49,7 +49,7 @@ def test_an_added_report_waits_for_the_batch_and_readers_get_it_from_memory(tmp_
 
 def test_a_quiet_store_writes_the_batch_and_logs_each_run(tmp_path, caplog):
     store = RunStore(str(tmp_path), background_writes=True, write_quiet_s=0.01, write_latest_s=NEVER_S)
-    with caplog.at_level(logging.INFO, logger="monitors.store"):
+    with caplog.at_level(logging.INFO, logger="monitors.engine.store"):
         for i in range(3):
             store.add(report(f"p{i}"))
         wait_until(lambda: len(os.listdir(tmp_path)) == 3, "the batch was not written once quiet", WATCHDOG_S)
@@ -115,7 +115,7 @@ def test_the_reports_pending_at_exit_are_written(tmp_path):
     script = (
         "import sys\n"
         "from monitors.report import RunReport\n"
-        "from monitors.store import RunStore\n"
+        "from monitors.engine.store import RunStore\n"
         "store = RunStore(sys.argv[1], background_writes=True, write_quiet_s=3600, write_latest_s=3600)\n"
         "store.add(RunReport(prompt_id='late', status='success', started_unix_s=1.0,\n"
         "                    finished_unix_s=2.0, duration_s=1.0))\n"
@@ -179,7 +179,7 @@ def test_a_batch_waits_until_no_run_has_come_for_the_quiet_time(tmp_path, monkey
 def test_the_exit_hook_writes_what_is_pending_and_ignores_a_store_gone(tmp_path):
     import weakref
 
-    from monitors.store import _finish_at_exit
+    from monitors.engine.store import _finish_at_exit
 
     store = RunStore(str(tmp_path), background_writes=True, write_quiet_s=NEVER_S, write_latest_s=NEVER_S)
     store.add(report("p1"))

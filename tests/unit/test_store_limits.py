@@ -1,4 +1,4 @@
-"""The run store's bounds and readers (monitors/store.py): at least one run and one file kept,
+"""The run store's bounds and readers (monitors/engine/store.py): at least one run and one file kept,
 the cap reached but not passed, other files in the folder left alone, limits, and the readers'
 answers for runs still pending or never seen."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 import os
 
+from monitors.engine.store import RunStore
 from monitors.report import RunReport
-from monitors.store import RunStore
 
 NEVER_S = 3600
 
@@ -67,7 +67,7 @@ def test_pruning_and_loading_leave_the_folders_other_files_alone(tmp_path, caplo
         add_aged(store, tmp_path, f"p{i}", i + 1)
     assert sorted(os.listdir(tmp_path)) == [".hidden.json", ".last_inputs", "notes.txt", "p1.json", "p2.json"]
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="monitors.store"):
+    with caplog.at_level(logging.WARNING, logger="monitors.engine.store"):
         assert RunStore(str(tmp_path)).load_from_disk() == 2
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert warnings == []  # no attempt to read what is not a report

@@ -4,8 +4,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from monitors import tensor_stats  # noqa: E402
-from monitors.tensor_stats import describe_tensor, stats_error_bound, value_stats  # noqa: E402
+from monitors.numeric import tensor_stats  # noqa: E402
+from monitors.numeric.tensor_stats import describe_tensor, stats_error_bound, value_stats  # noqa: E402
 
 
 def _bound_of(reference, accumulate_float64=False):

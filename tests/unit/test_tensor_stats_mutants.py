@@ -1,4 +1,4 @@
-"""monitors/tensor_stats.py with known values where mutants survived the first tests: the error
+"""monitors/numeric/tensor_stats.py with known values where mutants survived the first tests: the error
 bound's formula, which accumulation type a size gets, the underflow threshold at its boundary, and
 the exact float64 path's counts and statistics (scripts/mutate.py survivors)."""
 
@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from monitors import tensor_stats
-from monitors.tensor_stats import stats_error_bound, value_stats
+from monitors.numeric import tensor_stats
+from monitors.numeric.tensor_stats import stats_error_bound, value_stats
 
 
 def test_error_bound_formula_in_float32_and_float64():

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from monitors import tensor_stats
-from monitors.tensor_stats import (
+from monitors.numeric import tensor_stats
+from monitors.numeric.tensor_stats import (
     ROW_ELEMENTS,
     SUM_CHAIN_BOUND,
     row_sum_of_squares,

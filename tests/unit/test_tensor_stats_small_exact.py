@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from monitors.tensor_stats import value_stats
+from monitors.numeric.tensor_stats import value_stats
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16])
@@ -21,7 +21,7 @@ def test_small_integer_values_give_exact_statistics(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_the_small_path_gives_the_chunked_float64_figures_exactly(dtype):
-    from monitors import tensor_stats
+    from monitors.numeric import tensor_stats
 
     flat = (torch.randn(4099, generator=torch.Generator().manual_seed(3)) * 5 + 1).to(dtype)
     chunked = [float(parts[0]) for parts in tensor_stats._chunk_reductions(flat, torch.float64)]

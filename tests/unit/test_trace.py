@@ -5,9 +5,9 @@ import json
 import pytest
 
 from monitors import profiling as pm
+from monitors.engine.sampler import Sampler
 from monitors.exporters.trace import reports_to_trace, write_trace
 from monitors.probes.fake import fake_probes
-from monitors.sampler import Sampler
 
 
 def node(node_id, class_type, start, duration, **extra):

@@ -9,15 +9,11 @@ import types
 import torch
 
 from monitors.conditioning.report import build_conditioning_step
-from monitors.lora.report import build_lora_step
-from monitors.models.report import build_models_step
-from monitors.probes import DETAIL_LIGHT
-from monitors.probes.fake import GiB, fake_probes
-from monitors.probes.readings import Snapshot
-from monitors.recorder import RunRecorder
-from monitors.span import METHOD_KERNEL_HWM, METHOD_SAMPLED, Change, Peak, SpanResult, merge_sequential
-from monitors.store import RunStore
-from monitors.upstream_memory import (
+from monitors.conditioning.upstream import upstream_node_ids as conditioning_upstream
+from monitors.engine.recorder import RunRecorder
+from monitors.engine.span import METHOD_KERNEL_HWM, METHOD_SAMPLED, Change, Peak, SpanResult, merge_sequential
+from monitors.engine.store import RunStore
+from monitors.engine.upstream_memory import (
     CACHED_REASON,
     NO_RECORDER_REASON,
     NO_RUN_REASON,
@@ -26,9 +22,16 @@ from monitors.upstream_memory import (
     upstream_memory,
     watch_plan,
 )
+from monitors.lora.report import build_lora_step
+from monitors.lora.upstream import upstream_node_ids as lora_upstream
+from monitors.models.report import build_models_step
+from monitors.models.upstream import upstream_node_ids as models_upstream
+from monitors.probes import DETAIL_LIGHT
+from monitors.probes.fake import GiB, fake_probes
+from monitors.probes.readings import Snapshot
 
 MiB = 1024**2
-KINDS = {"MonModels": "models", "MonLora": "lora", "MonCond": "conditioning"}
+WALKS = {"MonModels": models_upstream, "MonLora": lora_upstream, "MonCond": conditioning_upstream}
 
 # checkpoint 1 -> LoRA 2 -> LoRA 3 -> encoders 4 (positive), 5 (negative, through a combine 6)
 GRAPH = {
@@ -56,13 +59,13 @@ GRAPH = {
 
 
 def test_each_monitor_watches_the_nodes_its_step_describes():
-    plan = watch_plan(GRAPH, KINDS)
+    plan = watch_plan(GRAPH, WALKS)
     assert plan["10"] == ("1",)  # the loader, once for its three outputs
     assert plan["11"] == ("3", "2")  # the LoRA loaders, nearest first; not the checkpoint below
     assert plan["12"] == ("4", "5")  # the encoders, through the combine node
     assert plan["13"] == ()
     assert set(plan) == {"10", "11", "12", "13"}  # plain nodes are no monitors
-    assert watch_plan(None, KINDS) == {} and watch_plan(GRAPH, {}) == {}
+    assert watch_plan(None, WALKS) == {} and watch_plan(GRAPH, {}) == {}
 
 
 def _snapshot(at_s: float, rss: int, available: int) -> Snapshot:
@@ -142,7 +145,7 @@ def test_upstream_memory_without_upstream_or_with_nothing_run_is_none_with_the_r
 def _run(recorder, probes, prompt_id, ran):
     """Begin a run of GRAPH; the nodes in `ran` execute (LoRA 2 allocates 1 GiB on the GPU and
     raises RSS), the rest finish without a start (ComfyUI's cache)."""
-    recorder.begin_run(prompt_id, GRAPH, upstream_kinds=KINDS)
+    recorder.begin_run(prompt_id, GRAPH, upstream_walks=WALKS)
     for node_id in ("1", "2", "3", "4", "5", "6", "7"):
         if node_id in ran:
             recorder.node_started(node_id)
@@ -200,7 +203,7 @@ def test_cached_upstream_gives_none_with_the_reason_never_an_invented_picture(tm
 
 def test_profile_off_or_no_recorder_says_so(tmp_path):
     recorder = RunRecorder(RunStore(str(tmp_path)), probes=fake_probes(), profile_enabled=False)
-    recorder.begin_run("p3", GRAPH, upstream_kinds=KINDS)
+    recorder.begin_run("p3", GRAPH, upstream_walks=WALKS)
     assert recorder.upstream_memory("11")["memory_unknown_reason"] == PROFILE_OFF_REASON
     assert recorder._run.watched == frozenset()
     recorder.end_run("success")

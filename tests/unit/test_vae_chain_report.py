@@ -15,7 +15,7 @@ from monitors.vae.chain import run_chain
 from monitors.vae.geometry import TileSettings, encode_input_shape, latent_shape, tile_input_shape
 from monitors.vae.outcomes import ChainOptions
 from monitors.vae.report import STEP_KIND, build_step
-from monitors.vocabulary import step_text
+from monitors.vocabulary.headline import step_text
 from tests.unit.test_vae_chain import CUDA_OOM, FakeMemory, FakeVAE, cpu_encode, options, pixels
 
 MiB = 1024**2

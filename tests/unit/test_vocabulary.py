@@ -10,11 +10,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from monitors import generated_files
-from monitors import vocabulary as vocab
-from monitors.aggregate import load_report
+from monitors.cli.aggregate import load_report
 from monitors.exporters.html import render_html
 from monitors.report import SCHEMA_VERSION, STEP_KINDS
+from monitors.vocabulary import formatting, generated_files, headline, registry, upgrade
 
 REPO = Path(__file__).resolve().parents[2]
 V1_FIXTURE = REPO / "tests" / "fixtures" / "run_report_v1.json"
@@ -24,12 +23,12 @@ SUFFIX_OF_UNIT = {"bytes": "_bytes", "pct": "_pct", "ratio": "_ratio", "fraction
 
 
 def all_fields():
-    return [(kind, f) for kind, v in vocab.registry().items() for f in v.fields]
+    return [(kind, f) for kind, v in registry.registry().items() for f in v.fields]
 
 
 def test_every_step_kind_is_declared_with_headline_figures():
-    assert tuple(vocab.registry()) == STEP_KINDS
-    for kind, v in vocab.registry().items():
+    assert tuple(registry.registry()) == STEP_KINDS
+    for kind, v in registry.registry().items():
         assert v.title and v.headline, kind
         assert all(f.label and f.description for f in v.fields), kind
 
@@ -44,18 +43,18 @@ def test_field_names_carry_their_unit(kind, field):
     elif field.unit == "count":
         assert re.search(r"(^|_)n_", name) or name.endswith("_count")
     else:  # a plain value must not look like it has a unit
-        assert vocab.unit_of_key(name) is None, f"{name} reads as {vocab.unit_of_key(name)}"
+        assert formatting.unit_of_key(name) is None, f"{name} reads as {formatting.unit_of_key(name)}"
 
 
 def test_generated_files_are_not_stale():
     stale = [str(Path(p).relative_to(REPO)) for p in generated_files.stale_files()]
-    assert not stale, f"regenerate with `python -m monitors.generated_files --write`: {stale}"
+    assert not stale, f"regenerate with `python -m monitors.vocabulary.generated_files --write`: {stale}"
 
 
 def test_schema_summary_of_each_kind_is_its_declaration():
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
     assert SCHEMA["properties"]["schema_version"] == {"const": SCHEMA_VERSION}
-    for kind, v in vocab.registry().items():
+    for kind, v in registry.registry().items():
         summary = SCHEMA["$defs"][f"summary_{kind}"]
         assert summary["additionalProperties"] is False
         assert list(summary["properties"]) == list(v.names)
@@ -76,7 +75,7 @@ def _generated_module_data() -> dict:
 
 def test_panel_module_has_the_declared_labels_units_and_order():
     kinds = _generated_module_data()
-    for kind, v in vocab.registry().items():
+    for kind, v in registry.registry().items():
         info = kinds[kind]
         assert info["title"] == v.title and info["headline"] == list(v.headline)
         assert list(info["fields"]) == list(v.names)
@@ -89,12 +88,12 @@ def test_panel_module_has_the_declared_labels_units_and_order():
 
 
 def test_html_report_takes_labels_and_units_from_the_vocabulary():
-    for kind, v in vocab.registry().items():
+    for kind, v in registry.registry().items():
         summary = {f.name: _sample(f) for f in v.fields}
         report = {"prompt_id": "p", "status": "success", "steps": [{"kind": kind, "node_id": "1", "summary": summary}]}
         page = render_html(report)
         for f in v.fields:
-            cell = f"<div><b>{_esc(f.label)}</b>{_esc(vocab.format_value(f, summary[f.name]))}</div>"
+            cell = f"<div><b>{_esc(f.label)}</b>{_esc(formatting.format_value(f, summary[f.name]))}</div>"
             assert cell in page, (kind, f.name)
 
 
@@ -110,30 +109,30 @@ def _sample(field):
 
 
 def test_units_format_the_same_way_everywhere():
-    f = vocab.summary_field("lora", "model_relative_change_ratio")
-    assert vocab.format_value(f, 0.0123) == "1.23 %"
-    assert vocab.format_value(vocab.summary_field("vae_encode", "spatial_compression_ratio"), 64.0) == "64×"
-    assert vocab.format_value(vocab.summary_field("models", "total_size_bytes"), 3 * 1024**2) == "3.0 MiB"
-    assert vocab.format_value(vocab.summary_field("lora", "analysis_s"), 0.05) == "50 ms"
-    assert vocab.format_value(vocab.summary_field("lora", "n_loras"), None) == vocab.MISSING
-    assert vocab.format_summary_value("unknown_kind", "peak_bytes", 2048) == "2.0 KiB"
-    assert vocab.label("unknown_kind", "n_things") == "things (count)"
+    f = registry.summary_field("lora", "model_relative_change_ratio")
+    assert formatting.format_value(f, 0.0123) == "1.23 %"
+    assert formatting.format_value(registry.summary_field("vae_encode", "spatial_compression_ratio"), 64.0) == "64×"
+    assert formatting.format_value(registry.summary_field("models", "total_size_bytes"), 3 * 1024**2) == "3.0 MiB"
+    assert formatting.format_value(registry.summary_field("lora", "analysis_s"), 0.05) == "50 ms"
+    assert formatting.format_value(registry.summary_field("lora", "n_loras"), None) == formatting.MISSING
+    assert registry.format_summary_value("unknown_kind", "peak_bytes", 2048) == "2.0 KiB"
+    assert registry.label("unknown_kind", "n_things") == "things (count)"
 
 
 def test_headline_text_lists_known_headline_figures_in_order():
     summary = {"success": True, "n_loras": 2, "n_unmatched_keys": None, "model_relative_change_ratio": 0.5,
                "model_patch_bytes": 100}
-    assert vocab.headline_text("lora", summary).splitlines() == [
+    assert headline.headline_text("lora", summary).splitlines() == [
         "applied: yes", "LoRAs: 2", "model change of |W|: 50.00 %"
     ]
-    assert vocab.headline_text("lora", {}) == "no figures"
-    assert vocab.headline_text("not_a_kind", {"x": 1}) == "no figures"
+    assert headline.headline_text("lora", {}) == "no figures"
+    assert headline.headline_text("not_a_kind", {"x": 1}) == "no figures"
 
 
 def test_v1_report_is_read_in_v2_names():
     v1 = json.loads(V1_FIXTURE.read_text())
     assert v1["schema_version"] == 1
-    upgraded = vocab.upgrade_report(v1)
+    upgraded = upgrade.upgrade_report(v1)
     assert upgraded["schema_version"] == SCHEMA_VERSION and v1["schema_version"] == 1  # a copy
     jsonschema.validate(upgraded, SCHEMA)
     steps = {s["kind"]: s["summary"] for s in upgraded["steps"]}
@@ -142,7 +141,7 @@ def test_v1_report_is_read_in_v2_names():
     assert steps["latent"]["latent_type"] == "image" and steps["latent"]["n_channels"] == 4
     assert steps["tensor_compare"]["max_relative_error_ratio"] == 2e-06
     assert load_report(str(V1_FIXTURE)) == upgraded
-    assert vocab.upgrade_report(upgraded) == upgraded  # version 2 stays as it is
+    assert upgrade.upgrade_report(upgraded) == upgraded  # version 2 stays as it is
 
 
 def test_a_v2_conditioning_figure_of_two_meanings_is_split_by_what_it_measured():
@@ -157,7 +156,7 @@ def test_a_v2_conditioning_figure_of_two_meanings_is_split_by_what_it_measured()
         "details": {"encode": {"encoders": encoders}},
     }
     v2 = {"schema_version": 2, "steps": [step, {**step, "details": {}}]}
-    upgraded = vocab.upgrade_report(v2)
+    upgraded = upgrade.upgrade_report(v2)
     first, bare = (s["summary"] for s in upgraded["steps"])
     assert upgraded["schema_version"] == SCHEMA_VERSION and "encode_peak_above_start_bytes" not in first
     assert first["encode_peak_gpu_allocated_above_start_bytes"] == 300
@@ -167,10 +166,10 @@ def test_a_v2_conditioning_figure_of_two_meanings_is_split_by_what_it_measured()
 
 
 def test_compare_reads_a_v1_and_a_v2_report(tmp_path):
-    from monitors.cli import EXIT_OK, main
+    from monitors.cli.commands import EXIT_OK, main
 
     v1 = json.loads(V1_FIXTURE.read_text())
-    v2 = vocab.upgrade_report(v1) | {"prompt_id": "v2-run"}
+    v2 = upgrade.upgrade_report(v1) | {"prompt_id": "v2-run"}
     (tmp_path / "v2.json").write_text(json.dumps(v2))
     out = tmp_path / "cmp.json"
     assert main(["compare", str(V1_FIXTURE), str(tmp_path / "v2.json"), "-o", str(out)]) == EXIT_OK
@@ -184,7 +183,7 @@ def test_html_report_of_a_v1_report_uses_v2_labels():
 
 def test_command_line_check_passes():
     result = subprocess.run(
-        [sys.executable, "-m", "monitors.generated_files", "--check"],
+        [sys.executable, "-m", "monitors.vocabulary.generated_files", "--check"],
         cwd=REPO, capture_output=True, text=True, check=False,
     )
     assert result.returncode == 0, result.stderr
@@ -238,4 +237,4 @@ def test_no_summary_key_is_spelled_by_hand_in_nodes_or_web():
                 name = literal[1]
                 if name in declared and (rel, name) not in NOT_SUMMARY_KEYS:
                     offenders.append(f"{rel}: {name!r}")
-    assert not offenders, "read summary keys through monitors.vocabulary / KEYS: " + ", ".join(sorted(set(offenders)))
+    assert not offenders, "read summary keys through monitors.vocabulary.registry / KEYS: " + ", ".join(sorted(set(offenders)))

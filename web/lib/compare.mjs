@@ -1,6 +1,6 @@
 // Two runs compared, leading with the answer: the nodes that changed most first, regressions judged
 // against the spread of each node's earlier runs of the workflow (the rule of
-// monitors/aggregate.py history_limit, so the panel and `python -m monitors compare` agree), and per
+// monitors/cli/aggregate.py history_limit, so the panel and `python -m monitors compare` agree), and per
 // step only the figures that changed. Pure functions, no DOM.
 import { declaredField, isNumber, relativeChange } from "./format.mjs";
 import { nodeGpuAdded, nodeRssAdded, orderedSummaryKeys } from "./report_view.mjs";

@@ -1,6 +1,6 @@
 // Formatting of report values for people. A summary key declared by its step kind (the generated
 // vocabulary) is formatted by its declared unit and labelled with its declared label, as the HTML
-// report and the node text do (monitors/vocabulary.py); other keys by the unit in their name:
+// report and the node text do (monitors/vocabulary/formatting.py); other keys by the unit in their name:
 // `_bytes` -> KiB/MiB/GiB, `_s` -> ms/s/min, `_pct` -> %, `_ratio` -> ×, `n_...` counts.
 // Pure functions (no DOM).
 import { VOCABULARY } from "./vocabulary.generated.mjs";

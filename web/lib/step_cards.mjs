@@ -466,7 +466,7 @@ function memoryCells(fig, reason) {
 }
 
 /**
- * The shared "Memory" section of a step that carries `details.memory` (monitors.span.memory_picture):
+ * The shared "Memory" section of a step that carries `details.memory` (monitors.engine.span.memory_picture):
  * process RSS, system RAM used/available and per GPU allocated/reserved/NVML used, each as start,
  * end, change and peak @ time; or, when there is no picture, why. Null for steps without one.
  * @param {StepReport} step @param {(id: string) => string | null | undefined} [nodeClass]

@@ -1,6 +1,6 @@
 // The workflow's name travels with the prompt: ComfyUI's frontend sends the graph as
 // extra_data.extra_pnginfo.workflow with its id but no file name, so the panel adds the open
-// workflow's name to that copy's `extra` (monitors/recorder.py workflow_from_extra_data reads it).
+// workflow's name to that copy's `extra` (monitors/engine/recorder.py workflow_from_extra_data reads it).
 // The graph itself is never changed, so the workflow is not marked modified and files stay as saved.
 
 export const WORKFLOW_NAME_KEY = "pipeline_monitor_workflow_name";

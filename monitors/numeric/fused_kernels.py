@@ -35,7 +35,7 @@ import threading
 import types
 from collections.abc import Callable
 
-from .background import BackgroundWorker
+from ..background import BackgroundWorker
 from .tensor_stats import ROW_ELEMENTS
 
 log = logging.getLogger(__name__)

@@ -6,13 +6,15 @@ would measure the wrong thing. Instead, when a prompt starts, the recorder picks
 graph the nodes each such monitor describes (`watch_plan`) and gives exactly those nodes a
 full-detail span (system RAM, RSS, allocator, NVML), while every other node keeps its light one.
 When the monitor runs, `upstream_memory` merges the spans of its upstream nodes that ran into one
-picture (monitors.span.memory_picture): baseline at the first one's start, end at the last one's
+picture (monitors.engine.span.memory_picture): baseline at the first one's start, end at the last one's
 end, peaks and lows over their spans with the time from the first start. One picture rather than
 one per node, so that every step's `memory` has the same shape; `memory_scope` names the nodes it
 covers and the ones that did not run. Upstream nodes served from ComfyUI's cache did not run this
 prompt: with none run, `memory` is None with the reason, never a picture of something else.
 
-Which nodes a step describes comes from each kind's own graph walk:
+Which nodes a step describes comes from its stage's own graph walk, handed in by the caller
+(`walks_by_class`: monitor class_type -> walk, e.g. monitors/lora/upstream.py), so that the engine
+imports no stage:
 - models: the nodes feeding its model / clip / vae inputs (the loaders);
 - lora: the LoRA loaders stacked on its model / clip paths (not the checkpoint loader below them);
 - conditioning: the text encode nodes (the nodes fed by a CLIP) behind its positive / negative.
@@ -22,8 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from .conditioning.prompt_text import trace_text_encoders
-from .lora.coverage import upstream_loaders
 from .span import SpanResult, memory_picture, merge_sequential
 
 MAX_WATCHED_PER_MONITOR = 64  # a pathological graph must not turn every node into a full span
@@ -35,56 +35,25 @@ NO_UPSTREAM_REASON = "no upstream node of this step found in the prompt graph"
 CACHED_REASON = "upstream nodes cached: nothing ran"
 
 
-def _models(prompt: Mapping, node_id: str) -> list[str]:
-    node = prompt.get(node_id)
-    inputs = node.get("inputs") if isinstance(node, Mapping) else None
-    if not isinstance(inputs, Mapping):
-        return []
-    found = []
-    for name in ("model", "clip", "vae"):
-        link = inputs.get(name)
-        if isinstance(link, (list, tuple)) and len(link) == 2:
-            found.append(str(link[0]))
-    return found
-
-
-def _lora(prompt: Mapping, node_id: str) -> list[str]:
-    return [
-        loader["node_id"] for name in ("model", "clip") for loader in upstream_loaders(prompt, node_id, name)
-    ]
-
-
-def _conditioning(prompt: Mapping, node_id: str) -> list[str]:
-    return [
-        encoder["node_id"]
-        for side in ("positive", "negative")
-        for encoder in trace_text_encoders(prompt, node_id, side)["encoders"]
-    ]
-
-
-SELECTORS: dict[str, Callable[[Mapping, str], list[str]]] = {
-    "models": _models,
-    "lora": _lora,
-    "conditioning": _conditioning,
-}
+# monitor node id -> the upstream node ids its step describes, in the prompt graph
+UpstreamWalk = Callable[[Mapping, str], list[str]]
 
 
 def watch_plan(
-    prompt: Mapping | None, kinds_by_class: Mapping[str, str] | None
+    prompt: Mapping | None, walks_by_class: Mapping[str, UpstreamWalk] | None
 ) -> dict[str, tuple[str, ...]]:
     """monitor node id -> the upstream node ids its step describes, for every node of `prompt`
-    whose class_type `kinds_by_class` maps to a kind in SELECTORS. A selector that trips on an
-    odd graph leaves that monitor out (its step then says no upstream node was found)."""
-    if not isinstance(prompt, Mapping) or not kinds_by_class:
+    whose class_type `walks_by_class` maps to its stage's walk. A walk that trips on an odd graph
+    leaves that monitor out (its step then says no upstream node was found)."""
+    if not isinstance(prompt, Mapping) or not walks_by_class:
         return {}
     plan = {}
     for node_id, node in prompt.items():
-        kind = kinds_by_class.get(node.get("class_type")) if isinstance(node, Mapping) else None
-        select = SELECTORS.get(kind)
-        if select is None:
+        walk = walks_by_class.get(node.get("class_type")) if isinstance(node, Mapping) else None
+        if walk is None:
             continue
         try:
-            upstream = select(prompt, str(node_id))
+            upstream = walk(prompt, str(node_id))
         except Exception:  # the graph walk is best effort; the profile must go on
             continue
         plan[str(node_id)] = tuple(dict.fromkeys(upstream))[:MAX_WATCHED_PER_MONITOR]

@@ -12,7 +12,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from .probes import DETAIL_FULL, Probes, Snapshot, get_probes
+from ..probes import DETAIL_FULL, Probes, Snapshot, get_probes
 from .span import observe_open_spans
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from .probes import Snapshot
+from ..probes import Snapshot
 
 EVENT = "pipeline_monitor.sample"
 WATCH_TTL_S = 30.0  # the panel renews every 10 s

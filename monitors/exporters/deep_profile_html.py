@@ -8,8 +8,8 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
-from ..vocabulary import format_with_unit
-from .summary import NODE_FIELDS, TOP_OP_FIELDS
+from ..deep_profile.summary import NODE_FIELDS, TOP_OP_FIELDS
+from ..vocabulary.formatting import format_with_unit
 
 _NODE = {f.name: f for f in NODE_FIELDS}
 _OP = {f.name: f for f in TOP_OP_FIELDS}

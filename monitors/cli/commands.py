@@ -22,6 +22,10 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ..deep_profile.trace_ops import read_ops
+from ..exporters.csv_tables import TABLES, nodes_csv, steps_csv, write_text
+from ..exporters.trace import reports_to_trace
+from ..report import format_bytes, write_json_atomic
 from .aggregate import (
     DEFAULT_MIN_BYTES,
     DEFAULT_MIN_SECONDS,
@@ -32,10 +36,6 @@ from .aggregate import (
     load_report,
     load_reports,
 )
-from .deep_profile.trace_ops import read_ops
-from .exporters.csv_tables import TABLES, nodes_csv, steps_csv, write_text
-from .exporters.trace import reports_to_trace
-from .report import format_bytes, write_json_atomic
 
 EXIT_OK, EXIT_NO_INPUT, EXIT_USAGE, EXIT_SKIPPED, EXIT_REGRESSION = 0, 1, 2, 3, 4
 

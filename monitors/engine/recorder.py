@@ -12,19 +12,21 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 
-from .gpu_busy import LOOKBACK_S, NOT_YET_REASON, SampleLog, resolve_busy
+from ..probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
+from ..report import GPU_TIME_NO_CUDA, NodeProfile, RunReport, StepReport
+from .gpu_busy import LOOKBACK_S, NOT_YET_REASON, SampleLog
 from .input_changes import InputHistory, snapshot
-from .probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
+from .node_rows import node_profile_from_span
 from .prompt_info import node_info_from_prompt, upstream_node_ids
-from .report import GPU_TIME_NO_CUDA, NodeProfile, RunReport, StepReport, node_profile_from_span
+from .run_record import RunRecord, resolve_gpu_times
 from .span import Span
 from .store import RunStore
 from .upstream_memory import (
     NO_RUN_REASON,
     PROFILE_OFF_REASON,
+    UpstreamWalk,
     unknown,
     upstream_memory,
     watch_plan,
@@ -39,39 +41,12 @@ MAX_MONITOR_ERRORS = 50
 MAX_REMEMBERED_STEPS = 200  # steps kept to show again when their monitor node is cached
 
 
-@dataclass
-class _RunRecord:
-    prompt_id: str
-    started_unix_s: float
-    started_monotonic_s: float
-    node_info: dict[str, tuple[str | None, str | None]]  # node_id -> (class_type, title)
-    span: Span | None
-    node_lookup: Callable[[str], tuple[str | None, str | None] | None] | None = None
-    open_nodes: dict[str, Span] = field(default_factory=dict)
-    nodes: list[NodeProfile] = field(default_factory=list)
-    steps: list[StepReport] = field(default_factory=list)
-    monitor_errors: list[str] = field(default_factory=list)
-    profile_enabled: bool = True
-    gpu_marks: dict[str, tuple] = field(default_factory=dict)  # node_id -> its start event
-    # (row index, start event, end event): elapsed times are read once, at the prompt's end, so
-    # no node waits for the GPU
-    gpu_pending: list[tuple] = field(default_factory=list)
-    busy_log: SampleLog | None = None  # NVML utilization samples for the nodes' busy time (gpu_busy.py)
-    # monitor node id -> the upstream nodes its step describes (see monitors/upstream_memory.py);
-    # only those nodes get a full-detail span, kept in `full_results` for the monitor's picture
-    upstream_plan: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    watched: frozenset = frozenset()
-    full_results: dict = field(default_factory=dict)
-    # literal widget inputs at the start, compared at the end with the workflow's last run
-    inputs: dict | None = None
-
-
 class RunRecorder:
     def __init__(self, store: RunStore, probes: Probes | None = None, profile_enabled: bool = True):
         self.store = store
         self._probes = probes
         self.profile_enabled = profile_enabled
-        self._run: _RunRecord | None = None
+        self._run: RunRecord | None = None
         self._lock = threading.RLock()
         self._last_steps: OrderedDict[tuple, StepReport] = OrderedDict()
         # on disk beside the reports, so the first run after a restart still shows its changes
@@ -89,7 +64,7 @@ class RunRecorder:
         with self._lock:
             return None if self._run is None else self._run.prompt_id
 
-    def _note(self, run: _RunRecord | None, message: str) -> None:
+    def _note(self, run: RunRecord | None, message: str) -> None:
         log.warning("pipeline monitor: %s", message)
         if run is not None and len(run.monitor_errors) < MAX_MONITOR_ERRORS:
             run.monitor_errors.append(message)
@@ -100,16 +75,16 @@ class RunRecorder:
         prompt_id: str,
         prompt: Mapping | None = None,
         node_lookup=None,
-        upstream_kinds: Mapping[str, str] | None = None,
+        upstream_walks: Mapping[str, UpstreamWalk] | None = None,
     ) -> None:
         """Open a run. `node_lookup(node_id)` -> (class_type, title) names nodes that are not in
         `prompt` (nodes a node expanded into while the prompt runs); it is dropped at end_run.
-        `upstream_kinds` (monitor class_type -> step kind) names the passthrough monitors whose
-        upstream nodes get a full-detail span (monitors/upstream_memory.py)."""
+        `upstream_walks` (monitor class_type -> its stage's graph walk) names the passthrough
+        monitors whose upstream nodes get a full-detail span (monitors/engine/upstream_memory.py)."""
         with self._lock:
             if self._run is not None:
                 self.end_run("interrupted", reason="a new prompt started before this one finished")
-            self._run = _RunRecord(
+            self._run = RunRecord(
                 prompt_id=str(prompt_id),
                 started_unix_s=time.time(),
                 started_monotonic_s=time.monotonic(),
@@ -122,9 +97,9 @@ class RunRecorder:
                 self._run.inputs = snapshot(prompt)
             except Exception as exc:
                 self._note(self._run, f"prompt inputs not recorded: {type(exc).__name__}: {exc}")
-            if upstream_kinds and self.profile_enabled:
+            if upstream_walks and self.profile_enabled:
                 try:
-                    self._run.upstream_plan = watch_plan(prompt, upstream_kinds)
+                    self._run.upstream_plan = watch_plan(prompt, upstream_walks)
                     self._run.watched = watched_nodes(self._run.upstream_plan)
                 except Exception as exc:
                     reason = f"upstream nodes of monitors not found: {type(exc).__name__}: {exc}"
@@ -135,7 +110,7 @@ class RunRecorder:
                 self._note(self._run, f"prompt span failed to start: {type(exc).__name__}: {exc}")
 
     @staticmethod
-    def _node_info(run: _RunRecord, node_id: str) -> tuple[str | None, str | None]:
+    def _node_info(run: RunRecord, node_id: str) -> tuple[str | None, str | None]:
         info = run.node_info.get(node_id)
         if info is None and run.node_lookup is not None:
             try:
@@ -175,7 +150,7 @@ class RunRecorder:
         open_status = "interrupted" if status == "interrupted" else "error"
         for node_id in list(run.open_nodes):
             self._close_node(run, node_id, open_status)
-        self._resolve_gpu_times(run)
+        resolve_gpu_times(run, self.probes)
         span_dict = None
         if run.span is not None:
             try:
@@ -215,7 +190,7 @@ class RunRecorder:
             log.warning("pipeline monitor: storing report %s failed: %s", run.prompt_id, exc)
         return report
 
-    def _input_changes(self, run: _RunRecord, workflow: Mapping | None) -> dict | None:
+    def _input_changes(self, run: RunRecord, workflow: Mapping | None) -> dict | None:
         name = workflow.get("name") if isinstance(workflow, Mapping) else None
         try:
             earlier = self.store.latest_run_of_workflow(name, other_than=run.prompt_id) if name else None
@@ -226,7 +201,7 @@ class RunRecorder:
             return None
 
     @staticmethod
-    def _note_once(run: _RunRecord, message: str) -> None:
+    def _note_once(run: RunRecord, message: str) -> None:
         if message not in run.monitor_errors and len(run.monitor_errors) < MAX_MONITOR_ERRORS:
             run.monitor_errors.append(message)
 
@@ -264,7 +239,7 @@ class RunRecorder:
                 self._append_node(run, self._profile(run, node_id, "cached", None))
                 self._repeat_cached_step(run, node_id)
 
-    def _close_node(self, run: _RunRecord, node_id: str, status: str) -> None:
+    def _close_node(self, run: RunRecord, node_id: str, status: str) -> None:
         end_mark = self.probes.gpu_mark()  # before the span's reads, as the start mark is after them
         start_mark = run.gpu_marks.pop(node_id, None)
         span = run.open_nodes.pop(node_id)
@@ -283,25 +258,8 @@ class RunRecorder:
             run.busy_log = run.busy_log or SampleLog(run.started_unix_s - LOOKBACK_S)
             run.busy_log.collect(self.probes, (end_mark or start_mark)[0])
 
-    def _resolve_gpu_times(self, run: _RunRecord) -> None:
-        for index, start, end in run.gpu_pending:
-            elapsed, reason = None, None
-            if start is None:
-                reason = "CUDA was initialised while this node ran: no event at its start"
-            elif end is None or start[0] != end[0]:
-                reason = "the current CUDA device changed while this node ran"
-            else:
-                elapsed = self.probes.gpu_elapsed_s(start, end)
-                if elapsed is None:
-                    reason = "reading the CUDA events failed (see the probe failures)"
-            run.nodes[index] = dataclasses.replace(
-                run.nodes[index], gpu_time_s=elapsed, gpu_time_unknown_reason=reason
-            )
-        resolve_busy(run.nodes, run.gpu_pending, run.busy_log, self.probes, run.started_unix_s)
-        run.gpu_pending.clear()
-
     def _profile(
-        self, run: _RunRecord, node_id: str, status: str, result, gpu_time_unknown_reason: str | None = None
+        self, run: RunRecord, node_id: str, status: str, result, gpu_time_unknown_reason: str | None = None
     ) -> NodeProfile:
         class_type, title = self._node_info(run, node_id)
         if result is None:
@@ -317,7 +275,7 @@ class RunRecorder:
             node_id, class_type, title, status, result, run.started_unix_s, gpu_time_unknown_reason
         )
 
-    def _append_node(self, run: _RunRecord, profile: NodeProfile) -> bool:
+    def _append_node(self, run: RunRecord, profile: NodeProfile) -> bool:
         if len(run.nodes) < MAX_NODES_PER_RUN:
             run.nodes.append(profile)
             return True
@@ -344,12 +302,12 @@ class RunRecorder:
                     self._last_steps.popitem(last=False)
             return True
 
-    def _step_key(self, run: _RunRecord, node_id: str, kind: str | None) -> tuple:
+    def _step_key(self, run: RunRecord, node_id: str, kind: str | None) -> tuple:
         # ComfyUI caches a node's outputs by node id and inputs, so a cached node with the same id
         # and class produced its step in an earlier run.
         return (node_id, self._node_info(run, node_id)[0], kind)
 
-    def _repeat_cached_step(self, run: _RunRecord, node_id: str) -> None:
+    def _repeat_cached_step(self, run: RunRecord, node_id: str) -> None:
         for (step_node_id, class_type, _kind), step in list(self._last_steps.items()):
             if step_node_id == node_id and class_type == self._node_info(run, node_id)[0]:
                 if len(run.steps) < MAX_STEPS_PER_RUN:
@@ -396,7 +354,7 @@ class RunRecorder:
 
     def upstream_memory(self, node_id: str | None) -> dict:
         """{memory, memory_unknown_reason, memory_scope} of the monitor `node_id` in the active run:
-        the picture over the upstream nodes its step describes (monitors/upstream_memory.py)."""
+        the picture over the upstream nodes its step describes (monitors/engine/upstream_memory.py)."""
         with self._lock:
             run = self._run
             if run is None:

@@ -3,7 +3,7 @@
 Inputs are report JSON files (schemas/run_report.schema.json). A file that is not valid JSON, not
 a run report, or of a schema_version this tool cannot read is named with the reason and skipped:
 reports are never silently merged across formats. Version 1 reports are read in version 2 names
-(monitors.vocabulary.upgrade_report), so old and new runs compare figure by figure. Works on
+(monitors.vocabulary.upgrade.upgrade_report), so old and new runs compare figure by figure. Works on
 ComfyUI prompt reports and profiling API reports alike (stages are the profiling API's phases, or the node classes of a ComfyUI run).
 """
 
@@ -14,9 +14,9 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 
-from .profiling.phases import node_gpu_above_start, node_gpu_peak, profiling_step, report_phases
-from .report import READABLE_SCHEMA_VERSIONS
-from .vocabulary import upgrade_report
+from ..profiling_step.phases import node_gpu_above_start, node_gpu_peak, profiling_step, report_phases
+from ..report import READABLE_SCHEMA_VERSIONS
+from ..vocabulary.upgrade import upgrade_report
 
 AGGREGATE_KIND = "pipeline_monitor.aggregate"
 COMPARE_KIND = "pipeline_monitor.compare"

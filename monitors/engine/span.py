@@ -26,8 +26,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .probes import DETAIL_FULL, Probes, Snapshot, get_probes
-from .probes.readings import LOW_POINT_METRICS
+from ..probes import DETAIL_FULL, Probes, Snapshot, get_probes
+from ..probes.readings import LOW_POINT_METRICS
 
 # A light span reads no system RAM or CPU: it has no change of them to report.
 LIGHT_UNREAD_METRICS = frozenset({"ram_used_bytes", "ram_available_bytes", "ram_used_pct", "cpu_pct"})

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .report import write_json_atomic
+from ..report import write_json_atomic
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ import time
 import weakref
 from collections import OrderedDict
 
-from .background import BackgroundWorker
+from ..background import BackgroundWorker
+from ..report import RunReport, format_run_summary, run_summary, write_json_atomic
 from .input_changes import MAX_WORKFLOWS, InputFiles
-from .report import RunReport, format_run_summary, run_summary, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ class RunStore:
 
     @property
     def inputs_dir(self) -> str | None:
-        """Where the last widget inputs per workflow name are kept (monitors/input_changes.py):
+        """Where the last widget inputs per workflow name are kept (monitors/engine/input_changes.py):
         a hidden folder beside the reports, which the reports' listing and pruning skip."""
         return None if self.reports_dir is None else os.path.join(self.reports_dir, INPUTS_DIR_NAME)
 
