@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from ..tensor_stats import one_cpu_thread
+from ..numeric.tensor_stats import one_cpu_thread
 from .deferred import Expr, Scalar, figure_value, root
 
 # Elements per chunk of a plain norm: 1 Mi float32 (4 MiB) stays in cache, where a 4 Mi chunk's
