@@ -120,7 +120,12 @@ def build_dump_step(
     if result is not None and result.replaced:
         findings.append(Finding("info", f"Replaced the earlier dump {result.file_name}.", "replaced"))
     summary = _dump_summary(result, collected, connected, encoder_family)
-    details = {"tensors": tensors, "extras": collected.extras, "skipped": collected.skipped, "sources": sources}
+    details = {
+        "tensors": tensors,
+        "extras": collected.extras,
+        "skipped": collected.skipped,
+        "sources": sources,
+    }
     if result is not None:
         details["download_url"] = ROUTE + result.file_name
         details["npy_files"] = list(result.npy_files)
@@ -149,7 +154,9 @@ def _content_findings(skipped: dict, tensors: dict) -> list[Finding]:
     return findings
 
 
-def _write(directory: str, name: str, collected, metadata: dict, npy: bool) -> tuple[DumpResult | None, list[Finding]]:
+def _write(
+    directory: str, name: str, collected, metadata: dict, npy: bool
+) -> tuple[DumpResult | None, list[Finding]]:
     """(what write_dump wrote, []) or (None, [why nothing was written])."""
     try:
         return write_dump(directory, name, collected, metadata, npy=npy), []

@@ -301,7 +301,8 @@ def _vae_problem(vae) -> Finding | None:
             "no_vae",
         )
     if not callable(getattr(vae, "encode", None)):
-        return Finding("error", f"The vae input is a {type(vae).__name__}, which has no encode method.", "not_a_vae")
+        message = f"The vae input is a {type(vae).__name__}, which has no encode method."
+        return Finding("error", message, "not_a_vae")
     if hasattr(vae, "first_stage_model") and vae.first_stage_model is None:
         return Finding(
             "error", "The VAE is invalid (it has no model): load a file that contains a VAE.", "invalid_vae"
@@ -314,10 +315,8 @@ def _pixels_problem(pixels) -> Finding | None:
     if pixels is None or shape is None or not hasattr(pixels, "numel"):
         return Finding("error", f"No image received (pixels is {type(pixels).__name__}).", "no_pixels")
     if len(shape) != 4:
-        shape = [int(v) for v in shape]
-        return Finding(
-            "error", f"Expected an IMAGE [batch, height, width, channels], got shape {shape}.", "bad_image_shape"
-        )
+        message = f"Expected an IMAGE [batch, height, width, channels], got shape {[int(v) for v in shape]}."
+        return Finding("error", message, "bad_image_shape")
     return None
 
 
@@ -355,7 +354,8 @@ def _channel_findings(vae, channels: int) -> tuple[Finding, ...]:
     if channels > expected:
         message = f"Image has {channels} channels: only the first {expected} are encoded."
         return (Finding("warning", message, "channels_dropped"),)
-    return (Finding("warning", f"Image has {channels} channel(s): the VAE pads it to {expected}.", "channels_padded"),)
+    message = f"Image has {channels} channel(s): the VAE pads it to {expected}."
+    return (Finding("warning", message, "channels_padded"),)
 
 
 def _value_findings(info: dict) -> tuple[Finding, ...]:
@@ -389,6 +389,8 @@ def _layout_findings(vae, shape: tuple[int, ...]) -> tuple[Finding, ...]:
     if kept is not None and kept < batch:
         up = _temporal(vae, "upscale_ratio")
         step = int(up(2) - up(1))
-        message = f"Only the first {kept} of {batch} frames are encoded: this video VAE takes 1 + {step}k frames."
+        message = (
+            f"Only the first {kept} of {batch} frames are encoded: this video VAE takes 1 + {step}k frames."
+        )
         findings.append(Finding("warning", message, "frames_dropped"))
     return tuple(findings)
