@@ -11,10 +11,17 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from ..latent.analysis import STATS_MAX_ELEMENTS, describe_tensor_bounded
+from ..latent.analysis import STATS_MAX_ELEMENTS
 from ..models.state import describe_clip
 from ..report import Finding, StepReport
 from .encode_cost import describe_diffusion_model, describe_encode
+from .entry import (  # noqa: F401 (MAX_EXTRAS is imported from here)
+    MAX_EXTRAS,
+    describe_cond,
+    describe_extras,
+    describe_pooled,
+    is_tensor,
+)
 from .family import families_from_encoder_class, family_from_shape, identify_family, remember_family
 from .prompt_text import attach_texts
 from .summary import SIDE_SOURCES
@@ -22,35 +29,6 @@ from .summary import SIDE_SOURCES
 SIDES = ("positive", "negative")
 MAX_ENTRIES = 64  # entries described per side; the count of the rest is reported
 MAX_FINDINGS = 50
-MAX_EXTRA_STR = 100
-MAX_EXTRAS = 32  # extras described per entry (ComfyUI adds about a dozen at most)
-STATS_EXTRA_PREFIX = "conditioning_"  # extra embeddings (llama3, byt5, lyrics...): NaN-checked too
-
-
-def is_tensor(value) -> bool:
-    return all(hasattr(value, a) for a in ("shape", "dtype", "device", "numel", "element_size"))
-
-
-def _tensor_brief(tensor) -> dict:
-    return {
-        "shape": list(tensor.shape),
-        "dtype": str(tensor.dtype).replace("torch.", ""),
-        "device": str(tensor.device),
-        "bytes": int(tensor.numel() * tensor.element_size()),
-    }
-
-
-def _describe_extra(key: str, value) -> dict:
-    if is_tensor(value):
-        return describe_tensor_bounded(value) if key.startswith(STATS_EXTRA_PREFIX) else _tensor_brief(value)
-    info = {"type": type(value).__name__}
-    if value is None or isinstance(value, (bool, int, float)):
-        info["value"] = value
-    elif isinstance(value, str):
-        info["value"] = value[:MAX_EXTRA_STR]
-    elif isinstance(value, (list, tuple, dict, set)):
-        info["length"] = len(value)
-    return info
 
 
 class _Findings:
@@ -85,80 +63,13 @@ def describe_entry(
             "error", f"{where}: entry {index} holds a {type(cond).__name__}, not a tensor", "cond_not_tensor"
         )
         return info
-    # Bounded: a huge (or expanded) tensor gets metadata only instead of minutes of statistics.
-    stats = describe_tensor_bounded(cond)
-    shape = stats["shape"]
-    info.update(stats)
-    if stats["stats_skipped"]:
-        findings.add(
-            "info",
-            f"{where}: entry {index} has {stats['n_elements']} values: statistics skipped",
-            "stats_skipped",
-        )
-    info["valid"] = True
-    info["batch_size"] = shape[0] if len(shape) == 3 else None
-    info["n_tokens"] = shape[-2] if len(shape) >= 2 else None
-    info["hidden_size"] = shape[-1] if shape else None
-    if len(shape) != 3:
-        findings.add(
-            "warning",
-            f"{where}: entry {index} has shape {shape}, expected [batch, tokens, hidden]",
-            "bad_shape",
-        )
-    if stats["n_elements"] == 0:
-        findings.add("error", f"{where}: entry {index} is an empty tensor (shape {shape})", "empty_tensor")
-    if stats["n_nan"]:
-        findings.add(
-            "error",
-            f"{where}: entry {index} has {stats['n_nan']} NaN value(s) of {stats['n_elements']}: "
-            "the sampler will produce NaN (black or noise) images",
-            "nan_values",
-        )
-    if stats["n_inf"]:
-        findings.add("error", f"{where}: entry {index} has {stats['n_inf']} infinite value(s)", "inf_values")
-    if stats["n_elements"] and stats["min"] == 0 and stats["max"] == 0 and not stats["n_nan"]:
-        findings.add("info", f"{where}: entry {index} is all zeros (zeroed-out conditioning)", "all_zero")
-
+    label = f"{where}: entry {index}"
+    stats = describe_cond(cond, info, label, findings)
     if not isinstance(extras, Mapping):
-        findings.add(
-            "error",
-            f"{where}: entry {index} extras are a {type(extras).__name__}, not a dict",
-            "extras_not_dict",
-        )
+        findings.add("error", f"{label} extras are a {type(extras).__name__}, not a dict", "extras_not_dict")
         extras = {}
-    pooled = extras.get("pooled_output")
-    info["pooled"] = None
-    info["pooled_shape"] = None
-    info["pooled_size"] = None
-    if is_tensor(pooled):
-        info["pooled"] = describe_tensor_bounded(pooled)
-        info["pooled_shape"] = info["pooled"]["shape"]
-        info["pooled_size"] = info["pooled_shape"][-1] if info["pooled_shape"] else None
-        if info["pooled"]["n_nan"] or info["pooled"]["n_inf"]:
-            findings.add(
-                "error",
-                f"{where}: entry {index} pooled output has {info['pooled']['n_nan']} NaN and "
-                f"{info['pooled']['n_inf']} infinite value(s)",
-                "pooled_nan",
-            )
-    elif pooled is not None:
-        findings.add(
-            "warning",
-            f"{where}: entry {index} pooled_output is a {type(pooled).__name__}, not a tensor or None",
-            "pooled_not_tensor",
-        )
-    named_extras = sorted(
-        ((str(k), v) for k, v in extras.items() if k != "pooled_output"), key=lambda kv: kv[0]
-    )
-    extra_keys = [key for key, _ in named_extras]
-    info["extra_keys"] = extra_keys[:MAX_EXTRAS]
-    info["n_extra_keys"] = len(extra_keys)
-    info["extras"] = {key: _describe_extra(key, value) for key, value in named_extras[:MAX_EXTRAS]}
-    for key, extra in info["extras"].items():
-        if extra.get("n_nan") or extra.get("n_inf"):
-            findings.add(
-                "error", f"{where}: entry {index} extra {key!r} has NaN or infinite values", "nan_values"
-            )
+    describe_pooled(extras.get("pooled_output"), info, label, findings)
+    extra_keys = describe_extras(extras, info, label, findings)
     mask = extras.get("attention_mask")
     countable = is_tensor(mask) and 0 < mask.numel() <= STATS_MAX_ELEMENTS and str(mask.device) != "meta"
     info["n_attended_tokens"] = int((mask != 0).sum()) if countable else None
@@ -307,32 +218,7 @@ def analyse_conditioning(
     """
     findings, errors = _Findings(), []
     clip_info, families = describe_clip_input(clip, findings, errors)
-    sides: dict = {}
-    for where, conditioning in (("positive", positive), ("negative", negative)):
-        if where == "negative" and conditioning is None:
-            sides[where] = {"connected": False}
-            continue
-        side = describe_side(conditioning, where, families, findings)
-        attach_texts(side, (traces or {}).get(where), where, findings.add)
-        sides[where] = side
-        family = side.get("family") or {}
-        if family.get("confidence") == "unknown":
-            findings.add(
-                "info", f"{where}: {family['family']} matches no known text encoder", "unknown_family"
-            )
-        shape_family = family.get("shape_family")
-        if (
-            families
-            and shape_family
-            and not shape_family.startswith("unknown")
-            and shape_family not in families
-        ):
-            findings.add(
-                "warning",
-                f"{where}: the conditioning looks like {shape_family} but the CLIP connected is "
-                f"{clip_info.get('encoder_class')} ({' / '.join(families)}): connect the CLIP that encoded it",
-                "clip_family_mismatch",
-            )
+    sides = describe_sides(positive, negative, traces, clip_info, families, findings)
     comparison = (
         compare_sides(sides["positive"], sides["negative"], findings)
         if sides["negative"]["connected"]
@@ -345,16 +231,7 @@ def analyse_conditioning(
     diffusion_model = describe_diffusion_model(model)
     if findings.n_dropped:
         errors.append(f"{findings.n_dropped} more finding(s) dropped (limit {MAX_FINDINGS})")
-    summary = summarise(sides, clip_info, comparison)
-    summary.update(
-        encode_total_s=encode["total_s"],
-        encode_peak_gpu_allocated_above_start_bytes=encode["peak_gpu_allocated_above_start_bytes"],
-        encode_peak_rss_above_start_bytes=encode["peak_rss_above_start_bytes"],
-        memory_budget_bytes=encode["memory_budget"]["budget_bytes"],
-        memory_budget_exceeded=encode["memory_budget"]["exceeded"],
-        model_class=diffusion_model["class"],
-        model_device=diffusion_model["device"],
-    )
+    summary = {**summarise(sides, clip_info, comparison), **_cost_summary(encode, diffusion_model)}
     return StepReport(
         kind="conditioning",
         node_id=None if node_id is None else str(node_id),
@@ -371,6 +248,51 @@ def analyse_conditioning(
         monitor_errors=tuple(errors),
         created_unix_s=time.time(),
     )
+
+
+def describe_sides(
+    positive, negative, traces: Mapping | None, clip_info: dict | None, families: tuple[str, ...], findings
+) -> dict:
+    """where -> the side described with its texts; a negative left unconnected is {"connected": False}."""
+    sides: dict = {}
+    for where, conditioning in (("positive", positive), ("negative", negative)):
+        if where == "negative" and conditioning is None:
+            sides[where] = {"connected": False}
+            continue
+        side = describe_side(conditioning, where, families, findings)
+        attach_texts(side, (traces or {}).get(where), where, findings.add)
+        sides[where] = side
+        _family_findings(where, side.get("family") or {}, clip_info, families, findings)
+    return sides
+
+
+def _family_findings(
+    where: str, family: dict, clip_info: dict | None, families: tuple[str, ...], findings
+) -> None:
+    """A family no text encoder matches, and a side that does not look like the connected CLIP's."""
+    if family.get("confidence") == "unknown":
+        findings.add("info", f"{where}: {family['family']} matches no known text encoder", "unknown_family")
+    shape_family = family.get("shape_family")
+    if families and shape_family and not shape_family.startswith("unknown") and shape_family not in families:
+        findings.add(
+            "warning",
+            f"{where}: the conditioning looks like {shape_family} but the CLIP connected is "
+            f"{clip_info.get('encoder_class')} ({' / '.join(families)}): connect the CLIP that encoded it",
+            "clip_family_mismatch",
+        )
+
+
+def _cost_summary(encode: dict, diffusion_model: dict) -> dict:
+    """What the text encode nodes cost, and the diffusion model as it was at encode time."""
+    return {
+        "encode_total_s": encode["total_s"],
+        "encode_peak_gpu_allocated_above_start_bytes": encode["peak_gpu_allocated_above_start_bytes"],
+        "encode_peak_rss_above_start_bytes": encode["peak_rss_above_start_bytes"],
+        "memory_budget_bytes": encode["memory_budget"]["budget_bytes"],
+        "memory_budget_exceeded": encode["memory_budget"]["exceeded"],
+        "model_class": diffusion_model["class"],
+        "model_device": diffusion_model["device"],
+    }
 
 
 def summarise(sides: dict, clip_info: dict | None, comparison: dict | None) -> dict:

@@ -1,6 +1,6 @@
 """The `tensor_dump` and `tensor_compare` steps: write the tensors of a value to a dump, compare dumps.
 
-Dumps live in one folder (the caller's); names are checked by files.dump_file_name before any
+Dumps live in one folder (the caller's); names are checked by names.dump_file_name before any
 path is built.
 """
 
@@ -15,7 +15,8 @@ from ..latent.analysis import describe_tensor_bounded
 from ..report import Finding, StepReport
 from .collect import collect_tensors, guess_encoder_family
 from .compare import compare_dump_with, compare_dumps
-from .files import DumpError, DumpNameError, DumpTooLargeError, dump_file_name, list_dumps, write_dump
+from .files import DumpResult, list_dumps, write_dump
+from .names import DumpError, DumpNameError, DumpTooLargeError, dump_file_name
 
 VALUE_INPUTS = ("conditioning", "latent", "image")
 LIVE_VALUE = "(live value)"
@@ -96,32 +97,14 @@ def build_dump_step(
     started = time.time()
     connected = [k for k in VALUE_INPUTS if values.get(k) is not None]
     collected = collect_tensors(**values)
-    findings, details = [], {}
     sources = upstream_sources(node_id, prompt)
     encoder_family = guess_encoder_family(values["conditioning"]) if values.get("conditioning") else None
-    details["tensors"] = {t: describe_tensor_bounded(v) for t, v in collected.tensors.items()}
-    details["extras"] = collected.extras
-    details["skipped"] = collected.skipped
-    details["sources"] = sources
-    if collected.skipped:
-        listed = ", ".join(f"{k} ({v})" for k, v in list(collected.skipped.items())[:8])
-        findings.append(Finding("info", f"Not tensors, not dumped: {listed}.", "not_dumped"))
-    for t, info in details["tensors"].items():
-        if info.get("n_nan") or info.get("n_inf"):
-            findings.append(
-                Finding(
-                    "warning", f"{t} holds {info['n_nan']} NaN and {info['n_inf']} Inf values.", "non_finite"
-                )
-            )
+    tensors = {t: describe_tensor_bounded(v) for t, v in collected.tensors.items()}
+    findings = _content_findings(collected.skipped, tensors)
     result, monitor_errors = None, []
     if not connected:
-        findings.append(
-            Finding(
-                "info",
-                "Nothing connected: connect a CONDITIONING, LATENT or IMAGE to dump it.",
-                "nothing_connected",
-            )
-        )
+        message = "Nothing connected: connect a CONDITIONING, LATENT or IMAGE to dump it."
+        findings.append(Finding("info", message, "nothing_connected"))
     else:
         if prompt_id_unknown_reason is not None:
             monitor_errors.append(prompt_id_unknown_reason)
@@ -132,31 +115,16 @@ def build_dump_step(
             "value_kinds": ",".join(connected),
             "encoder_family": encoder_family,
         }
-        try:
-            result = write_dump(directory, name, collected, metadata, npy=npy)
-        except DumpError as exc:
-            code = (
-                "name_refused"
-                if isinstance(exc, DumpNameError)
-                else "too_large"
-                if isinstance(exc, DumpTooLargeError)
-                else "not_written"
-            )
-            findings.append(Finding("error", str(exc), code))
-        except OSError as exc:
-            findings.append(Finding("error", f"Dump not written: {type(exc).__name__}: {exc}", "not_written"))
+        result, write_findings = _write(directory, name, collected, metadata, npy)
+        findings.extend(write_findings)
     if result is not None and result.replaced:
         findings.append(Finding("info", f"Replaced the earlier dump {result.file_name}.", "replaced"))
-    summary = {
-        "file_name": None if result is None else result.file_name,
-        "written": result is not None,
-        "n_tensors": len(collected.tensors),
-        "tensor_bytes": collected.total_bytes,
-        "file_bytes": None if result is None else result.file_bytes,
-        "write_s": None if result is None else result.write_s,
-        "n_npy_files": None if result is None else len(result.npy_files),
-        "value_kinds": connected,
-        "encoder_family": encoder_family,
+    summary = _dump_summary(result, collected, connected, encoder_family)
+    details = {
+        "tensors": tensors,
+        "extras": collected.extras,
+        "skipped": collected.skipped,
+        "sources": sources,
     }
     if result is not None:
         details["download_url"] = ROUTE + result.file_name
@@ -171,6 +139,52 @@ def build_dump_step(
         monitor_errors=tuple(monitor_errors),
         created_unix_s=started,
     )
+
+
+def _content_findings(skipped: dict, tensors: dict) -> list[Finding]:
+    """Values that are not tensors (not dumped) and tensors with NaN or Inf."""
+    findings = []
+    if skipped:
+        listed = ", ".join(f"{k} ({v})" for k, v in list(skipped.items())[:8])
+        findings.append(Finding("info", f"Not tensors, not dumped: {listed}.", "not_dumped"))
+    for t, info in tensors.items():
+        if info.get("n_nan") or info.get("n_inf"):
+            message = f"{t} holds {info['n_nan']} NaN and {info['n_inf']} Inf values."
+            findings.append(Finding("warning", message, "non_finite"))
+    return findings
+
+
+def _write(
+    directory: str, name: str, collected, metadata: dict, npy: bool
+) -> tuple[DumpResult | None, list[Finding]]:
+    """(what write_dump wrote, []) or (None, [why nothing was written])."""
+    try:
+        return write_dump(directory, name, collected, metadata, npy=npy), []
+    except DumpError as exc:
+        code = (
+            "name_refused"
+            if isinstance(exc, DumpNameError)
+            else "too_large"
+            if isinstance(exc, DumpTooLargeError)
+            else "not_written"
+        )
+        return None, [Finding("error", str(exc), code)]
+    except OSError as exc:
+        return None, [Finding("error", f"Dump not written: {type(exc).__name__}: {exc}", "not_written")]
+
+
+def _dump_summary(result, collected, connected: list[str], encoder_family: str | None) -> dict:
+    return {
+        "file_name": None if result is None else result.file_name,
+        "written": result is not None,
+        "n_tensors": len(collected.tensors),
+        "tensor_bytes": collected.total_bytes,
+        "file_bytes": None if result is None else result.file_bytes,
+        "write_s": None if result is None else result.write_s,
+        "n_npy_files": None if result is None else len(result.npy_files),
+        "value_kinds": connected,
+        "encoder_family": encoder_family,
+    }
 
 
 def written_file_name(step: StepReport) -> str | None:

@@ -164,6 +164,23 @@ def report_events(
     under the node spans."""
     start = report.get("started_unix_s") or origin_unix_s
     offset_us = (start - origin_unix_s) * US
+    events = _run_events(report, pid, offset_us)
+    node_events, node_spans = _node_events(report, pid, offset_us)
+    events += node_events
+    details = (profiling_step(report) or {}).get("details") or {}
+    if deep_ops:
+        events += deep_trace_events(deep_ops, node_spans, pid)
+    columns = details.get("samples") if snapshots is None else _samples_from_snapshots(snapshots, start)
+    if not isinstance(columns, Mapping) or len(columns.get("t_s") or ()) == 0:
+        columns = _report_counter_columns(report)
+    if isinstance(columns, Mapping):
+        events += _counter_events(columns, offset_us, pid)
+    events += _instant_events(details.get("events") or [], pid, offset_us)
+    return events
+
+
+def _run_events(report: Mapping, pid: int, offset_us: float) -> list[dict]:
+    """The process's names and sort index, and the whole run as one span (when its duration is known)."""
     events: list[dict] = [
         {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": _process_label(report)}},
         {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}},
@@ -185,6 +202,12 @@ def report_events(
                 },
             }
         )
+    return events
+
+
+def _node_events(report: Mapping, pid: int, offset_us: float) -> tuple[list[dict], dict]:
+    """A named lane per thread (more where its nodes overlap) with the node spans on it, and
+    node id -> (tid, start us, end us, name) for the deep ops nested under them."""
     threads = _thread_of(report)
     by_thread: dict[str, list] = {}
     for node in report.get("nodes") or []:
@@ -194,8 +217,9 @@ def report_events(
         if isinstance(begin, (int, float)) and isinstance(duration, (int, float)):
             thread = threads.get(str(node.get("node_id")), MAIN_THREAD)
             by_thread.setdefault(thread, []).append((float(begin), float(duration), node))
+    events: list[dict] = []
     tid = 0
-    node_spans: dict[str, tuple[int, float, float, str]] = {}  # node id -> (tid, start us, end us, name)
+    node_spans: dict[str, tuple[int, float, float, str]] = {}
     for thread in sorted(by_thread, key=lambda t: (t != MAIN_THREAD, t)):
         for index, lane in enumerate(_lanes(by_thread[thread])):
             tid += 1
@@ -205,35 +229,33 @@ def report_events(
                 ts = round(offset_us + begin * US, 3)
                 label = str(node.get("title") or node.get("class_type") or f"node {node.get('node_id')}")
                 node_spans.setdefault(str(node.get("node_id")), (tid, ts, ts + _us(duration), label))
-                events.append(
-                    {
-                        "name": str(
-                            node.get("title") or node.get("class_type") or f"node {node.get('node_id')}"
-                        ),
-                        "cat": str(node.get("class_type") or "node"),
-                        "ph": "X",
-                        "ts": round(offset_us + begin * US, 3),
-                        "dur": _us(duration),
-                        "pid": pid,
-                        "tid": tid,
-                        "args": {
-                            "node_id": node.get("node_id"),
-                            "status": node.get("status"),
-                            "peak_rss_bytes": node.get("peak_rss_bytes"),
-                            "rss_change_bytes": node.get("rss_change_bytes"),
-                            "gpu_peaks": node.get("gpu_peaks") or [],
-                        },
-                    }
-                )
-    details = (profiling_step(report) or {}).get("details") or {}
-    if deep_ops:
-        events += deep_trace_events(deep_ops, node_spans, pid)
-    columns = details.get("samples") if snapshots is None else _samples_from_snapshots(snapshots, start)
-    if not isinstance(columns, Mapping) or len(columns.get("t_s") or ()) == 0:
-        columns = _report_counter_columns(report)
-    if isinstance(columns, Mapping):
-        events += _counter_events(columns, offset_us, pid)
-    for event in details.get("events") or []:
+                events.append(_node_span(node, label, ts, _us(duration), pid, tid))
+    return events, node_spans
+
+
+def _node_span(node: Mapping, label: str, ts: float, dur: float, pid: int, tid: int) -> dict:
+    return {
+        "name": label,
+        "cat": str(node.get("class_type") or "node"),
+        "ph": "X",
+        "ts": ts,
+        "dur": dur,
+        "pid": pid,
+        "tid": tid,
+        "args": {
+            "node_id": node.get("node_id"),
+            "status": node.get("status"),
+            "peak_rss_bytes": node.get("peak_rss_bytes"),
+            "rss_change_bytes": node.get("rss_change_bytes"),
+            "gpu_peaks": node.get("gpu_peaks") or [],
+        },
+    }
+
+
+def _instant_events(recorded: list, pid: int, offset_us: float) -> list[dict]:
+    """The profiling API's recorded events (record_event) as instants on the run's lane."""
+    events = []
+    for event in recorded:
         if isinstance(event, Mapping) and isinstance(event.get("t_s"), (int, float)):
             events.append(
                 {

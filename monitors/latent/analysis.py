@@ -162,7 +162,8 @@ def analyse_samples(samples) -> tuple[dict, list[Finding]]:
 
 
 def analyse_latent(latent) -> tuple[dict, dict, list[Finding]]:
-    """(summary, details, findings) of a LATENT value."""
+    """(summary, details, findings) of a LATENT value: its samples (one tensor or the parts of a
+    nested one), then the noise mask, batch index and other keys, then the summary."""
     findings: list[Finding] = []
     if not isinstance(latent, Mapping):
         findings.append(
@@ -173,60 +174,76 @@ def analyse_latent(latent) -> tuple[dict, dict, list[Finding]]:
             )
         )
         return {"latent_type": None}, {"value_type": type(latent).__name__}, findings
-    samples = latent.get("samples")
     details: dict[str, Any] = {"keys": sorted(str(k) for k in latent)}
     if "type" in latent:
         details["latent_type"] = str(latent["type"])
-    parts = []
-    if is_nested(samples):
-        parts = [t for t in samples.tensors if is_tensor(t)]
-        details["nested"] = True
-    elif is_tensor(samples):
-        parts = [samples]
-    else:
-        findings.append(
-            Finding(
-                "error",
-                f"The LATENT has no samples tensor ('samples' is {type(samples).__name__}).",
-                "no_samples",
-            )
-        )
     described = []
-    for part in parts:
+    for part in _sample_parts(latent.get("samples"), details, findings):
         info, part_findings = analyse_samples(part)
         described.append(info)
         findings.extend(part_findings)
     if described:
         details["samples"] = described[0] if len(described) == 1 else described
+    findings.extend(_describe_noise_mask(latent.get("noise_mask"), details))
+    findings.extend(_describe_batch_index(latent.get("batch_index"), details))
+    extras = _describe_extras(latent)
+    if extras:
+        details["extras"] = extras
+    return _summary(described, latent.get("noise_mask") is not None, details.get("nested")), details, findings
 
-    mask = latent.get("noise_mask")
-    if mask is not None:
-        details["noise_mask"] = (
-            describe_tensor_bounded(mask) if is_tensor(mask) else {"type": type(mask).__name__}
-        )
-        if not is_tensor(mask):
-            findings.append(
-                Finding("warning", f"noise_mask is a {type(mask).__name__}, not a tensor.", "bad_noise_mask")
-            )
-    batch_index = latent.get("batch_index")
-    if batch_index is not None:
-        try:
-            indices = [int(i) for i in batch_index]
-            details["batch_index"] = indices[:MAX_BATCH_INDEX_SHOWN]
-            details["n_batch_index"] = len(indices)
-        except (TypeError, ValueError):
-            details["batch_index"] = str(batch_index)[:200]
-            findings.append(Finding("warning", "batch_index is not a list of integers.", "bad_batch_index"))
+
+def _sample_parts(samples, details: dict, findings: list[Finding]) -> list:
+    """The samples tensor, or the tensors of a nested one (details["nested"] says so)."""
+    if is_nested(samples):
+        details["nested"] = True
+        return [t for t in samples.tensors if is_tensor(t)]
+    if is_tensor(samples):
+        return [samples]
+    message = f"The LATENT has no samples tensor ('samples' is {type(samples).__name__})."
+    findings.append(Finding("error", message, "no_samples"))
+    return []
+
+
+def _describe_noise_mask(mask, details: dict) -> list[Finding]:
+    if mask is None:
+        return []
+    if is_tensor(mask):
+        details["noise_mask"] = describe_tensor_bounded(mask)
+        return []
+    details["noise_mask"] = {"type": type(mask).__name__}
+    return [Finding("warning", f"noise_mask is a {type(mask).__name__}, not a tensor.", "bad_noise_mask")]
+
+
+def _describe_batch_index(batch_index, details: dict) -> list[Finding]:
+    if batch_index is None:
+        return []
+    try:
+        indices = [int(i) for i in batch_index]
+    except (TypeError, ValueError):
+        details["batch_index"] = str(batch_index)[:200]
+        return [Finding("warning", "batch_index is not a list of integers.", "bad_batch_index")]
+    details["batch_index"] = indices[:MAX_BATCH_INDEX_SHOWN]
+    details["n_batch_index"] = len(indices)
+    return []
+
+
+def _describe_extras(latent: Mapping) -> dict:
+    """The other keys of the LATENT: a tensor's shape and dtype, or the value's type."""
+    extras = {}
     for key, value in latent.items():
         if key not in ("samples", "noise_mask", "batch_index", "type"):
-            details.setdefault("extras", {})[str(key)] = (
+            extras[str(key)] = (
                 {"shape": [int(s) for s in value.shape], "dtype": str(value.dtype).replace("torch.", "")}
                 if is_tensor(value)
                 else type(value).__name__
             )
+    return extras
 
+
+def _summary(described: list[dict], has_noise_mask: bool, nested: bool | None) -> dict:
+    """The first part's facts, sizes and NaN/Inf counts over all parts."""
     first = described[0] if described else {}
-    summary = {
+    return {
         "latent_type": first.get("kind"),
         "shape": first.get("shape"),
         "family": first.get("family"),
@@ -240,7 +257,6 @@ def analyse_latent(latent) -> tuple[dict, dict, list[Finding]]:
         "n_inf": sum_known(d.get("n_inf") for d in described),
         "mean": first.get("mean"),
         "std": first.get("std"),
-        "has_noise_mask": mask is not None,
-        "n_parts": len(described) if details.get("nested") else None,
+        "has_noise_mask": has_noise_mask,
+        "n_parts": len(described) if nested else None,
     }
-    return summary, details, findings

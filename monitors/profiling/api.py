@@ -37,6 +37,7 @@ from ..probes import Probes
 from ..report import to_jsonable
 from . import usage
 from .config import STAGE_INFERENCE_STEPS, ProfilingConfig, load_config
+from .extract import describe_parameters, either_form, safe_extract
 from .session import ProfileSession
 
 log = logging.getLogger(__name__)
@@ -93,67 +94,6 @@ def is_enabled() -> bool:
 
 def current_session() -> ProfileSession | None:
     return _session
-
-
-def _is_method(fn: Callable) -> bool:
-    """Inferix's decorators always drop the first argument (`self`); here only where the decorated
-    function's first parameter is `self` or `cls`, so plain functions keep all their arguments."""
-    try:
-        first = next(iter(inspect.signature(fn).parameters), None)
-    except (TypeError, ValueError):
-        return False
-    return first in ("self", "cls")
-
-
-def _n_positional(fn: Callable) -> int | None:
-    """How many positional arguments `fn` accepts (None: any number)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return None
-    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
-
-
-def _either_form(extract: Callable | None, fn: Callable) -> Callable | None:
-    """This pack's `extract(args, kwargs, result)`, or Inferix's `extract(args, kwargs)` (two
-    positional parameters) with `self` left out of `args`, so code written for Inferix's
-    decorators runs with `from monitors.profiling import ...` too."""
-    if extract is None or _n_positional(extract) != 2:
-        return extract
-    method = _is_method(fn)
-
-    def adapted(args, kwargs, result):
-        return extract(args[1:] if method else args, kwargs)
-
-    return adapted
-
-
-def _safe_extract(session: ProfileSession, what: str, extract, args, kwargs, result) -> dict:
-    if extract is None:
-        return {}
-    try:
-        info = extract(args, kwargs, result)
-    except Exception as exc:
-        session.note(f"{what}: extract failed: {type(exc).__name__}: {exc}")
-        return {}
-    if info is None:
-        return {}
-    if not isinstance(info, Mapping):
-        session.note(f"{what}: extract must return a mapping, got {type(info).__name__}")
-        return {}
-    if type(info) is dict and all(_plain(k, v) for k, v in info.items()):  # the usual step/block info
-        return dict(info)
-    return to_jsonable(dict(info))
-
-
-def _plain(key, value) -> bool:
-    """Already what to_jsonable would return: a str key and a str, int, bool, None or finite float."""
-    kind = type(value)
-    return type(key) is str and (
-        kind in (str, int, bool) or value is None or (kind is float and value - value == 0.0)
-    )
 
 
 # -- sessions --------------------------------------------------------------------------------------
@@ -260,7 +200,7 @@ class _Stage:
         except BaseException:
             session.close_stage(record, "error")
             raise
-        info = self._normalise(_safe_extract(session, stage, extract, args, kwargs, result))
+        info = self._normalise(safe_extract(session, stage, extract, args, kwargs, result))
         self._record(session, session.close_stage(record, "executed", self._title(info)), info)
         return result
 
@@ -273,13 +213,13 @@ class _Stage:
         except BaseException:
             session.close_stage(record, "error")
             raise
-        info = self._normalise(_safe_extract(session, stage, extract, args, kwargs, result))
+        info = self._normalise(safe_extract(session, stage, extract, args, kwargs, result))
         self._record(session, session.close_stage(record, "executed", self._title(info)), info)
         return result
 
     def __call__(self, fn):
         stage = self.stage or getattr(fn, "__qualname__", None) or repr(fn)
-        extract = _either_form(self.extract, fn)
+        extract = either_form(self.extract, fn)
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
@@ -383,31 +323,6 @@ def record_event(name: str, data: Callable[[], object] | object = None):
 # -- models ----------------------------------------------------------------------------------------
 
 
-def describe_parameters(obj) -> dict:
-    """Parameter figures of a torch module (or any object with .parameters()); {} otherwise."""
-    parameters = getattr(obj, "parameters", None)
-    if not callable(parameters):
-        return {}
-    n = trainable = n_bytes = 0
-    dtypes: dict[str, int] = {}
-    devices: dict[str, int] = {}
-    for p in parameters():
-        count = int(p.numel())
-        n += count
-        trainable += count if getattr(p, "requires_grad", False) else 0
-        n_bytes += count * int(p.element_size())
-        dtypes[str(p.dtype).replace("torch.", "")] = dtypes.get(str(p.dtype).replace("torch.", ""), 0) + count
-        devices[str(p.device)] = devices.get(str(p.device), 0) + count
-    return {
-        "class_name": type(obj).__name__,
-        "n_parameters": n,
-        "n_trainable_parameters": trainable,
-        "parameter_bytes": n_bytes,
-        "dtypes": dtypes,
-        "devices": devices,
-    }
-
-
 def profile_model_parameters(extract: Callable | None = None, name: str | None = None):
     """Time a model-building function and record its parameters. `extract(args, kwargs, result)`
     returns the module to describe, or a mapping of figures (Inferix's `extract(args, kwargs)` ->
@@ -415,7 +330,7 @@ def profile_model_parameters(extract: Callable | None = None, name: str | None =
 
     def decorate(fn):
         label = name or getattr(fn, "__qualname__", "model")
-        read = _either_form(extract, fn)
+        read = either_form(extract, fn)
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):

@@ -30,8 +30,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import api
-from .api import _is_method, _n_positional, profile_session
+from .api import profile_session
 from .config import ProfilingConfig
+from .extract import is_method, n_positional
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def _args_kwargs_extract(extract: Callable | None, method: bool) -> Callable | N
     """Inferix's `extract(args, kwargs)` (self left out) as this pack's `extract(args, kwargs, result)`."""
     if extract is None:
         return None
-    n = _n_positional(extract)
+    n = n_positional(extract)
     three = n is not None and n >= 3  # this pack's form; two (or *args) is Inferix's
 
     def adapted(args, kwargs, result):
@@ -67,7 +68,7 @@ def _caller(data_func: Callable) -> Callable:
         params = list(inspect.signature(data_func).parameters.values())
     except (TypeError, ValueError):
         return data_func
-    n = _n_positional(data_func)
+    n = n_positional(data_func)
     positional = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
     any_keyword = any(p.kind is p.VAR_KEYWORD for p in params)
     named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
@@ -115,7 +116,7 @@ def add_profiling_event(event_name: str, data_func: Callable | None = None):
     call = None if data_func is None else _caller(data_func)
 
     def decorate(fn):
-        method = _is_method(fn)
+        method = is_method(fn)
 
         def record(result, args, kwargs):
             session = api.current_session()
@@ -169,7 +170,7 @@ def profile_diffusion_step(step_func: Callable | None = None):
     block_size, guidance_scale, ... kept per step in the report's details.diffusion_steps."""
 
     def decorate(fn):
-        extract = _with_step_index(_args_kwargs_extract(step_func, _is_method(fn)))
+        extract = _with_step_index(_args_kwargs_extract(step_func, is_method(fn)))
         return api.profile_diffusion_step(extract)(fn)
 
     return decorate
@@ -180,7 +181,7 @@ def profile_block_computation(block_info_func: Callable | None = None):
     block_size, computation_time_ms, memory_usage_mb, ... kept per block in details.blocks."""
 
     def decorate(fn):
-        return api.profile_block_computation(_args_kwargs_extract(block_info_func, _is_method(fn)))(fn)
+        return api.profile_block_computation(_args_kwargs_extract(block_info_func, is_method(fn)))(fn)
 
     return decorate
 
@@ -190,7 +191,7 @@ def profile_model_parameters(model_name_func: Callable | None = None):
     (kept as given, parameters_count also as n_parameters), recorded in details.models."""
 
     def decorate(fn):
-        extract = _args_kwargs_extract(model_name_func, _is_method(fn))
+        extract = _args_kwargs_extract(model_name_func, is_method(fn))
 
         def figures(args, kwargs, result):
             info = dict(extract(args, kwargs, result) or {}) if extract is not None else {}

@@ -79,66 +79,25 @@ def device_name(system: dict) -> str:
 
 
 def build_report(session, status: str, error: dict | None, span_result, duration_s: float) -> RunReport:
-    totals = session.totals
+    """The session's rows and one `profiling` step: what the session recorded (copied under its
+    lock), then the details, the suggestions and the summary."""
     with session._lock:
         rows = tuple(sorted(session.rows, key=lambda r: int(r.node_id)))
-        samples = {name: list(column) for name, column in session.samples.items()}
-        diffusion_steps, blocks = list(session.diffusion_steps), list(session.blocks)
-        events, stage_threads = list(session.events), dict(session.stage_threads)
+        recorded = {
+            "samples": {name: list(column) for name, column in session.samples.items()},
+            "diffusion_steps": list(session.diffusion_steps),
+            "blocks": list(session.blocks),
+            "events": list(session.events),
+            "stage_threads": dict(session.stage_threads),
+        }
         monitor_errors = list(session.monitor_errors)
     system = _system(session)
     phases = session.phases.rows(duration_s)
     models = usage.tracker.models()
-    summary = {
-        "session": session.name,
-        "rank": session.distributed["rank"],
-        "world_size": session.distributed["world_size"],
-        "n_stage_calls": sum(p["n_calls"] for p in phases),
-        "n_stages": len(phases),
-        "slowest_stage": next((p["stage"] for p in phases if p["depth"] == 0), None),
-        "n_steps": totals["n_steps"],
-        "steps_total_s": totals["steps_s"] if totals["n_steps"] else None,
-        "steps_per_s": _rate(totals["n_steps"], totals["steps_s"]),
-        "n_blocks": totals["n_blocks"],
-        "blocks_per_s": _rate(totals["n_blocks"], totals["blocks_s"]),
-        "n_frames": totals["n_frames"] or None,
-        "frames_per_s": _rate(totals["n_frames"], totals["blocks_s"]),
-        "n_events": len(events),
-        "n_models": len(models),
-        "model_init_s": sum(m["init_s"] for m in models) if models else None,
-        "n_model_parameters": sum(m.get("n_parameters") or 0 for m in models) if models else None,
-        # Unknown (None) where no model's bytes are known, e.g. figures given as a mapping without them
-        "model_parameter_bytes": _known_sum(m.get("parameter_bytes") for m in models),
-        "peak_rss_bytes": None if span_result is None else span_result.peak_rss_bytes,
-        "peak_gpu_allocated_bytes": _max_gpu_peak(span_result),
-        "device_name": device_name(system),
-    }
-    details = {
-        "tags": dict(session.tags),
-        "phases": phases,
-        "diffusion_steps": diffusion_steps,
-        "blocks": blocks,
-        "models": models,
-        "events": events,
-        "samples": samples,
-        "stage_threads": stage_threads,
-        "gpu_utilization_before_pct": _gpu_utilisation(None if span_result is None else span_result.baseline),
-        "gpu_utilization_after_pct": _gpu_utilisation(None if span_result is None else span_result.end),
-        "config": session.config.to_dict(),
-        # The named before/end/change/peak@time set every monitor step with a span carries.
-        "memory": None if span_result is None else memory_picture(span_result),
-    }
-    draft = {
-        "duration_s": duration_s,
-        "system": system,
-        "span": None if span_result is None else span_result.to_dict(),
-        "steps": [{"kind": STEP_KIND, "details": details}],
-    }
-    findings: list[Finding] = []
-    try:
-        findings = suggest(draft, phases)
-    except Exception as exc:  # a rule that trips on odd data must not lose the report
-        session.note(f"suggestions failed: {type(exc).__name__}: {exc}")
+    details = _details(session, phases, models, recorded, span_result)
+    span = None if span_result is None else span_result.to_dict()
+    findings = _findings(session, {"duration_s": duration_s, "system": system, "span": span}, details, phases)
+    summary = _summary(session, phases, models, len(recorded["events"]), span_result, system)
     step = StepReport(
         kind=STEP_KIND,
         node_id=None,
@@ -155,12 +114,77 @@ def build_report(session, status: str, error: dict | None, span_result, duration
         duration_s=duration_s,
         nodes=rows,
         steps=(step,),
-        span=draft["span"],
+        span=span,
         system=system,
         error=error,
         monitor_errors=tuple(monitor_errors),
         profile_enabled=True,
     )
+    _record_generation(session, status, duration_s, summary, details)
+    log.info("%s", format_run_summary(report))
+    return report
+
+
+def _details(session, phases: list, models: list, recorded: dict, span_result) -> dict:
+    """Phases, diffusion steps, blocks, models, events, samples, GPU use and memory, the config."""
+    return {
+        "tags": dict(session.tags),
+        "phases": phases,
+        "diffusion_steps": recorded["diffusion_steps"],
+        "blocks": recorded["blocks"],
+        "models": models,
+        "events": recorded["events"],
+        "samples": recorded["samples"],
+        "stage_threads": recorded["stage_threads"],
+        "gpu_utilization_before_pct": _gpu_utilisation(None if span_result is None else span_result.baseline),
+        "gpu_utilization_after_pct": _gpu_utilisation(None if span_result is None else span_result.end),
+        "config": session.config.to_dict(),
+        # The named before/end/change/peak@time set every monitor step with a span carries.
+        "memory": None if span_result is None else memory_picture(span_result),
+    }
+
+
+def _findings(session, run: dict, details: dict, phases: list) -> list[Finding]:
+    """The suggestions for the run (duration, system, span) with this step's details."""
+    draft = {**run, "steps": [{"kind": STEP_KIND, "details": details}]}
+    try:
+        return suggest(draft, phases)
+    except Exception as exc:  # a rule that trips on odd data must not lose the report
+        session.note(f"suggestions failed: {type(exc).__name__}: {exc}")
+        return []
+
+
+def _summary(session, phases: list, models: list, n_events: int, span_result, system: dict) -> dict:
+    """Throughput and totals: stage calls, diffusion steps, blocks, frames, models, peaks."""
+    totals = session.totals
+    return {
+        "session": session.name,
+        "rank": session.distributed["rank"],
+        "world_size": session.distributed["world_size"],
+        "n_stage_calls": sum(p["n_calls"] for p in phases),
+        "n_stages": len(phases),
+        "slowest_stage": next((p["stage"] for p in phases if p["depth"] == 0), None),
+        "n_steps": totals["n_steps"],
+        "steps_total_s": totals["steps_s"] if totals["n_steps"] else None,
+        "steps_per_s": _rate(totals["n_steps"], totals["steps_s"]),
+        "n_blocks": totals["n_blocks"],
+        "blocks_per_s": _rate(totals["n_blocks"], totals["blocks_s"]),
+        "n_frames": totals["n_frames"] or None,
+        "frames_per_s": _rate(totals["n_frames"], totals["blocks_s"]),
+        "n_events": n_events,
+        "n_models": len(models),
+        "model_init_s": sum(m["init_s"] for m in models) if models else None,
+        "n_model_parameters": sum(m.get("n_parameters") or 0 for m in models) if models else None,
+        # Unknown (None) where no model's bytes are known, e.g. figures given as a mapping without them
+        "model_parameter_bytes": _known_sum(m.get("parameter_bytes") for m in models),
+        "peak_rss_bytes": None if span_result is None else span_result.peak_rss_bytes,
+        "peak_gpu_allocated_bytes": _max_gpu_peak(span_result),
+        "device_name": device_name(system),
+    }
+
+
+def _record_generation(session, status: str, duration_s: float, summary: dict, details: dict) -> None:
+    """The run in the process's usage history (usage.py)."""
     usage.tracker.record_generation(
         name=session.name,
         run_id=session.run_id,
@@ -172,8 +196,6 @@ def build_report(session, status: str, error: dict | None, span_result, duration
         gpu_utilization_after_pct=details["gpu_utilization_after_pct"],
         device_name=summary["device_name"],
     )
-    log.info("%s", format_run_summary(report))
-    return report
 
 
 def write_report_files(session, report: RunReport) -> dict[str, str]:

@@ -44,11 +44,9 @@ from .geometry import (
     Prediction,
     _weights_to_load,
     check_input,
-    comfy_retry_tiles,
     device_name,
     dummy_latent,
     predict,
-    usable_tiles,
 )
 from .outcomes import (
     ERROR,
@@ -62,6 +60,7 @@ from .outcomes import (
     is_out_of_memory,
     strategy_plan,
 )
+from .tiles import comfy_retry_tiles, usable_tiles
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Shapes and memory needs of a VAE encode, from the VAE's own attributes (duck typing), and
-checks of its input.
+checks of its input (the tile settings are in tiles.py).
 
 ComfyUI's VAE takes IMAGE [B, H, W, C] in 0..1, crops H and W to a multiple of its spatial
 compression, drops extra channels (or pads missing ones when it has a pad value), and for video
@@ -11,13 +11,22 @@ encoding anything.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 
 from ..numeric.tensor_stats import describe_tensor
 from ..report import Finding
 from .free_memory import as_free_memory
+from .tiles import (  # noqa: F401 (the tile settings are imported from here too)
+    COMFY_RETRY_OVERLAP,
+    COMFY_RETRY_SOURCE,
+    COMFY_RETRY_TILE_SIZE,
+    TileSettings,
+    comfy_retry_tiles,
+    tiles_from_inputs,
+    tiles_itself,
+    usable_tiles,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +88,6 @@ def encode_input_shape(vae, pixels_shape) -> tuple[int, ...] | None:
     return (batch, channels, height, width)
 
 
-def tiles_itself(vae) -> bool:
-    """A VAE whose model tiles by itself (`handles_tiling`, ComfyUI 0.33+: SeedVR2 and other video
-    VAEs): ComfyUI's tiled encode hands it the whole input with the tile settings, and its own
-    retry after running out of memory does the same; ComfyUI's tilers are not used."""
-    return getattr(vae, "handles_tiling", False) is True
-
-
 def tile_input_shape(vae, pixels_shape, tiles) -> tuple[int, ...] | None:
     """The largest piece `encode_tiled` hands to the model with these tile settings: the whole
     input for a VAE that tiles by itself (ComfyUI's own estimate for it is of the whole input too)."""
@@ -138,71 +140,6 @@ def dummy_latent(vae, pixels):
         raise RuntimeError("the latent shape of this VAE is unknown, so no dummy latent can be made")
     device = getattr(vae, "output_device", None) or pixels.device
     return torch.zeros(shape, dtype=torch.float32, device=device)
-
-
-@dataclass(frozen=True)
-class TileSettings:
-    """Pixel units, ComfyUI's VAEEncodeTiled defaults. temporal_size None: no temporal tiling
-    (ComfyUI's own retry after out of memory); source says where the figures came from."""
-
-    tile_size: int = 512
-    overlap: int = 64
-    temporal_size: int | None = 64
-    temporal_overlap: int | None = 8
-    source: str = "inputs"
-
-    def encode_kwargs(self) -> dict:
-        kwargs = {"tile_x": self.tile_size, "tile_y": self.tile_size, "overlap": self.overlap}
-        if self.temporal_size is not None:
-            kwargs["tile_t"] = self.temporal_size
-            if self.temporal_overlap is not None:
-                kwargs["overlap_t"] = self.temporal_overlap
-        return kwargs
-
-
-# What ComfyUI's VAE.encode retries with after running out of memory (comfy/sd.py): video VAEs
-# (latent_dim 3, one-frame images included) 256-pixel tiles, overlap 64, all frames at once;
-# image VAEs encode_tiled_'s defaults, 512-pixel tiles, overlap 64 (three passes, averaged).
-COMFY_RETRY_TILE_SIZE = {3: 256, 2: 512}
-COMFY_RETRY_OVERLAP = 64
-COMFY_RETRY_SOURCE = "comfyui_retry"
-
-
-def comfy_retry_tiles(vae) -> TileSettings:
-    """The tiling ComfyUI's own encode falls back to for this VAE's dimensionality."""
-    size = COMFY_RETRY_TILE_SIZE.get(getattr(vae, "latent_dim", 2), COMFY_RETRY_TILE_SIZE[2])
-    return TileSettings(size, COMFY_RETRY_OVERLAP, None, None, source=COMFY_RETRY_SOURCE)
-
-
-def tiles_from_inputs(
-    vae, tile_size: int, overlap: int, temporal_size: int, temporal_overlap: int
-) -> TileSettings:
-    """The node's tile inputs: tile_size 0 takes ComfyUI's own retry tiling for this VAE (spatial
-    tile and overlap); temporal_size 0 tiles no frames (all at once, as that retry does)."""
-    if int(tile_size) <= 0:
-        base = comfy_retry_tiles(vae)
-    else:
-        base = TileSettings(int(tile_size), int(overlap), None, None)
-    if int(temporal_size) <= 0:
-        return base
-    return dataclasses.replace(base, temporal_size=int(temporal_size), temporal_overlap=int(temporal_overlap))
-
-
-def usable_tiles(vae, tiles: TileSettings) -> tuple[TileSettings, tuple[Finding, ...]]:
-    """Tile settings ComfyUI's tiler can run: its steps divide by (tile - overlap), and image VAEs
-    also tile with half-size tiles, so a too-large overlap fails with ZeroDivisionError there. A VAE
-    that tiles by itself gets the settings as they are (its model applies them, not that tiler)."""
-    if tiles_itself(vae):
-        return tiles, ()
-    limit = tiles.tile_size // 2 if getattr(vae, "latent_dim", 2) == 2 else tiles.tile_size
-    if tiles.overlap < limit:
-        return tiles, ()
-    overlap = tiles.tile_size // 4
-    message = (
-        f"overlap {tiles.overlap} is too large for tile_size {tiles.tile_size} "
-        f"(must stay below {limit}): tiled uses overlap {overlap}."
-    )
-    return dataclasses.replace(tiles, overlap=overlap), (Finding("warning", message, "overlap_reduced"),)
 
 
 @dataclass(frozen=True)
@@ -342,104 +279,118 @@ class InputCheck:
 
 
 def check_input(vae, pixels) -> InputCheck:
-    findings: list[Finding] = []
+    """The VAE and the image first (no strategy can run without them), then the image's size and
+    channels against the VAE, then what the encode will do to it (warnings and notes)."""
+    problem = _vae_problem(vae) or _pixels_problem(pixels)
+    if problem is not None:
+        return InputCheck(problem.message, (problem,), None)
+    shape = tuple(int(v) for v in pixels.shape)
+    info = describe_tensor(pixels)
+    problem = _size_problem(vae, shape) or _channel_problem(vae, shape[3])
+    if problem is not None:
+        return InputCheck(problem.message, (problem,), info)
+    findings = (*_channel_findings(vae, shape[3]), *_value_findings(info), *_layout_findings(vae, shape))
+    return InputCheck(None, findings, info)
 
-    def fatal(message: str, code: str, info=None) -> InputCheck:
-        findings.append(Finding("error", message, code))
-        return InputCheck(message, tuple(findings), info)
 
+def _vae_problem(vae) -> Finding | None:
     if vae is None:
-        return fatal(
-            "No VAE received (the vae input is None; a checkpoint without a VAE gives None): "
-            "connect a VAE loader.",
+        return Finding(
+            "error",
+            "No VAE received (the vae input is None; a checkpoint without a VAE gives None): connect a VAE loader.",
             "no_vae",
         )
     if not callable(getattr(vae, "encode", None)):
-        return fatal(f"The vae input is a {type(vae).__name__}, which has no encode method.", "not_a_vae")
+        message = f"The vae input is a {type(vae).__name__}, which has no encode method."
+        return Finding("error", message, "not_a_vae")
     if hasattr(vae, "first_stage_model") and vae.first_stage_model is None:
-        return fatal("The VAE is invalid (it has no model): load a file that contains a VAE.", "invalid_vae")
+        return Finding(
+            "error", "The VAE is invalid (it has no model): load a file that contains a VAE.", "invalid_vae"
+        )
+    return None
+
+
+def _pixels_problem(pixels) -> Finding | None:
     shape = getattr(pixels, "shape", None)
     if pixels is None or shape is None or not hasattr(pixels, "numel"):
-        return fatal(f"No image received (pixels is {type(pixels).__name__}).", "no_pixels")
-    shape = tuple(int(v) for v in shape)
+        return Finding("error", f"No image received (pixels is {type(pixels).__name__}).", "no_pixels")
     if len(shape) != 4:
-        return fatal(
-            f"Expected an IMAGE [batch, height, width, channels], got shape {list(shape)}.", "bad_image_shape"
-        )
-    info = describe_tensor(pixels)
-    batch, height, width, channels = shape
+        message = f"Expected an IMAGE [batch, height, width, channels], got shape {[int(v) for v in shape]}."
+        return Finding("error", message, "bad_image_shape")
+    return None
+
+
+def _size_problem(vae, shape: tuple[int, ...]) -> Finding | None:
+    batch, height, width, _ = shape
     if batch == 0:
-        return fatal("Empty image batch (0 images): nothing to encode.", "empty_batch", info)
+        return Finding("error", "Empty image batch (0 images): nothing to encode.", "empty_batch")
     ratio = spatial_ratio(vae) or 1
     if height < ratio or width < ratio:
-        return fatal(
+        return Finding(
+            "error",
             f"Image of {width}x{height} px is smaller than the VAE's {ratio} px per latent pixel: "
             "the latent would be empty. Upscale it first.",
             "image_too_small",
-            info,
         )
+    return None
+
+
+def _channel_problem(vae, channels: int) -> Finding | None:
     expected = getattr(vae, "output_channels", None)
-    if isinstance(expected, int) and channels != expected:
-        if channels > expected:
-            findings.append(
-                Finding(
-                    "warning",
-                    f"Image has {channels} channels: only the first {expected} are encoded.",
-                    "channels_dropped",
-                )
-            )
-        elif getattr(vae, "pad_channel_value", None) is None:
-            return fatal(
-                f"Image has {channels} channel(s) but the VAE expects {expected}: convert it to RGB first.",
-                "wrong_channels",
-                info,
-            )
-        else:
-            findings.append(
-                Finding(
-                    "warning",
-                    f"Image has {channels} channel(s): the VAE pads it to {expected}.",
-                    "channels_padded",
-                )
-            )
-    if info.get("n_nan") or info.get("n_inf"):
-        findings.append(
-            Finding(
-                "error",
-                f"The image holds {info['n_nan']} NaN and {info['n_inf']} Inf values: the latent will hold them "
-                "too. Check the node that made the image.",
-                "nan_pixels",
-            )
+    if isinstance(expected, int) and channels < expected and getattr(vae, "pad_channel_value", None) is None:
+        return Finding(
+            "error",
+            f"Image has {channels} channel(s) but the VAE expects {expected}: convert it to RGB first.",
+            "wrong_channels",
         )
+    return None
+
+
+def _channel_findings(vae, channels: int) -> tuple[Finding, ...]:
+    """Channels the encode drops or pads (a shortfall without a pad value is a _channel_problem)."""
+    expected = getattr(vae, "output_channels", None)
+    if not isinstance(expected, int) or channels == expected:
+        return ()
+    if channels > expected:
+        message = f"Image has {channels} channels: only the first {expected} are encoded."
+        return (Finding("warning", message, "channels_dropped"),)
+    message = f"Image has {channels} channel(s): the VAE pads it to {expected}."
+    return (Finding("warning", message, "channels_padded"),)
+
+
+def _value_findings(info: dict) -> tuple[Finding, ...]:
+    """NaN or Inf pixels, and values outside IMAGE's 0..1."""
+    findings = []
+    if info.get("n_nan") or info.get("n_inf"):
+        message = (
+            f"The image holds {info['n_nan']} NaN and {info['n_inf']} Inf values: the latent will hold them "
+            "too. Check the node that made the image."
+        )
+        findings.append(Finding("error", message, "nan_pixels"))
     lo, hi = info.get("min"), info.get("max")
     if lo is not None and hi is not None and (lo < -1e-3 or hi > 1.0 + 1e-3):
-        findings.append(
-            Finding(
-                "warning",
-                f"Pixel values span {lo:.3g}..{hi:.3g}; IMAGE is expected in 0..1.",
-                "pixels_out_of_range",
-            )
-        )
+        message = f"Pixel values span {lo:.3g}..{hi:.3g}; IMAGE is expected in 0..1."
+        findings.append(Finding("warning", message, "pixels_out_of_range"))
+    return tuple(findings)
+
+
+def _layout_findings(vae, shape: tuple[int, ...]) -> tuple[Finding, ...]:
+    """Pixels the encode crops away and frames a video VAE drops."""
+    batch, height, width, _ = shape
+    ratio = spatial_ratio(vae) or 1
+    findings = []
     if getattr(vae, "crop_input", True) and (height % ratio or width % ratio):
-        findings.append(
-            Finding(
-                "info",
-                f"{width}x{height} is cropped to {width // ratio * ratio}x{height // ratio * ratio} "
-                f"(a multiple of {ratio}).",
-                "cropped",
-            )
+        message = (
+            f"{width}x{height} is cropped to {width // ratio * ratio}x{height // ratio * ratio} "
+            f"(a multiple of {ratio})."
         )
-    if is_video_vae(vae):
-        kept = used_frames(vae, batch)
-        if kept is not None and kept < batch:
-            up = _temporal(vae, "upscale_ratio")
-            step = int(up(2) - up(1))
-            findings.append(
-                Finding(
-                    "warning",
-                    f"Only the first {kept} of {batch} frames are encoded: this video VAE takes "
-                    f"1 + {step}k frames.",
-                    "frames_dropped",
-                )
-            )
-    return InputCheck(None, tuple(findings), info)
+        findings.append(Finding("info", message, "cropped"))
+    kept = used_frames(vae, batch) if is_video_vae(vae) else None
+    if kept is not None and kept < batch:
+        up = _temporal(vae, "upscale_ratio")
+        step = int(up(2) - up(1))
+        message = (
+            f"Only the first {kept} of {batch} frames are encoded: this video VAE takes 1 + {step}k frames."
+        )
+        findings.append(Finding("warning", message, "frames_dropped"))
+    return tuple(findings)

@@ -16,7 +16,8 @@ from ..probes import Probes
 from ..report import Finding
 from .calibration import PROCESS_TABLE, CalibrationTable
 from .free_memory import FreeMemory, usable_gpu_free
-from .geometry import Prediction, TileSettings
+from .geometry import Prediction
+from .tiles import TileSettings
 
 log = logging.getLogger(__name__)
 

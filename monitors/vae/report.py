@@ -1,4 +1,5 @@
-"""The `vae_encode` report step of a VAE chain run: key figures, attempts and suggestions.
+"""The `vae_encode` report step of a VAE chain run: key figures, attempts and suggestions
+(suggestions.py).
 
 Plain data only: the latent is described (describe_tensor) and dropped, never kept.
 """
@@ -11,17 +12,12 @@ import time
 from ..engine.span import memory_picture
 from ..models.state import describe_vae
 from ..numeric.tensor_stats import describe_tensor
-from ..report import Finding, StepReport, format_bytes
+from ..report import StepReport
 from .chain import OOM, SKIPPED, ChainResult
-from .comfy_retry import RETRY_STRATEGY
-from .geometry import TileSettings
+from .suggestions import attempt_of, suggestions
 
 STEP_KIND = "vae_encode"
 MB = 1_000_000
-FRAGMENTATION_RATIO = (
-    0.6  # allocated/reserved below this at peak: the caching allocator holds much idle memory
-)
-FRAGMENTATION_MIN_RESERVED_BYTES = 512 * 1024**2
 
 
 def latent_type(shape) -> str:
@@ -160,151 +156,47 @@ def driver_free_figures(span, gpu: str | None) -> dict:
     }
 
 
-def _attempt(result: ChainResult, strategy: str):
-    for attempt in result.attempts:
-        if attempt.strategy == strategy:
-            return attempt
-    return None
-
-
-def _direct_out_of_memory(result: ChainResult, direct, prediction) -> list[Finding]:
-    """One finding for direct running out: by itself, or inside ComfyUI's encode that retried tiled."""
-    found: list[Finding] = []
-    if direct and direct.outcome == OOM and not direct.caught_by_comfyui:
-        message = f"direct ran out of memory after {direct.duration_s:.2f} s"
-        if prediction and prediction.fits:
-            message += (
-                f"; the VAE's estimate ({format_bytes(prediction.needed_bytes)} of "
-                f"{format_bytes(prediction.free_bytes)} free) said it fits, so for inputs this size choose tiled"
-            )
-        elif result.requested == "direct":
-            message += (
-                "; strategy auto skips direct when the VAE's estimate, calibrated by earlier encodes, "
-                "says it cannot fit"
-            )
-        found.append(Finding("warning", message + ".", "direct_out_of_memory"))
-    if direct and direct.caught_by_comfyui:
-        message = (
-            f"direct ran out of memory inside ComfyUI's encode, which caught it and retried tiled by itself "
-            f"({direct.duration_s:.2f} s in all)"
-        )
-        if prediction and prediction.fits:
-            message += (
-                f"; the VAE's estimate ({format_bytes(prediction.needed_bytes)} of "
-                f"{format_bytes(prediction.free_bytes)} free) said it fits"
-            )
-        found.append(
-            Finding(
-                "warning",
-                message + "; strategy tiled goes there at once.",
-                "comfy_internal_tiled_retry",
-            )
-        )
-    return found
-
-
-def suggestions(
-    result: ChainResult, tiles: TileSettings, latent: dict | None, figures: dict
-) -> list[Finding]:
-    found: list[Finding] = []
-    used = result.strategy_used
-    direct, tiled = _attempt(result, "direct"), _attempt(result, "tiled")
-    prediction = result.predictions.get("direct")
-    if used == "dummy":
-        found.append(
-            Finding(
-                "error",
-                "Every strategy ran out of memory: the output latent is all ZEROS (allow_dummy is on). "
-                "Anything made from it is meaningless; free memory or lower tile_size and run again.",
-                "dummy_latent",
-            )
-        )
-    if result.error and result.error_kind != "bad_input":
-        found.append(Finding("error", result.error, result.error_kind))
-    if direct and direct.outcome == SKIPPED and prediction and prediction.fits is False and used:
-        found.append(
-            Finding(
-                "info",
-                f"direct would need {format_bytes(prediction.needed_bytes)}, "
-                f"{format_bytes(prediction.free_bytes)} free: used {used}"
-                + ("; lower tile_size to save more" if used == "tiled" else "")
-                + (f" ({prediction.calibration_source})" if prediction.calibration_source else ""),
-                "direct_predicted_too_large",
-            )
-        )
-    found.extend(_direct_out_of_memory(result, direct, prediction))
-    if used == "cpu" and result.requested != "cpu":
-        gpu_attempts = [a for a in result.attempts if a.strategy in ("direct", "tiled", RETRY_STRATEGY)]
-        if any(a.outcome == OOM for a in gpu_attempts):
-            message = (
-                "Encoded on the CPU after the GPU strategies ran out of memory (slow): lower tile_size "
-                "or temporal_size, or free GPU memory."
-            )
-        else:  # only claim out of memory when an attempt ran out of it
-            why = "; ".join(f"{a.strategy} {a.outcome}: {a.reason or a.error_message}" for a in gpu_attempts)
-            message = f"Encoded on the CPU (slow): {why or 'no GPU strategy ran'}."
-        found.append(Finding("warning", message, "cpu_fallback"))
-    shape = (result.pixels_info or {}).get("shape") or []
-    if tiled and tiled.outcome != SKIPPED and len(shape) == 4 and tiles.tile_size >= max(shape[1], shape[2]):
-        found.append(
-            Finding(
-                "info",
-                f"tile_size {tiles.tile_size} covers the whole {shape[2]}x{shape[1]} image: tiled needs about "
-                "as much memory as direct; lower tile_size.",
-                "tile_covers_image",
-            )
-        )
-    if direct and direct.outcome == "ok" and direct.prediction and direct.prediction.fits is False:
-        found.append(
-            Finding(
-                "info",
-                f"direct fit although the VAE's estimate ({format_bytes(direct.prediction.needed_bytes)}) "
-                f"exceeded the {format_bytes(direct.prediction.free_bytes)} free: the estimate is cautious.",
-                "estimate_pessimistic",
-            )
-        )
-    if latent and used != "dummy" and (latent.get("n_nan") or latent.get("n_inf")):
-        found.append(
-            Finding(
-                "error",
-                f"The latent holds {latent['n_nan']} NaN and {latent['n_inf']} Inf values.",
-                "nan_latent",
-            )
-        )
-    ratio = figures.get("gpu_allocated_reserved_ratio")
-    reserved = figures.get("peak_gpu_reserved_bytes") or 0
-    if ratio is not None and ratio < FRAGMENTATION_RATIO and reserved >= FRAGMENTATION_MIN_RESERVED_BYTES:
-        found.append(
-            Finding(
-                "info",
-                f"At peak only {100 * ratio:.0f}% of reserved GPU memory was allocated: "
-                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True can reduce the waste.",
-                "allocator_fragmentation",
-            )
-        )
-    return found
-
-
 def build_step(
     node_id: str | None,
     result: ChainResult,
     vae_info: dict | None = None,
     allow_dummy: bool = False,
 ) -> StepReport:
+    """The summary (outcome and sizes, throughput, direct's prediction, shapes, memory figures), the
+    details (attempts, predictions, tensors, memory picture) and the findings."""
     latent = describe_tensor(result.samples) if result.samples is not None else None
     pixels = result.pixels_info or {}
     figures = memory_figures(result)
-    duration = None if result.span is None else result.span.duration_s
-    frames = (pixels.get("shape") or [None])[0]
-    throughput_reason = None
-    if result.samples is None:
-        throughput_reason = "no latent was made"
-    elif result.strategy_used == "dummy":
-        throughput_reason = "dummy latent: zeros made without encoding, so nothing was encoded per second"
-    direct_prediction = result.predictions.get("direct")
-    direct_attempt = _attempt(result, "direct")
-    used_attempt = _attempt(result, result.strategy_used) if result.strategy_used else None
+    throughput_reason = _throughput_unknown_reason(result)
     summary = {
+        **_outcome_summary(result, latent, pixels),
+        **_throughput_summary(result, pixels, throughput_reason),
+        **_prediction_summary(result),
+        **_shape_summary(pixels, latent),
+        **figures,
+    }
+    findings = [*result.input_findings, *suggestions(result, result.tiles, latent, figures)]
+    return StepReport(
+        kind=STEP_KIND,
+        node_id=node_id,
+        summary=summary,
+        details=_details(result, latent, vae_info, allow_dummy, throughput_reason),
+        findings=tuple(findings),
+        monitor_errors=tuple(result.monitor_errors),
+        created_unix_s=time.time(),
+    )
+
+
+def _throughput_unknown_reason(result: ChainResult) -> str | None:
+    if result.samples is None:
+        return "no latent was made"
+    if result.strategy_used == "dummy":
+        return "dummy latent: zeros made without encoding, so nothing was encoded per second"
+    return None
+
+
+def _outcome_summary(result: ChainResult, latent: dict | None, pixels: dict) -> dict:
+    return {
         "strategy_requested": result.requested,
         "strategy_used": result.strategy_used,
         "dummy_used": result.strategy_used == "dummy",
@@ -317,38 +209,59 @@ def build_step(
         "latent_n_elements": None if latent is None else latent["n_elements"],
         "input_bytes": pixels.get("bytes"),
         "input_n_pixels": n_pixels(pixels.get("shape")),
+    }
+
+
+def _throughput_summary(result: ChainResult, pixels: dict, throughput_reason: str | None) -> dict:
+    duration = None if result.span is None else result.span.duration_s
+    frames = (pixels.get("shape") or [None])[0]
+    return {
         "duration_s": duration,
         "frames_per_s": None if throughput_reason else _ratio(frames, duration),
         "input_mb_per_s": None if throughput_reason else _ratio((pixels.get("bytes") or 0) / MB, duration),
-        "direct_needed_bytes": None if direct_prediction is None else direct_prediction.needed_bytes,
-        "direct_estimate_bytes": None if direct_prediction is None else direct_prediction.estimate_bytes,
-        "direct_calibration_ratio": None if direct_prediction is None else direct_prediction.calibration_ratio,
+    }
+
+
+def _prediction_summary(result: ChainResult) -> dict:
+    """Direct's prediction (calibrated or not) and whether the attempts bore it out."""
+    direct = result.predictions.get("direct")
+    direct_attempt = attempt_of(result, "direct")
+    used_attempt = attempt_of(result, result.strategy_used) if result.strategy_used else None
+    return {
+        "direct_needed_bytes": None if direct is None else direct.needed_bytes,
+        "direct_estimate_bytes": None if direct is None else direct.estimate_bytes,
+        "direct_calibration_ratio": None if direct is None else direct.calibration_ratio,
         "direct_calibration_source": None
-        if direct_prediction is None
-        else direct_prediction.calibration_source or direct_prediction.calibration_unknown_reason,
-        "direct_free_bytes": None if direct_prediction is None else direct_prediction.free_bytes,
+        if direct is None
+        else direct.calibration_source or direct.calibration_unknown_reason,
+        "direct_free_bytes": None if direct is None else direct.free_bytes,
         "free_memory_manager": result.free_memory_manager,
-        "direct_predicted_to_fit": None if direct_prediction is None else direct_prediction.fits,
+        "direct_predicted_to_fit": None if direct is None else direct.fits,
         "direct_prediction_held": None if direct_attempt is None else direct_attempt.prediction_held,
         "used_prediction_held": None if used_attempt is None else used_attempt.prediction_held,
     }
+
+
+def _shape_summary(pixels: dict, latent: dict | None) -> dict:
     if latent is not None:
-        summary.update(geometry(pixels.get("shape"), latent))
-    else:
-        summary.update(
-            latent_type=None,
-            latent_shape=None,
-            spatial_compression_ratio=None,
-            temporal_compression_ratio=None,
-        )
-    summary.update(figures)
-    findings = [*result.input_findings, *suggestions(result, result.tiles, latent, figures)]
+        return geometry(pixels.get("shape"), latent)
+    return {
+        "latent_type": None,
+        "latent_shape": None,
+        "spatial_compression_ratio": None,
+        "temporal_compression_ratio": None,
+    }
+
+
+def _details(
+    result: ChainResult, latent: dict | None, vae_info: dict | None, allow_dummy: bool, throughput_reason
+) -> dict:
     details = {
         "attempts": [a.to_dict() for a in result.attempts],
         "predictions": {k: v.to_dict() for k, v in result.predictions.items()},
         "tiles": dict(result.tiles.__dict__),
         "allow_dummy": allow_dummy,
-        "pixels": pixels or None,
+        "pixels": result.pixels_info or None,
         "latent": latent,
         "vae": vae_info,
         "device": result.device,
@@ -367,15 +280,7 @@ def build_step(
             else result.free_after_bytes - result.free_before_bytes,
             "note": "system-wide: includes every other process",
         }
-    return StepReport(
-        kind=STEP_KIND,
-        node_id=node_id,
-        summary=summary,
-        details=details,
-        findings=tuple(findings),
-        monitor_errors=tuple(result.monitor_errors),
-        created_unix_s=time.time(),
-    )
+    return details
 
 
 def build_vae_encode_step(
