@@ -224,6 +224,33 @@ def build_lora_step(
     sides = _sides(pairs, loaders, calculate, findings, errors, exceptions)
     errors.extend(loader_errors)
     exceptions.extend(loader_exceptions)
+    findings.extend(_step_findings(loaders, sides, clip))
+    returned_ids = _returned(returned)
+    summary = _step_summary(loaders, sides, findings, returned_ids)
+    summary["analysis_s"] = time.perf_counter() - started
+    return StepReport(
+        kind=STEP_KIND,
+        node_id=node_id,
+        summary=summary,
+        details={
+            "loaders": loaders,
+            **sides,
+            "returned": returned_ids,
+            "exceptions": exceptions[:MAX_EXCEPTIONS],
+            "n_exceptions": len(exceptions),
+            # the picture over the LoRA loaders' own spans (monitors/engine/upstream_memory.py)
+            **step_memory(recorder, node_id),
+        },
+        findings=tuple(findings),
+        monitor_errors=tuple(errors),
+        created_unix_s=time.time(),
+    )
+
+
+def _step_findings(loaders: list[dict], sides: dict, clip) -> list[Finding]:
+    """The step's findings after its sides': loaders paired with patch hops, each loader's file and
+    coverage, each side's own, a CLIP left unconnected, no LoRA at all."""
+    findings = []
     paired = [
         _attach_attribution(sides.get("model"), loaders, "model", "strength_model"),
         _attach_attribution(sides.get("clip"), loaders, "clip", "strength_clip"),
@@ -246,8 +273,7 @@ def build_lora_step(
                 "lora_clip_not_connected",
             )
         )
-    applied = _applied(sides.get("model")) or _applied(sides.get("clip"))
-    if not applied and not loaders:
+    if not (_applied(sides.get("model")) or _applied(sides.get("clip"))) and not loaders:
         findings.append(
             Finding(
                 "warning",
@@ -255,6 +281,12 @@ def build_lora_step(
                 "lora_no_patches",
             )
         )
+    return findings
+
+
+def _step_summary(loaders: list[dict], sides: dict, findings: list, returned_ids: dict) -> dict:
+    """The step's summary: success, loaders and their key coverage, what it hands on, each side's."""
+    applied = _applied(sides.get("model")) or _applied(sides.get("clip"))
     coverages = [
         loader["coverage"] for loader in loaders if loader["coverage"] and loader["coverage"].get("computed")
     ]
@@ -265,28 +297,10 @@ def build_lora_step(
         "n_file_keys": sum_known(c["n_file_keys"] for c in coverages),
         "n_matched_keys": sum_known(c["n_matched_keys"] for c in coverages),
         "n_unmatched_keys": sum_known(c["n_unmatched_keys"] for c in coverages),
+        "n_models_returned": returned_ids["n_models"],
     }
-    returned_ids = _returned(returned)
-    summary["n_models_returned"] = returned_ids["n_models"]
     _side_summary(summary, sides)
-    summary["analysis_s"] = time.perf_counter() - started
-    return StepReport(
-        kind=STEP_KIND,
-        node_id=node_id,
-        summary=summary,
-        details={
-            "loaders": loaders,
-            **sides,
-            "returned": returned_ids,
-            "exceptions": exceptions[:MAX_EXCEPTIONS],
-            "n_exceptions": len(exceptions),
-            # the picture over the LoRA loaders' own spans (monitors/engine/upstream_memory.py)
-            **step_memory(recorder, node_id),
-        },
-        findings=tuple(findings),
-        monitor_errors=tuple(errors),
-        created_unix_s=time.time(),
-    )
+    return summary
 
 
 def _sides(pairs, loaders, calculate, findings: list, errors: list, exceptions: list) -> dict:
