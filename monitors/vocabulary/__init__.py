@@ -10,7 +10,7 @@ report is read.
 - `formatting.py`: values with their units for people (HTML report and node text);
 - `headline.py`: a monitor node's UI text from its kind's headline figures;
 - `upgrade.py`: reports of older schema versions in the current names;
-- `generated_files.py`, `metrics_reference.py`: the files generated from the declarations
+- `generated_files.py`, `metrics_reference.py` (with its `reference_*.py` rows): the files generated from the declarations
   (`python -m monitors.vocabulary.generated_files --write`, `--check` exits 1 when one is stale).
 
 The registry imports every stage's declaration, so this room sits above the stages: a stage
