@@ -28,7 +28,7 @@ const nodeLabel = (row) => `#${row.node_id} ${row.class_type ?? ""}`.trim();
  * The card's blocks (see step_cards.mjs): bars of wall time against device time per node (host op
  * time where no CUDA device was profiled), the top ops per node, and the per-node figures.
  * @param {{details?: unknown}} step
- * @returns {{sections: import("./step_cards.mjs").Block[], more: import("./step_cards.mjs").Block[]}}
+ * @returns {{sections: import("./card_parts.mjs").Block[], more: import("./card_parts.mjs").Block[]}}
  */
 export function deepProfileBlocks(step) {
   const details = obj(step.details);

@@ -1,68 +1,23 @@
-// The live chart: a bounded buffer of sampler ticks and a hand-rolled canvas drawing of process
+// The live chart: a hand-rolled canvas drawing of process
 // RSS and GPU allocated/reserved (bytes, left axis scaled to them, not to system RAM, which is
 // only a chip) and GPU utilisation (%, right axis) over a fixed window, with each run as a band,
 // the executing node on the time axis, breaks where samples stopped (tab closed, server down),
 // and a hover readout. Drawing happens only when asked (one requestAnimationFrame per new sample
-// or pointer move while the panel is open), never on a timer.
-import { isNumber } from "./format.mjs";
+// or pointer move while the panel is open), never on a timer. The samples it draws (the buffer,
+// bands, node segments, series) are in live_samples.mjs.
+import { WINDOW_S, isGap, nodeSegments, presentSeries, runBands, seriesValue } from "./live_samples.mjs";
+
+// The samples' side, for the panel and the tests that read it through the chart.
+export {
+  CHART_WINDOW_S, GAP_S, MAX_POINTS, SERIES, SampleBuffer, WINDOW_S, ZOOM_MIN_S, bandAt, chartWindow, isGap,
+  nodeSegments, normalizeSample, pointNear, presentSeries, runBands, runRange, seriesValue,
+} from "./live_samples.mjs";
 
 /**
- * @typedef {{device: string, allocated: number | null, reserved: number | null, util: number | null, total: number | null}} GpuPoint
- * @typedef {{t: number, ramUsed: number | null, ramTotal: number | null, rss: number | null, cpu: number | null,
- *   gpus: GpuPoint[], node: {id: string, label: string} | null, promptId: string | null}} Point
+ * @typedef {import("./live_samples.mjs").Point} Point
+ * @typedef {import("./live_samples.mjs").ZoomRange} ZoomRange
+ * @typedef {{fg: string, muted: string, grid: string, windowS?: number, hoverT?: number | null, zoom?: ZoomRange | null}} ChartColors
  */
-
-export const WINDOW_S = 300;
-/** The window shown: fixed, so the scale does not jump while a prompt runs. */
-export const CHART_WINDOW_S = 120;
-/** Samples further apart than this (or 4 sampling intervals) are not joined by a line. */
-export const GAP_S = 5;
-
-/**
- * The time span to show: always CHART_WINDOW_S (a window that grew with the data made the time
- * axis jump from 30 s to 5 min while one watched).
- * @param {Point[]} _points
- */
-export function chartWindow(_points) {
-  return CHART_WINDOW_S;
-}
-
-/** The narrowest zoom: a short run still gets a readable time axis. */
-export const ZOOM_MIN_S = 1;
-
-/**
- * @typedef {{from: number, to: number, promptId: string, runStart: number}} ZoomRange
- * The chart zoomed to one run: from/to in unix seconds, runStart is the run's own start (time
- * labels count from it).
- */
-
-/**
- * The time range that shows one run: its start and end (from its report summary when known, else
- * from the samples that carry its id): from its start (the axis starts at 0 s, not half a second
- * before a 7 ms run) to its end padded by 5 %, at least ZOOM_MIN_S wide; null when neither says
- * when it ran.
- * @param {string} promptId
- * @param {{started_unix_s?: number | null, duration_s?: number | null} | null | undefined} run
- * @param {Point[]} points
- * @returns {ZoomRange | null}
- */
-export function runRange(promptId, run, points) {
-  const own = points.filter((p) => p.promptId === promptId);
-  let start = isNumber(run?.started_unix_s) ? run.started_unix_s : own[0]?.t;
-  let end = isNumber(run?.started_unix_s) && isNumber(run?.duration_s) ? run.started_unix_s + run.duration_s : own[own.length - 1]?.t;
-  if (!isNumber(start)) return null;
-  if (!isNumber(end) || end < start) end = start;
-  const pad = Math.max(0.02, (end - start) * 0.05);
-  return { from: start, to: Math.max(end + pad, start + ZOOM_MIN_S), promptId, runStart: start };
-}
-
-/**
- * The run band under time `t`, if any (clicking a band zooms to its run).
- * @param {Point[]} points @param {number} t
- */
-export function bandAt(points, t) {
-  return runBands(points).find((b) => t >= b.start - 0.5 && t <= b.end + 0.5) ?? null;
-}
 
 /**
  * Labels of the time axis: seconds before now in the live window; seconds since the run's start
@@ -87,45 +42,6 @@ export function timeLabels(span, zoom, n = 5) {
   return labels;
 }
 
-/**
- * Whether there is a gap (no samples: tab closed, server down) between two consecutive points.
- * @param {Point} a @param {Point} b @param {number} [intervalS] the sampling interval
- */
-export function isGap(a, b, intervalS = 0.5) {
-  return b.t - a.t > Math.max(GAP_S, 4 * intervalS);
-}
-
-/**
- * Runs of consecutive points of the same prompt, cut at gaps: [{start, end, promptId}].
- * @param {Point[]} points
- */
-export function runBands(points) {
-  /** @type {{start: number, end: number, promptId: string}[]} */
-  const bands = [];
-  /** @type {{start: number, end: number, promptId: string} | null} */
-  let open = null;
-  let prev = null;
-  for (const p of points) {
-    if (open && p.promptId === open.promptId && prev && !isGap(prev, p)) open.end = p.t;
-    else {
-      open = p.promptId ? { start: p.t, end: p.t, promptId: p.promptId } : null;
-      if (open) bands.push(open);
-    }
-    prev = p;
-  }
-  return bands;
-}
-
-/**
- * The point nearest to time `t` (within `maxDistanceS`), for the hover readout.
- * @param {Point[]} points @param {number} t @param {number} maxDistanceS
- * @returns {Point | null}
- */
-export function pointNear(points, t, maxDistanceS) {
-  let best = null;
-  for (const p of points) if (!best || Math.abs(p.t - t) < Math.abs(best.t - t)) best = p;
-  return best && Math.abs(best.t - t) <= maxDistanceS ? best : null;
-}
 
 /**
  * A byte axis fitted to the plotted series: round steps, 4 intervals, from below the lowest to
@@ -159,132 +75,6 @@ export function byteAxisLabel(v, axis) {
   return `${(v / unit).toFixed(digits)} ${units[power]}`;
 }
 
-export const MAX_POINTS = 3000;
-
-/**
- * A `pipeline_monitor.sample` payload (or a backfilled snapshot) -> a compact point.
- * @param {any} raw
- * @returns {Point | null}
- */
-export function normalizeSample(raw) {
-  if (!raw || !isNumber(raw.unix_time_s)) return null;
-  const num = (/** @type {unknown} */ v) => (isNumber(v) ? v : null);
-  const gpus = Array.isArray(raw.gpus)
-    ? raw.gpus.map((/** @type {any} */ g, /** @type {number} */ i) => ({
-        device: typeof g?.device === "string" ? g.device : `cuda:${i}`,
-        allocated: num(g?.allocated_bytes),
-        reserved: num(g?.reserved_bytes),
-        util: num(g?.utilization_pct),
-        total: num(g?.nvml_total_bytes),
-      }))
-    : [];
-  const node = raw.node && raw.node.node_id != null
-    ? { id: String(raw.node.node_id), label: String(raw.node.title || raw.node.class_type || "") }
-    : null;
-  return {
-    t: raw.unix_time_s,
-    ramUsed: num(raw.ram_used_bytes),
-    ramTotal: num(raw.ram_total_bytes),
-    rss: num(raw.process_rss_bytes),
-    cpu: num(raw.cpu_pct),
-    gpus,
-    node,
-    promptId: typeof raw.prompt_id === "string" ? raw.prompt_id : null,
-  };
-}
-
-export class SampleBuffer {
-  /** @param {number} max */
-  constructor(max = MAX_POINTS) {
-    this.max = max;
-    /** @type {Point[]} */
-    this.points = [];
-  }
-
-  /** Append in time order; out-of-order or duplicate ticks (backfill overlapping live) are dropped.
-   * @param {any} raw @returns {boolean} */
-  push(raw) {
-    const point = normalizeSample(raw);
-    const last = this.points[this.points.length - 1];
-    if (!point || (last && point.t <= last.t)) return false;
-    this.points.push(point);
-    if (this.points.length > this.max) this.points.splice(0, this.points.length - this.max);
-    return true;
-  }
-
-  /** @param {any[]} raws */
-  extend(raws) {
-    let added = 0;
-    for (const raw of raws ?? []) if (this.push(raw)) added += 1;
-    return added;
-  }
-
-  latest() {
-    return this.points[this.points.length - 1] ?? null;
-  }
-
-  /** Points within `seconds` of the newest one. @param {number} seconds */
-  window(seconds = WINDOW_S) {
-    const last = this.latest();
-    if (!last) return [];
-    const from = last.t - seconds;
-    let i = this.points.length - 1;
-    while (i > 0 && this.points[i - 1].t >= from) i -= 1;
-    return this.points.slice(i);
-  }
-}
-
-/**
- * Runs of consecutive points executing the same node: [{start, end, id, label}].
- * @param {Point[]} points
- */
-export function nodeSegments(points) {
-  /** @type {{start: number, end: number, id: string, label: string}[]} */
-  const segments = [];
-  /** @type {{start: number, end: number, id: string, label: string} | null} */
-  let open = null;
-  for (const p of points) {
-    if (p.node && open && open.id === p.node.id) {
-      open.end = p.t;
-      continue;
-    }
-    if (open) open.end = p.t; // the node ran until this tick at most
-    open = p.node ? { start: p.t, end: p.t, id: p.node.id, label: p.node.label } : null;
-    if (open) segments.push(open);
-  }
-  return segments;
-}
-
-/** The series present in the points, with their colours; GPU series only where a GPU reports.
- * System RAM is a chip, not a line (`plot: false`): its scale would flatten the process's line. */
-export const SERIES = [
-  { key: "ramUsed", name: "RAM used", color: "#94a3b8", unit: "bytes", plot: false },
-  { key: "rss", name: "process RSS", color: "#4ade80", unit: "bytes" },
-  { key: "gpuAllocated", name: "GPU allocated", color: "#60a5fa", unit: "bytes" },
-  { key: "gpuReserved", name: "GPU reserved", color: "#c084fc", unit: "bytes" },
-  { key: "gpuUtil", name: "GPU utilisation", color: "#fbbf24", unit: "pct" },
-];
-
-/**
- * Value of a series at a point (first GPU for the GPU series).
- * @param {Point} p @param {string} key @returns {number | null}
- */
-export function seriesValue(p, key) {
-  const gpu = p.gpus[0];
-  switch (key) {
-    case "ramUsed": return p.ramUsed;
-    case "rss": return p.rss;
-    case "gpuAllocated": return gpu ? gpu.allocated : null;
-    case "gpuReserved": return gpu ? gpu.reserved : null;
-    case "gpuUtil": return gpu ? gpu.util : null;
-    default: return null;
-  }
-}
-
-/** @param {Point[]} points */
-export function presentSeries(points) {
-  return SERIES.filter((s) => points.some((p) => seriesValue(p, s.key) !== null));
-}
 
 /** A "nice" upper bound for the byte axis: 1, 2 or 5 times a power of 1024-ish steps. @param {number} max */
 export function niceBytesMax(max) {
@@ -294,14 +84,20 @@ export function niceBytesMax(max) {
   return max * 1.1;
 }
 
+
 /**
- * Paint the chart. `colors` come from the page's theme (CSS variables).
- * @param {HTMLCanvasElement} canvas
- * @param {Point[]} points
- * @param {{fg: string, muted: string, grid: string, windowS?: number, hoverT?: number | null, zoom?: ZoomRange | null}} colors
- * `zoom`: show that run's time range instead of the live window.
+ * @typedef {{ctx: CanvasRenderingContext2D, cssW: number, cssH: number, left: number, top: number, w: number,
+ *   h: number, strip: number, span: {from: number, to: number}, zoom: ZoomRange | null, x: (t: number) => number}} Frame
+ * the canvas sized to its box, the plot area, the time span shown and its time-to-pixel scale
  */
-export function drawChart(canvas, points, colors) {
+
+/**
+ * Size the canvas to its box and lay out the plot: left axis, right axis, the executing-node strip
+ * under the plot, the time span (the live window or the zoomed run).
+ * @param {HTMLCanvasElement} canvas @param {Point[]} points @param {ChartColors} colors
+ * @returns {Frame | null}
+ */
+function chartFrame(canvas, points, colors) {
   const dpr = globalThis.devicePixelRatio || 1;
   const cssW = canvas.clientWidth || 300;
   const cssH = canvas.clientHeight || 160;
@@ -310,7 +106,7 @@ export function drawChart(canvas, points, colors) {
     canvas.height = Math.round(cssH * dpr);
   }
   const ctx = canvas.getContext("2d");
-  if (!ctx) return;
+  if (!ctx) return null;
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
   ctx.clearRect(0, 0, cssW, cssH);
   ctx.font = "10px sans-serif";
@@ -327,8 +123,14 @@ export function drawChart(canvas, points, colors) {
   const zoom = colors.zoom ?? null;
   const span = zoom ? { from: zoom.from, to: zoom.to } : { from: now - windowS, to: now };
   const x = (/** @type {number} */ t) => left + (w * (t - span.from)) / Math.max(1e-3, span.to - span.from);
+  return { ctx, cssW, cssH, left, top, w, h, strip, span, zoom, x };
+}
 
-  const series = presentSeries(points).filter((s) => s.plot !== false);
+/**
+ * The byte range of the plotted series within the span, and how many points fall in it.
+ * @param {Point[]} points @param {{from: number, to: number}} span @param {{key: string, unit: string}[]} series
+ */
+function bytesInSpan(points, span, series) {
   let maxBytes = 0;
   let minBytes = Infinity;
   let shown = 0;
@@ -342,11 +144,17 @@ export function drawChart(canvas, points, colors) {
       if (v < minBytes) minBytes = v;
     }
   }
-  const axis = byteAxis(Number.isFinite(minBytes) ? minBytes : 0, maxBytes);
-  const yBytes = (/** @type {number} */ v) => top + h * (1 - (v - axis.lo) / (axis.hi - axis.lo));
-  const yPct = (/** @type {number} */ v) => top + h * (1 - v / 100);
+  return { axis: byteAxis(Number.isFinite(minBytes) ? minBytes : 0, maxBytes), shown };
+}
 
-  // grid and axes
+/**
+ * Grid lines with the byte labels (left), the percent labels (right) when a percent series is
+ * plotted, and the time labels under the node strip.
+ * @param {Frame} f @param {{lo: number, hi: number, step: number}} axis @param {(v: number) => number} yBytes
+ * @param {boolean} hasPct @param {ChartColors} colors
+ */
+function drawAxes(f, axis, yBytes, hasPct, colors) {
+  const { ctx, left, top, w, h, strip } = f;
   ctx.strokeStyle = colors.grid;
   ctx.fillStyle = colors.muted;
   ctx.lineWidth = 1;
@@ -360,20 +168,22 @@ export function drawChart(canvas, points, colors) {
     ctx.stroke();
     ctx.fillText(byteAxisLabel(v, axis), left - 4, y);
   }
-  if (series.some((s) => s.unit === "pct")) {
+  if (hasPct) {
     ctx.textAlign = "left";
     for (let i = 0; i <= 4; i += 2) ctx.fillText(`${100 - i * 25}%`, left + w + 4, top + (h * i) / 4);
   }
   ctx.textAlign = "center";
   ctx.textBaseline = "top";
   const axisY = top + h + strip + 3;
-  timeLabels(span, zoom).forEach((label, i) => ctx.fillText(label, left + (w * i) / 5, axisY));
+  timeLabels(f.span, f.zoom).forEach((label, i) => ctx.fillText(label, left + (w * i) / 5, axisY));
+}
 
-  // runs as bands behind the lines; the executing node as a strip on the time axis
-  ctx.save();
-  ctx.beginPath();
-  ctx.rect(left, 0, w, cssH);
-  ctx.clip();
+/**
+ * Runs as bands behind the lines (other runs faded when zoomed to one), and the hover line.
+ * @param {Frame} f @param {Point[]} points @param {ChartColors} colors
+ */
+function drawBandsAndHover(f, points, colors) {
+  const { ctx, top, h, strip, x, zoom } = f;
   for (const band of runBands(points)) {
     ctx.fillStyle = zoom && band.promptId !== zoom.promptId ? "rgba(148, 163, 184, 0.08)" : "rgba(96, 165, 250, 0.10)";
     const x0 = x(band.start);
@@ -386,6 +196,15 @@ export function drawChart(canvas, points, colors) {
     ctx.lineTo(Math.round(x(colors.hoverT)) + 0.5, top + h + strip);
     ctx.stroke();
   }
+}
+
+/**
+ * The executing node as a strip on the time axis, a dashed line where each node starts, and its
+ * name where the whole of it fits.
+ * @param {Frame} f @param {Point[]} points @param {ChartColors} colors
+ */
+function drawNodeStrip(f, points, colors) {
+  const { ctx, left, top, w, h, strip, x } = f;
   const segs = nodeSegments(points);
   const palette = ["#f97316", "#22d3ee", "#e879f9", "#a3e635"];
   segs.forEach((seg, i) => {
@@ -411,8 +230,15 @@ export function drawChart(canvas, points, colors) {
     const room = (segs[i + 1] ? x(segs[i + 1].start) : left + w) - lx - 4;
     if (ctx.measureText(text).width <= room) ctx.fillText(text, lx + 3, top + 2);
   });
+}
 
-  // lines
+/**
+ * One line per series, broken where a value is unknown or where samples stopped.
+ * @param {Frame} f @param {Point[]} points @param {{key: string, unit: string, color: string}[]} series
+ * @param {(v: number) => number} yBytes @param {(v: number) => number} yPct
+ */
+function drawLines(f, points, series, yBytes, yPct) {
+  const { ctx, x } = f;
   for (const s of series) {
     ctx.strokeStyle = s.color;
     ctx.lineWidth = s.key === "rss" ? 2 : 1.5;
@@ -437,12 +263,37 @@ export function drawChart(canvas, points, colors) {
     ctx.stroke();
   }
   ctx.setLineDash([]);
+}
+
+/**
+ * Paint the chart. `colors` come from the page's theme (CSS variables).
+ * @param {HTMLCanvasElement} canvas
+ * @param {Point[]} points
+ * @param {ChartColors} colors
+ * `zoom`: show that run's time range instead of the live window.
+ */
+export function drawChart(canvas, points, colors) {
+  const f = chartFrame(canvas, points, colors);
+  if (!f) return;
+  const { ctx, left, top, w, h, cssH } = f;
+  const series = presentSeries(points).filter((s) => s.plot !== false);
+  const { axis, shown } = bytesInSpan(points, f.span, series);
+  const yBytes = (/** @type {number} */ v) => top + h * (1 - (v - axis.lo) / (axis.hi - axis.lo));
+  const yPct = (/** @type {number} */ v) => top + h * (1 - v / 100);
+  drawAxes(f, axis, yBytes, series.some((s) => s.unit === "pct"), colors);
+  ctx.save();
+  ctx.beginPath();
+  ctx.rect(left, 0, w, cssH);
+  ctx.clip();
+  drawBandsAndHover(f, points, colors);
+  drawNodeStrip(f, points, colors);
+  drawLines(f, points, series, yBytes, yPct);
   ctx.restore();
   if (!shown) {
     ctx.fillStyle = colors.muted;
     ctx.textAlign = "center";
     ctx.textBaseline = "middle";
-    const empty = zoom ? "no samples kept for this run's time" : "waiting for samples…";
+    const empty = f.zoom ? "no samples kept for this run's time" : "waiting for samples…";
     ctx.fillText(empty, left + w / 2, top + h / 2);
   }
 }

@@ -2,14 +2,14 @@
 // hover readout's text, and saving a report or table as a file.
 import { h } from "./dom.mjs";
 import { formatBytes, formatPercent, formatTime, safeFileName } from "./format.mjs";
-import { pointNear, presentSeries, seriesValue } from "./live_chart.mjs";
+import { pointNear, presentSeries, seriesValue } from "./live_samples.mjs";
 
 export const READOUT_HINT = "Point at the chart for the values at that time; click a run's band to zoom to it.";
 
 /**
  * The readout under the chart for the time under the pointer: time, RSS, GPU, node and run.
- * @param {import("./live_chart.mjs").Point[]} points the points shown
- * @param {number | null} hoverT @param {import("./live_chart.mjs").ZoomRange | null} zoom
+ * @param {import("./live_samples.mjs").Point[]} points the points shown
+ * @param {number | null} hoverT @param {import("./live_samples.mjs").ZoomRange | null} zoom
  */
 export function readoutText(points, hoverT, zoom) {
   const p = hoverT === null ? null : pointNear(points, hoverT, zoom ? Math.max(0.5, (zoom.to - zoom.from) / 20) : 3);
@@ -23,7 +23,7 @@ export function readoutText(points, hoverT, zoom) {
 
 /**
  * The figures above the chart: one chip per series with its latest value, then the running node.
- * @param {import("./live_chart.mjs").Point | null} last @param {import("./live_chart.mjs").Point[]} points
+ * @param {import("./live_samples.mjs").Point | null} last @param {import("./live_samples.mjs").Point[]} points
  */
 export function liveChips(last, points) {
   const chips = presentSeries(points).map((s) => {

@@ -43,7 +43,7 @@ export class MonitorPanel {
     this.readout = null;
     /** @type {number | null} time under the pointer, for the hover readout */
     this.hoverT = null;
-    /** @type {import("./live_chart.mjs").ZoomRange | null} the run the chart is zoomed to; null: live */
+    /** @type {import("./live_samples.mjs").ZoomRange | null} the run the chart is zoomed to; null: live */
     this.zoom = null;
     /** @type {HTMLElement | null} */
     this.zoomBar = null;
@@ -91,7 +91,7 @@ export class MonitorPanel {
     if (!this.root) return; // a push that was in flight when the tab closed
     this.stats.samples += 1;
     if (!this.buffer.push(detail)) return;
-    this.follow(/** @type {import("./live_chart.mjs").Point} */ (this.buffer.latest()));
+    this.follow(/** @type {import("./live_samples.mjs").Point} */ (this.buffer.latest()));
     this.scheduleDraw();
   }
 
@@ -114,7 +114,7 @@ export class MonitorPanel {
     if (this.tracker.current?.promptId === promptId) this.renderRunning();
   }
 
-  /** Follow the running prompt from a sample. @param {import("./live_chart.mjs").Point} point */
+  /** Follow the running prompt from a sample. @param {import("./live_samples.mjs").Point} point */
   follow(point) {
     const wasRunning = this.tracker.current;
     if (this.tracker.sample(point)) this.onNewPrompt();
