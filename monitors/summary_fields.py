@@ -30,6 +30,8 @@ class SummaryField:
     # A reading of the whole process or system at the step (not what the step itself did): a
     # comparison shows it but never flags it as the step's regression.
     process_wide: bool = False
+    # the values a string may take (a node row's status); None: any
+    choices: tuple[str, ...] | None = None
 
     def __post_init__(self):
         if self.unit is not None and self.unit not in UNITS:
@@ -46,6 +48,8 @@ class SummaryField:
             "type": types[0] if len(types) == 1 else types,
             "description": self.description,
         }
+        if self.choices is not None:
+            out["enum"] = [*self.choices, *([None] if self.nullable else [])]
         return out
 
 

@@ -27,6 +27,7 @@ ROOM_LAYERS: dict[str, int] = {
     # 0: the foundations every room may use
     "report": 0,
     "summary_fields": 0,
+    "detail_fields": 0,
     "lazy": 0,
     "background": 0,
     # 1: every backend read; the numeric kernels

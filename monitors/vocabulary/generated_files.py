@@ -1,6 +1,6 @@
 """The files generated from the step kinds' declarations (monitors/vocabulary/registry.py): the per-kind
-`summary` definitions in `schemas/run_report.schema.json`, the panel's
-`web/lib/vocabulary.generated.mjs` and `docs/metrics-reference.md`.
+`summary` and `details` definitions and the node rows' in `schemas/run_report.schema.json`, the
+panel's `web/lib/vocabulary.generated.mjs` and `docs/metrics-reference.md`.
 
     python -m monitors.vocabulary.generated_files --write   # regenerate what is stale
     python -m monitors.vocabulary.generated_files --check   # exit 1 when a file is stale (a unit test does too)
@@ -15,11 +15,12 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from ..detail_fields import GPU_PEAK, NODE_ROW
 from ..report import SCHEMA_VERSION
 from ..summary_fields import StepKindVocabulary
 from .memory_rows import MEMORY_NOT_READ_REASON, MEMORY_ROWS, NODE_GPU_FIGURES
 from .metrics_reference import DOC_PATH, REPO_ROOT, document_text
-from .registry import registry
+from .registry import details_registry, registry
 
 SCHEMA_PATH = os.path.join(REPO_ROOT, "schemas", "run_report.schema.json")
 JS_PATH = os.path.join(REPO_ROOT, "web", "lib", "vocabulary.generated.mjs")
@@ -34,23 +35,39 @@ def summary_schema(vocab: StepKindVocabulary) -> dict:
     }
 
 
+def declared_object(group, required: list) -> dict:
+    """One object of a declared group as a schema definition; `required`: the keys every report
+    has (older reports lack the keys added since, so the base schema keeps that list)."""
+    out = {**group.object_schema(), "description": group.description}
+    if required:
+        out["required"] = required
+    return out
+
+
 def generated_schema(base: Mapping[str, Any]) -> dict:
-    """The run report schema with each kind's summary definition from the vocabulary."""
+    """The run report schema with each kind's summary and details definitions and the node rows'
+    from their declarations."""
     schema = copy.deepcopy(dict(base))
     schema["properties"]["schema_version"] = {"const": SCHEMA_VERSION}
     defs = schema["$defs"]
-    for name in [n for n in defs if n.startswith("summary_")]:
+    for name in [n for n in defs if n.startswith(("summary_", "details_"))]:
         del defs[name]
+    defs["node"] = declared_object(NODE_ROW, defs["node"].get("required", []))
+    defs["node"]["properties"][GPU_PEAK.name] = {"type": "array", "items": {"$ref": "#/$defs/gpu_peak"}}
+    defs["gpu_peak"] = declared_object(GPU_PEAK, defs["gpu_peak"].get("required", []))
     step = defs["step"]
     step["properties"]["summary"] = {"type": "object"}  # unknown kinds: any object
+    step["properties"]["details"] = {"type": "object"}  # kinds that declare no details: any object
     step["allOf"] = []
+    details = details_registry()
     for kind, vocab in registry().items():
         defs[f"summary_{kind}"] = summary_schema(vocab)
+        then = {"summary": {"$ref": f"#/$defs/summary_{kind}"}}
+        if kind in details:
+            defs[f"details_{kind}"] = details[kind].schema()
+            then["details"] = {"$ref": f"#/$defs/details_{kind}"}
         step["allOf"].append(
-            {
-                "if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
-                "then": {"properties": {"summary": {"$ref": f"#/$defs/summary_{kind}"}}},
-            }
+            {"if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]}, "then": {"properties": then}}
         )
     return schema
 
@@ -102,10 +119,22 @@ def js_text() -> str:
         "/** The fields of a deep profile's node rows and their top ops (monitors/deep_profile/summary.py). "
         "@type {{node: Record<string, FieldInfo>, topOp: Record<string, FieldInfo>}} */\n"
         f"export const DEEP_PROFILE_FIELDS = {dump(deep_profile_fields())};\n\n"
+        "/** @typedef {{label: string, unit?: string | null, description: string, repeated?: string, "
+        "fields?: Record<string, DetailInfo>}} DetailInfo */\n"
+        "/** Each kind's declared details (monitors/<kind>/details.py): labels of the card's rows and columns. "
+        "@type {Record<string, DetailInfo>} */\n"
+        f"export const DETAILS = {dump(details_js())};\n\n"
+        "/** A node row's declared figures (monitors/detail_fields.py), its GPU peaks under gpu_peaks. "
+        "@type {DetailInfo} */\n"
+        f"export const NODE_FIELDS = {dump(NODE_ROW.js())};\n\n"
         "/** A node row's GPU figures: column label and what each measures (monitors/vocabulary/memory_rows.py "
         "NODE_GPU_FIGURES). @type {Record<string, {label: string, description: string}>} */\n"
         f"export const NODE_GPU_FIGURES = {dump(NODE_GPU_FIGURES)};\n"
     )
+
+
+def details_js() -> dict:
+    return {kind: group.js() for kind, group in details_registry().items()}
 
 
 def deep_profile_fields() -> dict:

@@ -1,5 +1,6 @@
 """The registry of step kinds: kind -> its summary declaration (`monitors/<kind>/summary.py`), in
-the order of monitors.report.STEP_KINDS, and the lookups by kind that everything derived reads."""
+the order of monitors.report.STEP_KINDS, kind -> its details declaration (`monitors/<kind>/details.py`)
+where it has one, and the lookups by kind that everything derived reads."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import report as run_report
+from ..detail_fields import DetailGroup
 from ..summary_fields import StepKindVocabulary, SummaryField
 from .formatting import format_value, label_from_key
 
@@ -57,6 +59,26 @@ def key(kind: str, name: str) -> str:
     if summary_field(kind, name) is None:
         raise KeyError(f"{kind!r} declares no summary key {name!r}")
     return name
+
+
+def details_registry() -> dict[str, DetailGroup]:
+    """kind -> the declaration of its `details` (monitors/<kind>/details.py), for the kinds that
+    declare them; the schema's `details_<kind>`, the panel's card labels and the metrics reference's
+    detail rows come from it."""
+    from ..conditioning.details import CONDITIONING_DETAILS
+    from ..lora.details import LORA_DETAILS
+    from ..vae.details import VAE_ENCODE_DETAILS
+
+    return {"lora": LORA_DETAILS, "conditioning": CONDITIONING_DETAILS, "vae_encode": VAE_ENCODE_DETAILS}
+
+
+def detail_key(kind: str, path: str) -> str:
+    """A declared detail key at a dotted path ("loaders.file.size_bytes"), for code that reads one:
+    a path the kind does not declare fails at import instead of reading None forever."""
+    group = details_registry().get(kind)
+    if group is None or group.key(path) is None:
+        raise KeyError(f"{kind!r} declares no detail {path!r}")
+    return path.rpartition(".")[2]
 
 
 

@@ -2,7 +2,7 @@
 // value helpers (bytes, percentages, statistics, yes/no) that write a detail for a person.
 // Pure functions (no DOM).
 import { MISSING, formatValue, isNumber, labelFromKey } from "./format.mjs";
-import { VOCABULARY } from "./vocabulary.generated.mjs";
+import { DETAILS, VOCABULARY } from "./vocabulary.generated.mjs";
 
 /**
  * @typedef {{label: string, value: string, title?: string, tone?: string}} Figure
@@ -44,6 +44,38 @@ export const stat = (v) => (isNumber(v) ? (Math.abs(v) !== 0 && (Math.abs(v) < 1
 export function figure(kind, summary, key) {
   const field = VOCABULARY[kind]?.fields?.[key];
   return { label: labelFromKey(key, kind), value: formatValue(key, summary[key], kind), title: field?.description ?? key };
+}
+
+/**
+ * A detail's declaration (monitors/<kind>/details.py, generated into DETAILS) at a dotted path
+ * ("loaders.file.size_bytes"). An undeclared path throws: a card cannot show a key the declaration
+ * lacks (the card then says why its layout is not shown, and the tests fail).
+ * @param {string} kind @param {string} path
+ * @returns {import("./vocabulary.generated.mjs").DetailInfo}
+ */
+export function detailInfo(kind, path) {
+  /** @type {import("./vocabulary.generated.mjs").DetailInfo | undefined} */
+  let info = DETAILS[kind];
+  for (const name of path.split(".")) info = info?.fields?.[name];
+  if (!info) throw new Error(`${kind} declares no detail ${path}`);
+  return info;
+}
+
+/**
+ * A detail's declared label as a row or column label: "file size" -> "File size".
+ * @param {string} kind @param {string} path
+ */
+export function detailLabel(kind, path) {
+  const { label } = detailInfo(kind, path);
+  return label.charAt(0).toUpperCase() + label.slice(1);
+}
+
+/**
+ * A column of a table whose rows are declared details: its label, and its description as title.
+ * @param {string} kind @param {string} path @param {{num?: boolean}} [options]
+ */
+export function detailColumn(kind, path, options = {}) {
+  return { label: detailLabel(kind, path), title: detailInfo(kind, path).description, ...options };
 }
 
 /** A tensor_compare figure as its headline shows it. @param {string | undefined} key @param {unknown} v */

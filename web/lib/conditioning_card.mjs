@@ -1,7 +1,10 @@
 // The conditioning step's card: the positive and negative prompt texts side by side, their figures
 // in one two-column table; each entry's statistics under "details".
 import { MISSING, formatValue } from "./format.mjs";
-import { arr, num, obj, shape, stat } from "./card_parts.mjs";
+import { arr, detailColumn, detailLabel, num, obj, shape, stat } from "./card_parts.mjs";
+
+/** A column of a side's entries, labelled by its declaration. @param {string} name @param {boolean} [isNum] */
+const column = (name, isNum = false) => detailColumn("conditioning", `positive.entries.${name}`, isNum ? { num: true } : {});
 import { KEYS } from "./vocabulary.generated.mjs";
 
 /**
@@ -50,7 +53,8 @@ export function conditioningBlocks(step) {
     more.push({
       type: "table",
       title: `${name} entries: statistics`,
-      columns: [{ label: "#" }, { label: "Shape" }, { label: "Min", num: true }, { label: "Max", num: true }, { label: "Mean", num: true }, { label: "Std", num: true }, { label: "NaN/Inf", num: true }],
+      columns: [column("index"), column("shape"), column("min", true), column("max", true), column("mean", true), column("std", true),
+        { label: `${detailLabel("conditioning", "positive.entries.n_nan")}/${detailLabel("conditioning", "positive.entries.n_inf")}`, num: true }],
       rows: entries.map((e) => ({ cells: [String(e.index ?? ""), shape(e.shape), stat(e.min), stat(e.max), stat(e.mean), stat(e.std), `${num(e.n_nan)}/${num(e.n_inf)}`], tone: e.n_nan || e.n_inf ? "error" : undefined })),
     });
   }

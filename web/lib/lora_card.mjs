@@ -1,7 +1,10 @@
 // The LoRA step's card: one table per loader (strength, rank, alpha, matched keys), unmatched keys
 // grouped by model block, the change per block as bars; file facts and patched weights under "details".
 import { MISSING, clip, formatBytes, formatSeconds, isNumber } from "./format.mjs";
-import { arr, num, obj, pct, stat, yesNo } from "./card_parts.mjs";
+import { arr, detailColumn, detailLabel, num, obj, pct, stat, yesNo } from "./card_parts.mjs";
+
+/** A LoRA detail's declared label. @param {string} path */
+const label = (path) => detailLabel("lora", path);
 
 /**
  * @typedef {import("./card_parts.mjs").Block} Block
@@ -87,24 +90,24 @@ export function loraBlocks(step) {
     const rows = [
       lone ? null : { cells: ["Applied", applied], tone: applied === "yes" ? "ok" : applied === "skipped" ? "info" : "warn" },
       { cells: ["Strength model / clip", `${stat(loader.strength_model)} / ${loader.has_clip_input ? stat(loader.strength_clip) : "–"}`] },
-      { cells: ["Rank", list(totals.ranks)] },
-      { cells: ["Alpha", list(totals.alphas)] },
+      { cells: [label("model.hops.totals.ranks"), list(totals.ranks)] },
+      { cells: [label("model.hops.totals.alphas"), list(totals.alphas)] },
     ];
     if (cov.computed && !lone) {
-      rows.push({ cells: ["Matched keys", `${num(cov.n_matched_keys)} of ${num(cov.n_file_keys)}${isNumber(cov.matched_pct) ? ` (${cov.matched_pct.toFixed(0)} %)` : ""}`] });
-      rows.push({ cells: ["Unmatched keys", num(cov.n_unmatched_keys)], tone: cov.n_unmatched_keys ? "warn" : undefined });
+      rows.push({ cells: [label("loaders.coverage.n_matched_keys"), `${num(cov.n_matched_keys)} of ${num(cov.n_file_keys)}${isNumber(cov.matched_pct) ? ` (${cov.matched_pct.toFixed(0)} %)` : ""}`] });
+      rows.push({ cells: [label("loaders.coverage.n_unmatched_keys"), num(cov.n_unmatched_keys)], tone: cov.n_unmatched_keys ? "warn" : undefined });
     } else if (file.exists === false) {
       rows.push({ cells: ["File", "not found"], tone: "error" });
     }
-    if (isNumber(totals.relative_change) && !lone) rows.push({ cells: ["Change of |W|", pct(totals.relative_change)] });
-    if (isNumber(totals.n_keys) && !lone) rows.push({ cells: ["Patched weights", num(totals.n_keys)] });
+    if (isNumber(totals.relative_change) && !lone) rows.push({ cells: [label("model.hops.totals.relative_change"), pct(totals.relative_change)] });
+    if (isNumber(totals.n_keys) && !lone) rows.push({ cells: [label("model.hops.totals.n_keys"), num(totals.n_keys)] });
     sections.push({ type: "table", cls: "pm-kv pm-lora-table", title: `${clip(name, 60)} · node #${loader.node_id ?? "?"}`, columns: [{ label: "" }, { label: "" }],
       rows: /** @type {any[]} */ (rows.filter(Boolean)) });
     const unmatched = arr(cov.unmatched_keys).map(String);
     if (unmatched.length) {
       sections.push({
         type: "groups",
-        title: `Unmatched keys (${num(cov.n_unmatched_keys)}) by block`,
+        title: `${label("loaders.coverage.n_unmatched_keys")} (${num(cov.n_unmatched_keys)}) by block`,
         groups: groupKeysByBlock(unmatched),
         note: cov.unmatched_truncated ? `first ${unmatched.length} shown` : undefined,
       });
@@ -115,12 +118,12 @@ export function loraBlocks(step) {
     }
     const net = obj(file.network);
     const fileRows = [
-      ["File size", formatBytes(file.size_bytes)],
-      ["Tensors", num(file.n_tensors)],
-      ["Format", file.format ?? MISSING],
-      ["Trained for", net.base_model_name ?? net.base_model ?? MISSING],
-      ["Network", net.module ?? MISSING],
-      ["Loader time", formatSeconds(obj(loader.profile).duration_s)],
+      [label("loaders.file.size_bytes"), formatBytes(file.size_bytes)],
+      [label("loaders.file.n_tensors"), num(file.n_tensors)],
+      [label("loaders.file.format"), file.format ?? MISSING],
+      [label("loaders.file.network.base_model_name"), net.base_model_name ?? net.base_model ?? MISSING],
+      [label("loaders.file.network.module"), net.module ?? MISSING],
+      [label("loaders.profile.duration_s"), formatSeconds(obj(loader.profile).duration_s)],
     ].filter((r) => r[1] !== MISSING);
     if (fileRows.length) more.push({ type: "table", cls: "pm-kv", title: `File ${clip(name, 40)}`, columns: [{ label: "" }, { label: "" }], rows: fileRows.map((cells) => ({ cells })) });
   }
@@ -131,7 +134,7 @@ export function loraBlocks(step) {
     more.push({
       type: "table",
       title: `Patched ${side} weights`,
-      columns: [{ label: "Weight" }, { label: "Change", num: true }, { label: "Applied" }],
+      columns: [detailColumn("lora", "model.overall.weights.key"), detailColumn("lora", "model.overall.weights.relative_change", { num: true }), detailColumn("lora", "model.overall.weights.applied")],
       rows: weights.slice(0, 40).map((w) => ({ cells: [String(w.key ?? "").replace(/^diffusion_model\./, ""), isNumber(w.relative_change) ? pct(w.relative_change) : stat(w.delta_norm), yesNo(w.applied)] })),
       note: weights.length > 40 ? `first 40 of ${weights.length}` : undefined,
     });

@@ -1,7 +1,10 @@
 // The VAE encode step's card: its attempts (strategy, outcome, time, peak) and its compression as
 // people say it; the predictions made before running under "details".
 import { MISSING, formatBytes, formatSeconds, formatValue, isNumber } from "./format.mjs";
-import { arr, figure, known, num, obj, yesNo } from "./card_parts.mjs";
+import { arr, detailColumn, detailLabel, figure, known, num, obj, yesNo } from "./card_parts.mjs";
+
+/** A column of a VAE encode detail, labelled by its declaration. @param {string} path @param {boolean} [isNum] */
+const column = (path, isNum = false) => detailColumn("vae_encode", path, isNum ? { num: true } : {});
 import { KEYS } from "./vocabulary.generated.mjs";
 
 /**
@@ -34,9 +37,9 @@ export function vaeBlocks(step) {
   if (attempts.length) {
     sections.push({
       type: "table",
-      title: "Attempts",
+      title: detailLabel("vae_encode", "attempts"),
       cls: "pm-attempts",
-      columns: [{ label: "Strategy" }, { label: "Outcome" }, { label: "Time", num: true }, { label: "Peak", num: true }],
+      columns: [column("attempts.strategy"), column("attempts.outcome"), column("attempts.duration_s", true), column("attempts.peaks", true)],
       rows: attempts.map((a) => ({
         cells: [String(a.strategy ?? "?"), String(a.outcome ?? "?") + (a.error_type ? `: ${a.error_type}` : a.reason ? `: ${a.reason}` : ""), formatSeconds(a.duration_s), attemptPeak(a)],
         tone: a.outcome === "ok" ? "ok" : a.outcome === "skipped" ? "info" : "warn",
@@ -52,8 +55,8 @@ export function vaeBlocks(step) {
   if (predictions.length) {
     more.push({
       type: "table",
-      title: "Predictions (before running)",
-      columns: [{ label: "Strategy" }, { label: "Needs", num: true }, { label: "Free", num: true }, { label: "Fits" }],
+      title: `${detailLabel("vae_encode", "predictions")} (before running)`,
+      columns: [column("predictions.strategy"), column("predictions.needed_bytes", true), column("predictions.free_bytes", true), column("predictions.fits")],
       rows: predictions.map((p) => ({ cells: [String(p.strategy ?? "?"), formatBytes(p.needed_bytes), formatBytes(p.free_bytes), yesNo(p.fits)], title: p.free_bytes_unknown_reason ?? undefined })),
     });
   }

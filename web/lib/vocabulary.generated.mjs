@@ -1557,6 +1557,1985 @@ export const DEEP_PROFILE_FIELDS = {
  }
 };
 
+/** @typedef {{label: string, unit?: string | null, description: string, repeated?: string, fields?: Record<string, DetailInfo>}} DetailInfo */
+/** Each kind's declared details (monitors/<kind>/details.py): labels of the card's rows and columns. @type {Record<string, DetailInfo>} */
+export const DETAILS = {
+ "lora": {
+  "label": "lora details",
+  "description": "what the LoRA monitor found: its loaders with their files and key coverage, each side's patch hops and weights, the objects handed on, and the memory over the loaders' spans",
+  "fields": {
+   "loaders": {
+    "label": "loaders",
+    "description": "the LoRA loader nodes upstream of the monitor, in graph order",
+    "repeated": "list",
+    "fields": {
+     "node_id": {
+      "label": "node",
+      "unit": null,
+      "description": "the loader's node id"
+     },
+     "class_type": {
+      "label": "node class",
+      "unit": null,
+      "description": "the loader's class"
+     },
+     "title": {
+      "label": "title",
+      "unit": null,
+      "description": "the loader's title in the workflow"
+     },
+     "lora_name": {
+      "label": "LoRA",
+      "unit": null,
+      "description": "the file the loader names"
+     },
+     "strength_model": {
+      "label": "strength model",
+      "unit": null,
+      "description": "strength on the model"
+     },
+     "strength_clip": {
+      "label": "strength clip",
+      "unit": null,
+      "description": "strength on the text encoder"
+     },
+     "has_clip_input": {
+      "label": "has CLIP input",
+      "unit": null,
+      "description": "whether the loader takes a CLIP"
+     },
+     "skipped": {
+      "label": "skipped",
+      "unit": null,
+      "description": "both strengths 0 or no file: the loader patches nothing"
+     },
+     "on_model_path": {
+      "label": "on the model path",
+      "unit": null,
+      "description": "the loader feeds the monitor's MODEL"
+     },
+     "on_clip_path": {
+      "label": "on the CLIP path",
+      "unit": null,
+      "description": "the loader feeds the monitor's CLIP"
+     },
+     "model_hop_index": {
+      "label": "model hop",
+      "unit": null,
+      "description": "index of its patch hop in details.model.hops"
+     },
+     "clip_hop_index": {
+      "label": "clip hop",
+      "unit": null,
+      "description": "index of its patch hop in details.clip.hops"
+     },
+     "model_hop_consistent": {
+      "label": "model hop consistent",
+      "unit": null,
+      "description": "its hop patches what its file holds"
+     },
+     "clip_hop_consistent": {
+      "label": "clip hop consistent",
+      "unit": null,
+      "description": "its hop patches what its file holds"
+     },
+     "file": {
+      "label": "file",
+      "description": "the LoRA file as read from its safetensors header (no tensor loaded)",
+      "fields": {
+       "name": {
+        "label": "file",
+        "unit": null,
+        "description": "the file name the loader names"
+       },
+       "path": {
+        "label": "path",
+        "unit": null,
+        "description": "where the file was found; null when not found"
+       },
+       "exists": {
+        "label": "found",
+        "unit": null,
+        "description": "whether the file was found"
+       },
+       "size_bytes": {
+        "label": "file size",
+        "unit": "bytes",
+        "description": "size of the file on disk"
+       },
+       "n_tensors": {
+        "label": "tensors",
+        "unit": "count",
+        "description": "tensors in the file's header"
+       },
+       "format": {
+        "label": "format",
+        "unit": null,
+        "description": "the key naming of the file (kohya, diffusers, peft...)"
+       },
+       "network": {
+        "label": "network",
+        "description": "what the file's metadata says of its training (ss_* keys)",
+        "fields": {
+         "base_model_name": {
+          "label": "trained for",
+          "unit": null,
+          "description": "the base model the LoRA was trained on"
+         },
+         "base_model": {
+          "label": "base model",
+          "unit": null,
+          "description": "the base model version the metadata names"
+         },
+         "module": {
+          "label": "network",
+          "unit": null,
+          "description": "the network module that trained it"
+         }
+        }
+       }
+      }
+     },
+     "coverage": {
+      "label": "coverage",
+      "description": "which file keys ComfyUI's key map places on the model's weights",
+      "fields": {
+       "computed": {
+        "label": "coverage computed",
+        "unit": null,
+        "description": "false when the key map could not be run (reason)"
+       },
+       "n_file_keys": {
+        "label": "file keys",
+        "unit": "count",
+        "description": "LoRA keys in the file"
+       },
+       "n_matched_keys": {
+        "label": "matched keys",
+        "unit": "count",
+        "description": "file keys placed on a weight"
+       },
+       "n_unmatched_keys": {
+        "label": "unmatched keys",
+        "unit": "count",
+        "description": "file keys placed on no weight"
+       },
+       "matched_pct": {
+        "label": "matched",
+        "unit": "pct",
+        "description": "matched keys over file keys"
+       },
+       "unmatched_keys": {
+        "label": "unmatched key names",
+        "unit": null,
+        "description": "the unmatched keys (first ones)"
+       },
+       "unmatched_truncated": {
+        "label": "unmatched names cut",
+        "unit": null,
+        "description": "true when not every unmatched key is listed"
+       }
+      }
+     },
+     "profile": {
+      "label": "loader profile",
+      "description": "the loader's node row (nodes[]); null when it did not run",
+      "fields": {
+       "node_id": {
+        "label": "node",
+        "unit": null,
+        "description": "the node's id in the prompt"
+       },
+       "class_type": {
+        "label": "node class",
+        "unit": null,
+        "description": "the node's class"
+       },
+       "status": {
+        "label": "status",
+        "unit": null,
+        "description": "executed, cached, error or interrupted"
+       },
+       "cached": {
+        "label": "cached",
+        "unit": null,
+        "description": "ComfyUI took the node's outputs from its cache"
+       },
+       "start_offset_s": {
+        "label": "start",
+        "unit": "s",
+        "description": "seconds after the prompt's start"
+       },
+       "duration_s": {
+        "label": "node time",
+        "unit": "s",
+        "description": "ComfyUI progress hook, node start to finish"
+       },
+       "peak_rss_bytes": {
+        "label": "peak RSS",
+        "unit": "bytes",
+        "description": "the process's highest RSS while the node ran, its baseline included (VmHWM reset at the node's start)"
+       },
+       "peak_rss_method": {
+        "label": "peak RSS method",
+        "unit": null,
+        "description": "kernel_hwm (VmHWM, exact) or sampled (the sampler's highest tick)"
+       },
+       "rss_change_bytes": {
+        "label": "RSS change",
+        "unit": "bytes",
+        "description": "RSS at the node's end minus at its start"
+       },
+       "gpu_peaks": {
+        "label": "GPU peaks",
+        "description": "per device the node used: torch allocator peaks (reset at the node's start) and counters",
+        "repeated": "list",
+        "fields": {
+         "device": {
+          "label": "device",
+          "unit": null,
+          "description": "the torch device (cuda:0)"
+         },
+         "peak_allocated_bytes": {
+          "label": "GPU allocated peak",
+          "unit": "bytes",
+          "description": "highest memory held by tensors while the node ran; absolute: includes what other work left allocated"
+         },
+         "peak_reserved_bytes": {
+          "label": "GPU reserved peak",
+          "unit": "bytes",
+          "description": "highest memory reserved by the caching allocator while the node ran"
+         },
+         "peak_allocated_above_start_bytes": {
+          "label": "GPU allocated added",
+          "unit": "bytes",
+          "description": "allocated peak minus allocated at the node's start: what the node itself added"
+         },
+         "peak_reserved_above_start_bytes": {
+          "label": "GPU reserved added",
+          "unit": "bytes",
+          "description": "reserved peak minus reserved at the node's start"
+         },
+         "allocated_start_bytes": {
+          "label": "GPU allocated at start",
+          "unit": "bytes",
+          "description": "torch allocator counter of the device allocated at the node's start"
+         },
+         "allocated_end_bytes": {
+          "label": "GPU allocated at end",
+          "unit": "bytes",
+          "description": "torch allocator counter of the device allocated at the node's end"
+         },
+         "allocated_change_bytes": {
+          "label": "GPU allocated change",
+          "unit": "bytes",
+          "description": "end minus start"
+         },
+         "reserved_start_bytes": {
+          "label": "GPU reserved at start",
+          "unit": "bytes",
+          "description": "torch allocator counter of the device reserved at the node's start"
+         },
+         "reserved_end_bytes": {
+          "label": "GPU reserved at end",
+          "unit": "bytes",
+          "description": "torch allocator counter of the device reserved at the node's end"
+         },
+         "reserved_change_bytes": {
+          "label": "GPU reserved change",
+          "unit": "bytes",
+          "description": "end minus start"
+         },
+         "peak_allocated_at_s": {
+          "label": "GPU allocated peak time",
+          "unit": "s",
+          "description": "seconds after the node's start"
+         },
+         "peak_reserved_at_s": {
+          "label": "GPU reserved peak time",
+          "unit": "s",
+          "description": "seconds after the node's start"
+         }
+        }
+       },
+       "title": {
+        "label": "title",
+        "unit": null,
+        "description": "the node's title in the workflow"
+       },
+       "peak_rss_above_start_bytes": {
+        "label": "peak RSS above start",
+        "unit": "bytes",
+        "description": "peak RSS minus RSS at the node's start: what the node itself added (peak_rss_bytes is the process's, baseline included)"
+       },
+       "rss_start_bytes": {
+        "label": "RSS at start",
+        "unit": "bytes",
+        "description": "process RSS at the node's start"
+       },
+       "rss_end_bytes": {
+        "label": "RSS at end",
+        "unit": "bytes",
+        "description": "process RSS at the node's end"
+       },
+       "peak_rss_at_s": {
+        "label": "peak RSS time",
+        "unit": "s",
+        "description": "seconds after the node's start when the RSS peak was seen (kernel_hwm: when it was read)"
+       },
+       "gpu_time_s": {
+        "label": "GPU span",
+        "unit": "s",
+        "description": "GPU span (gpu_time_s) is the time between CUDA events recorded on the current stream of the current device when the node starts and ends: the node's span on that stream, idle time included. A node that waits for the GPU (a save, a loader that synchronises) gets its whole wall time; it also counts work queued before the node that was still running, and misses the node's kernels on other streams or devices. Wall time is when the host ran the node."
+       },
+       "gpu_time_unknown_reason": {
+        "label": "GPU span unknown",
+        "unit": null,
+        "description": "why gpu_time_s is null (no CUDA device in use, CUDA initialised during the node, events unreadable, read only at the prompt's end); null for cached nodes"
+       },
+       "gpu_busy_s": {
+        "label": "GPU busy",
+        "unit": "s",
+        "description": "GPU busy (gpu_busy_s) is the time a kernel ran on that device within the node's window, from NVML's utilization samples: an idle node shows about 0. It counts other processes' kernels on the same GPU, is good to about one sampling period (1/6 s to 1 s) at each end, and is unknown for a node shorter than that period."
+       },
+       "gpu_busy_unknown_reason": {
+        "label": "GPU busy unknown",
+        "unit": null,
+        "description": "why gpu_busy_s is null (the node shorter than NVML's sampling period, no NVML, no sample after the node yet, no CUDA device in use); null for cached nodes"
+       }
+      }
+     }
+    }
+   },
+   "model": {
+    "label": "model side",
+    "description": "the MODEL patches the loaders added, against the model before them; absent when not connected",
+    "fields": {
+     "analysed": {
+      "label": "analysed",
+      "unit": null,
+      "description": "false when the side could not be analysed"
+     },
+     "hops": {
+      "label": "patch hop",
+      "description": "one clone step of the patcher (one per stacked loader)",
+      "repeated": "list",
+      "fields": {
+       "totals": {
+        "label": "totals",
+        "description": "the hop's figures summed over its patched weights",
+        "fields": {
+         "n_keys": {
+          "label": "patched weights",
+          "unit": "count",
+          "description": "weights the hop patches"
+         },
+         "ranks": {
+          "label": "rank",
+          "unit": null,
+          "description": "the ranks of its patches"
+         },
+         "alphas": {
+          "label": "alpha",
+          "unit": null,
+          "description": "the alphas of its patches"
+         },
+         "n_not_applied": {
+          "label": "patches not applied",
+          "unit": "count",
+          "description": "patches ComfyUI queues but never applies"
+         },
+         "relative_change": {
+          "label": "change of |W|",
+          "unit": "fraction",
+          "description": "change norm over the base weights' norm"
+         },
+         "delta_norm": {
+          "label": "change norm",
+          "unit": null,
+          "description": "Frobenius norm of the weight change"
+         },
+         "patch_bytes": {
+          "label": "patch size",
+          "unit": "bytes",
+          "description": "memory held by the hop's patches"
+         }
+        }
+       },
+       "by_block": {
+        "label": "per block",
+        "unit": null,
+        "description": "per model block: delta_norm and relative_change"
+       }
+      }
+     },
+     "overall": {
+      "label": "overall",
+      "description": "the side's patches over all hops",
+      "fields": {
+       "weights": {
+        "label": "weight",
+        "description": "one row per patched weight, largest change first",
+        "repeated": "list",
+        "fields": {
+         "key": {
+          "label": "weight",
+          "unit": null,
+          "description": "the weight's state-dict key"
+         },
+         "relative_change": {
+          "label": "change",
+          "unit": "fraction",
+          "description": "change norm over the weight's norm"
+         },
+         "delta_norm": {
+          "label": "change norm",
+          "unit": null,
+          "description": "Frobenius norm of the weight's change"
+         },
+         "applied": {
+          "label": "applied",
+          "unit": null,
+          "description": "whether ComfyUI applies the weight's patches"
+         },
+         "shape_before": {
+          "label": "original shape",
+          "unit": null,
+          "description": "state-dict tensor shape in the base module"
+         },
+         "shape_after": {
+          "label": "modified shape",
+          "unit": null,
+          "description": "state-dict tensor shape in the module going out"
+         },
+         "n_patches": {
+          "label": "patch count",
+          "unit": "count",
+          "description": "len(patches[key]) of the patcher going out"
+         }
+        }
+       }
+      }
+     }
+    }
+   },
+   "clip": {
+    "label": "clip side",
+    "description": "the CLIP patches the loaders added, against the clip before them; absent when not connected",
+    "fields": {
+     "analysed": {
+      "label": "analysed",
+      "unit": null,
+      "description": "false when the side could not be analysed"
+     },
+     "hops": {
+      "label": "patch hop",
+      "description": "one clone step of the patcher (one per stacked loader)",
+      "repeated": "list",
+      "fields": {
+       "totals": {
+        "label": "totals",
+        "description": "the hop's figures summed over its patched weights",
+        "fields": {
+         "n_keys": {
+          "label": "patched weights",
+          "unit": "count",
+          "description": "weights the hop patches"
+         },
+         "ranks": {
+          "label": "rank",
+          "unit": null,
+          "description": "the ranks of its patches"
+         },
+         "alphas": {
+          "label": "alpha",
+          "unit": null,
+          "description": "the alphas of its patches"
+         },
+         "n_not_applied": {
+          "label": "patches not applied",
+          "unit": "count",
+          "description": "patches ComfyUI queues but never applies"
+         },
+         "relative_change": {
+          "label": "change of |W|",
+          "unit": "fraction",
+          "description": "change norm over the base weights' norm"
+         },
+         "delta_norm": {
+          "label": "change norm",
+          "unit": null,
+          "description": "Frobenius norm of the weight change"
+         },
+         "patch_bytes": {
+          "label": "patch size",
+          "unit": "bytes",
+          "description": "memory held by the hop's patches"
+         }
+        }
+       },
+       "by_block": {
+        "label": "per block",
+        "unit": null,
+        "description": "per model block: delta_norm and relative_change"
+       }
+      }
+     },
+     "overall": {
+      "label": "overall",
+      "description": "the side's patches over all hops",
+      "fields": {
+       "weights": {
+        "label": "weight",
+        "description": "one row per patched weight, largest change first",
+        "repeated": "list",
+        "fields": {
+         "key": {
+          "label": "weight",
+          "unit": null,
+          "description": "the weight's state-dict key"
+         },
+         "relative_change": {
+          "label": "change",
+          "unit": "fraction",
+          "description": "change norm over the weight's norm"
+         },
+         "delta_norm": {
+          "label": "change norm",
+          "unit": null,
+          "description": "Frobenius norm of the weight's change"
+         },
+         "applied": {
+          "label": "applied",
+          "unit": null,
+          "description": "whether ComfyUI applies the weight's patches"
+         },
+         "shape_before": {
+          "label": "original shape",
+          "unit": null,
+          "description": "state-dict tensor shape in the base module"
+         },
+         "shape_after": {
+          "label": "modified shape",
+          "unit": null,
+          "description": "state-dict tensor shape in the module going out"
+         },
+         "n_patches": {
+          "label": "patch count",
+          "unit": "count",
+          "description": "len(patches[key]) of the patcher going out"
+         }
+        }
+       }
+      }
+     }
+    }
+   },
+   "returned": {
+    "label": "returned",
+    "description": "the objects the node hands on",
+    "fields": {
+     "model_object_id": {
+      "label": "MODEL returned",
+      "unit": null,
+      "description": "id() of the MODEL the node hands on"
+     },
+     "clip_object_id": {
+      "label": "CLIP returned",
+      "unit": null,
+      "description": "id() of the CLIP the node hands on"
+     },
+     "n_models": {
+      "label": "models returned",
+      "unit": "count",
+      "description": "MODEL objects handed on"
+     },
+     "unknown_reason": {
+      "label": "returned unknown",
+      "unit": null,
+      "description": "why the ids are null"
+     }
+    }
+   },
+   "exceptions": {
+    "label": "exceptions",
+    "unit": null,
+    "description": "exceptions the analysis caught, with their traceback (bounded)"
+   },
+   "n_exceptions": {
+    "label": "exceptions caught",
+    "unit": "count",
+    "description": "exceptions the analysis caught, listed or not"
+   },
+   "memory": {
+    "label": "memory",
+    "unit": null,
+    "description": "the memory picture (monitors.span.memory_picture): per figure its start, end, change and peak with its time; null with memory_unknown_reason"
+   },
+   "memory_unknown_reason": {
+    "label": "memory unknown",
+    "unit": null,
+    "description": "why memory is null, e.g. the upstream nodes were cached and did not run this prompt"
+   },
+   "memory_scope": {
+    "label": "memory scope",
+    "description": "which upstream nodes the memory picture covers",
+    "fields": {
+     "upstream_node_ids": {
+      "label": "upstream nodes",
+      "unit": null,
+      "description": "the nodes the monitor looked at"
+     },
+     "measured_node_ids": {
+      "label": "measured nodes",
+      "unit": null,
+      "description": "the nodes whose spans the picture merges"
+     },
+     "not_run_node_ids": {
+      "label": "nodes not run",
+      "unit": null,
+      "description": "upstream nodes that did not run (cached)"
+     }
+    }
+   },
+   "traceback": {
+    "label": "traceback",
+    "unit": null,
+    "description": "the error of a monitor that failed outright (its last characters)"
+   }
+  }
+ },
+ "conditioning": {
+  "label": "conditioning details",
+  "description": "what the conditioning monitor found: each side's entries, encoders and prompt texts, their comparison, the CLIP and the MODEL, the encode nodes' cost and the memory over their spans",
+  "fields": {
+   "positive": {
+    "label": "positive side",
+    "description": "the positive conditioning: its entries, its encoders and their prompt texts",
+    "fields": {
+     "connected": {
+      "label": "connected",
+      "unit": null,
+      "description": "false when nothing feeds the side"
+     },
+     "shape": {
+      "label": "conditioning shape",
+      "unit": null,
+      "description": "shape of the first entry"
+     },
+     "dtype": {
+      "label": "conditioning dtype",
+      "unit": null,
+      "description": "dtype of the first entry"
+     },
+     "device": {
+      "label": "conditioning device",
+      "unit": null,
+      "description": "device of the first entry"
+     },
+     "entries": {
+      "label": "entries",
+      "description": "one row per conditioning entry (tensor and its extras)",
+      "repeated": "list",
+      "fields": {
+       "index": {
+        "label": "#",
+        "unit": null,
+        "description": "the entry's place in the conditioning list"
+       },
+       "shape": {
+        "label": "shape",
+        "unit": null,
+        "description": "the entry tensor's shape"
+       },
+       "min": {
+        "label": "min",
+        "unit": null,
+        "description": "smallest value"
+       },
+       "max": {
+        "label": "max",
+        "unit": null,
+        "description": "largest value"
+       },
+       "mean": {
+        "label": "mean",
+        "unit": null,
+        "description": "mean value"
+       },
+       "std": {
+        "label": "std",
+        "unit": null,
+        "description": "standard deviation"
+       },
+       "n_nan": {
+        "label": "NaN",
+        "unit": "count",
+        "description": "NaN values"
+       },
+       "n_inf": {
+        "label": "Inf",
+        "unit": "count",
+        "description": "infinite values"
+       },
+       "n_elements": {
+        "label": "conditioning elements",
+        "unit": "count",
+        "description": "numel"
+       }
+      }
+     },
+     "encoders": {
+      "label": "encoders",
+      "description": "the text encode nodes feeding the side",
+      "repeated": "list",
+      "fields": {
+       "node_id": {
+        "label": "encoder node",
+        "unit": null,
+        "description": "the encode node's id"
+       },
+       "class_type": {
+        "label": "encoder class",
+        "unit": null,
+        "description": "the encode node's class"
+       },
+       "texts": {
+        "label": "prompt texts",
+        "description": "the prompt texts found upstream of the encoder (traced through the graph)",
+        "repeated": "list",
+        "fields": {
+         "text": {
+          "label": "prompt text",
+          "unit": null,
+          "description": "the text (its first 2,000 characters)"
+         },
+         "text_truncated": {
+          "label": "text cut",
+          "unit": null,
+          "description": "true when the text is longer than what is kept"
+         },
+         "n_words": {
+          "label": "words",
+          "unit": "count",
+          "description": "words in the text"
+         },
+         "n_characters": {
+          "label": "characters",
+          "unit": "count",
+          "description": "characters in the text"
+         }
+        }
+       },
+       "profile": {
+        "label": "encoder profile",
+        "description": "the encode node's row (nodes[]); null when it has none",
+        "fields": {
+         "node_id": {
+          "label": "node",
+          "unit": null,
+          "description": "the node's id in the prompt"
+         },
+         "class_type": {
+          "label": "node class",
+          "unit": null,
+          "description": "the node's class"
+         },
+         "status": {
+          "label": "status",
+          "unit": null,
+          "description": "executed, cached, error or interrupted"
+         },
+         "cached": {
+          "label": "cached",
+          "unit": null,
+          "description": "ComfyUI took the node's outputs from its cache"
+         },
+         "start_offset_s": {
+          "label": "start",
+          "unit": "s",
+          "description": "seconds after the prompt's start"
+         },
+         "duration_s": {
+          "label": "node time",
+          "unit": "s",
+          "description": "ComfyUI progress hook, node start to finish"
+         },
+         "peak_rss_bytes": {
+          "label": "peak RSS",
+          "unit": "bytes",
+          "description": "the process's highest RSS while the node ran, its baseline included (VmHWM reset at the node's start)"
+         },
+         "peak_rss_method": {
+          "label": "peak RSS method",
+          "unit": null,
+          "description": "kernel_hwm (VmHWM, exact) or sampled (the sampler's highest tick)"
+         },
+         "rss_change_bytes": {
+          "label": "RSS change",
+          "unit": "bytes",
+          "description": "RSS at the node's end minus at its start"
+         },
+         "gpu_peaks": {
+          "label": "GPU peaks",
+          "description": "per device the node used: torch allocator peaks (reset at the node's start) and counters",
+          "repeated": "list",
+          "fields": {
+           "device": {
+            "label": "device",
+            "unit": null,
+            "description": "the torch device (cuda:0)"
+           },
+           "peak_allocated_bytes": {
+            "label": "GPU allocated peak",
+            "unit": "bytes",
+            "description": "highest memory held by tensors while the node ran; absolute: includes what other work left allocated"
+           },
+           "peak_reserved_bytes": {
+            "label": "GPU reserved peak",
+            "unit": "bytes",
+            "description": "highest memory reserved by the caching allocator while the node ran"
+           },
+           "peak_allocated_above_start_bytes": {
+            "label": "GPU allocated added",
+            "unit": "bytes",
+            "description": "allocated peak minus allocated at the node's start: what the node itself added"
+           },
+           "peak_reserved_above_start_bytes": {
+            "label": "GPU reserved added",
+            "unit": "bytes",
+            "description": "reserved peak minus reserved at the node's start"
+           },
+           "allocated_start_bytes": {
+            "label": "GPU allocated at start",
+            "unit": "bytes",
+            "description": "torch allocator counter of the device allocated at the node's start"
+           },
+           "allocated_end_bytes": {
+            "label": "GPU allocated at end",
+            "unit": "bytes",
+            "description": "torch allocator counter of the device allocated at the node's end"
+           },
+           "allocated_change_bytes": {
+            "label": "GPU allocated change",
+            "unit": "bytes",
+            "description": "end minus start"
+           },
+           "reserved_start_bytes": {
+            "label": "GPU reserved at start",
+            "unit": "bytes",
+            "description": "torch allocator counter of the device reserved at the node's start"
+           },
+           "reserved_end_bytes": {
+            "label": "GPU reserved at end",
+            "unit": "bytes",
+            "description": "torch allocator counter of the device reserved at the node's end"
+           },
+           "reserved_change_bytes": {
+            "label": "GPU reserved change",
+            "unit": "bytes",
+            "description": "end minus start"
+           },
+           "peak_allocated_at_s": {
+            "label": "GPU allocated peak time",
+            "unit": "s",
+            "description": "seconds after the node's start"
+           },
+           "peak_reserved_at_s": {
+            "label": "GPU reserved peak time",
+            "unit": "s",
+            "description": "seconds after the node's start"
+           }
+          }
+         },
+         "title": {
+          "label": "title",
+          "unit": null,
+          "description": "the node's title in the workflow"
+         },
+         "peak_rss_above_start_bytes": {
+          "label": "peak RSS above start",
+          "unit": "bytes",
+          "description": "peak RSS minus RSS at the node's start: what the node itself added (peak_rss_bytes is the process's, baseline included)"
+         },
+         "rss_start_bytes": {
+          "label": "RSS at start",
+          "unit": "bytes",
+          "description": "process RSS at the node's start"
+         },
+         "rss_end_bytes": {
+          "label": "RSS at end",
+          "unit": "bytes",
+          "description": "process RSS at the node's end"
+         },
+         "peak_rss_at_s": {
+          "label": "peak RSS time",
+          "unit": "s",
+          "description": "seconds after the node's start when the RSS peak was seen (kernel_hwm: when it was read)"
+         },
+         "gpu_time_s": {
+          "label": "GPU span",
+          "unit": "s",
+          "description": "GPU span (gpu_time_s) is the time between CUDA events recorded on the current stream of the current device when the node starts and ends: the node's span on that stream, idle time included. A node that waits for the GPU (a save, a loader that synchronises) gets its whole wall time; it also counts work queued before the node that was still running, and misses the node's kernels on other streams or devices. Wall time is when the host ran the node."
+         },
+         "gpu_time_unknown_reason": {
+          "label": "GPU span unknown",
+          "unit": null,
+          "description": "why gpu_time_s is null (no CUDA device in use, CUDA initialised during the node, events unreadable, read only at the prompt's end); null for cached nodes"
+         },
+         "gpu_busy_s": {
+          "label": "GPU busy",
+          "unit": "s",
+          "description": "GPU busy (gpu_busy_s) is the time a kernel ran on that device within the node's window, from NVML's utilization samples: an idle node shows about 0. It counts other processes' kernels on the same GPU, is good to about one sampling period (1/6 s to 1 s) at each end, and is unknown for a node shorter than that period."
+         },
+         "gpu_busy_unknown_reason": {
+          "label": "GPU busy unknown",
+          "unit": null,
+          "description": "why gpu_busy_s is null (the node shorter than NVML's sampling period, no NVML, no sample after the node yet, no CUDA device in use); null for cached nodes"
+         }
+        }
+       }
+      }
+     }
+    }
+   },
+   "negative": {
+    "label": "negative side",
+    "description": "the negative conditioning: its entries, its encoders and their prompt texts",
+    "fields": {
+     "connected": {
+      "label": "connected",
+      "unit": null,
+      "description": "false when nothing feeds the side"
+     },
+     "shape": {
+      "label": "conditioning shape",
+      "unit": null,
+      "description": "shape of the first entry"
+     },
+     "dtype": {
+      "label": "conditioning dtype",
+      "unit": null,
+      "description": "dtype of the first entry"
+     },
+     "device": {
+      "label": "conditioning device",
+      "unit": null,
+      "description": "device of the first entry"
+     },
+     "entries": {
+      "label": "entries",
+      "description": "one row per conditioning entry (tensor and its extras)",
+      "repeated": "list",
+      "fields": {
+       "index": {
+        "label": "#",
+        "unit": null,
+        "description": "the entry's place in the conditioning list"
+       },
+       "shape": {
+        "label": "shape",
+        "unit": null,
+        "description": "the entry tensor's shape"
+       },
+       "min": {
+        "label": "min",
+        "unit": null,
+        "description": "smallest value"
+       },
+       "max": {
+        "label": "max",
+        "unit": null,
+        "description": "largest value"
+       },
+       "mean": {
+        "label": "mean",
+        "unit": null,
+        "description": "mean value"
+       },
+       "std": {
+        "label": "std",
+        "unit": null,
+        "description": "standard deviation"
+       },
+       "n_nan": {
+        "label": "NaN",
+        "unit": "count",
+        "description": "NaN values"
+       },
+       "n_inf": {
+        "label": "Inf",
+        "unit": "count",
+        "description": "infinite values"
+       },
+       "n_elements": {
+        "label": "conditioning elements",
+        "unit": "count",
+        "description": "numel"
+       }
+      }
+     },
+     "encoders": {
+      "label": "encoders",
+      "description": "the text encode nodes feeding the side",
+      "repeated": "list",
+      "fields": {
+       "node_id": {
+        "label": "encoder node",
+        "unit": null,
+        "description": "the encode node's id"
+       },
+       "class_type": {
+        "label": "encoder class",
+        "unit": null,
+        "description": "the encode node's class"
+       },
+       "texts": {
+        "label": "prompt texts",
+        "description": "the prompt texts found upstream of the encoder (traced through the graph)",
+        "repeated": "list",
+        "fields": {
+         "text": {
+          "label": "prompt text",
+          "unit": null,
+          "description": "the text (its first 2,000 characters)"
+         },
+         "text_truncated": {
+          "label": "text cut",
+          "unit": null,
+          "description": "true when the text is longer than what is kept"
+         },
+         "n_words": {
+          "label": "words",
+          "unit": "count",
+          "description": "words in the text"
+         },
+         "n_characters": {
+          "label": "characters",
+          "unit": "count",
+          "description": "characters in the text"
+         }
+        }
+       },
+       "profile": {
+        "label": "encoder profile",
+        "description": "the encode node's row (nodes[]); null when it has none",
+        "fields": {
+         "node_id": {
+          "label": "node",
+          "unit": null,
+          "description": "the node's id in the prompt"
+         },
+         "class_type": {
+          "label": "node class",
+          "unit": null,
+          "description": "the node's class"
+         },
+         "status": {
+          "label": "status",
+          "unit": null,
+          "description": "executed, cached, error or interrupted"
+         },
+         "cached": {
+          "label": "cached",
+          "unit": null,
+          "description": "ComfyUI took the node's outputs from its cache"
+         },
+         "start_offset_s": {
+          "label": "start",
+          "unit": "s",
+          "description": "seconds after the prompt's start"
+         },
+         "duration_s": {
+          "label": "node time",
+          "unit": "s",
+          "description": "ComfyUI progress hook, node start to finish"
+         },
+         "peak_rss_bytes": {
+          "label": "peak RSS",
+          "unit": "bytes",
+          "description": "the process's highest RSS while the node ran, its baseline included (VmHWM reset at the node's start)"
+         },
+         "peak_rss_method": {
+          "label": "peak RSS method",
+          "unit": null,
+          "description": "kernel_hwm (VmHWM, exact) or sampled (the sampler's highest tick)"
+         },
+         "rss_change_bytes": {
+          "label": "RSS change",
+          "unit": "bytes",
+          "description": "RSS at the node's end minus at its start"
+         },
+         "gpu_peaks": {
+          "label": "GPU peaks",
+          "description": "per device the node used: torch allocator peaks (reset at the node's start) and counters",
+          "repeated": "list",
+          "fields": {
+           "device": {
+            "label": "device",
+            "unit": null,
+            "description": "the torch device (cuda:0)"
+           },
+           "peak_allocated_bytes": {
+            "label": "GPU allocated peak",
+            "unit": "bytes",
+            "description": "highest memory held by tensors while the node ran; absolute: includes what other work left allocated"
+           },
+           "peak_reserved_bytes": {
+            "label": "GPU reserved peak",
+            "unit": "bytes",
+            "description": "highest memory reserved by the caching allocator while the node ran"
+           },
+           "peak_allocated_above_start_bytes": {
+            "label": "GPU allocated added",
+            "unit": "bytes",
+            "description": "allocated peak minus allocated at the node's start: what the node itself added"
+           },
+           "peak_reserved_above_start_bytes": {
+            "label": "GPU reserved added",
+            "unit": "bytes",
+            "description": "reserved peak minus reserved at the node's start"
+           },
+           "allocated_start_bytes": {
+            "label": "GPU allocated at start",
+            "unit": "bytes",
+            "description": "torch allocator counter of the device allocated at the node's start"
+           },
+           "allocated_end_bytes": {
+            "label": "GPU allocated at end",
+            "unit": "bytes",
+            "description": "torch allocator counter of the device allocated at the node's end"
+           },
+           "allocated_change_bytes": {
+            "label": "GPU allocated change",
+            "unit": "bytes",
+            "description": "end minus start"
+           },
+           "reserved_start_bytes": {
+            "label": "GPU reserved at start",
+            "unit": "bytes",
+            "description": "torch allocator counter of the device reserved at the node's start"
+           },
+           "reserved_end_bytes": {
+            "label": "GPU reserved at end",
+            "unit": "bytes",
+            "description": "torch allocator counter of the device reserved at the node's end"
+           },
+           "reserved_change_bytes": {
+            "label": "GPU reserved change",
+            "unit": "bytes",
+            "description": "end minus start"
+           },
+           "peak_allocated_at_s": {
+            "label": "GPU allocated peak time",
+            "unit": "s",
+            "description": "seconds after the node's start"
+           },
+           "peak_reserved_at_s": {
+            "label": "GPU reserved peak time",
+            "unit": "s",
+            "description": "seconds after the node's start"
+           }
+          }
+         },
+         "title": {
+          "label": "title",
+          "unit": null,
+          "description": "the node's title in the workflow"
+         },
+         "peak_rss_above_start_bytes": {
+          "label": "peak RSS above start",
+          "unit": "bytes",
+          "description": "peak RSS minus RSS at the node's start: what the node itself added (peak_rss_bytes is the process's, baseline included)"
+         },
+         "rss_start_bytes": {
+          "label": "RSS at start",
+          "unit": "bytes",
+          "description": "process RSS at the node's start"
+         },
+         "rss_end_bytes": {
+          "label": "RSS at end",
+          "unit": "bytes",
+          "description": "process RSS at the node's end"
+         },
+         "peak_rss_at_s": {
+          "label": "peak RSS time",
+          "unit": "s",
+          "description": "seconds after the node's start when the RSS peak was seen (kernel_hwm: when it was read)"
+         },
+         "gpu_time_s": {
+          "label": "GPU span",
+          "unit": "s",
+          "description": "GPU span (gpu_time_s) is the time between CUDA events recorded on the current stream of the current device when the node starts and ends: the node's span on that stream, idle time included. A node that waits for the GPU (a save, a loader that synchronises) gets its whole wall time; it also counts work queued before the node that was still running, and misses the node's kernels on other streams or devices. Wall time is when the host ran the node."
+         },
+         "gpu_time_unknown_reason": {
+          "label": "GPU span unknown",
+          "unit": null,
+          "description": "why gpu_time_s is null (no CUDA device in use, CUDA initialised during the node, events unreadable, read only at the prompt's end); null for cached nodes"
+         },
+         "gpu_busy_s": {
+          "label": "GPU busy",
+          "unit": "s",
+          "description": "GPU busy (gpu_busy_s) is the time a kernel ran on that device within the node's window, from NVML's utilization samples: an idle node shows about 0. It counts other processes' kernels on the same GPU, is good to about one sampling period (1/6 s to 1 s) at each end, and is unknown for a node shorter than that period."
+         },
+         "gpu_busy_unknown_reason": {
+          "label": "GPU busy unknown",
+          "unit": null,
+          "description": "why gpu_busy_s is null (the node shorter than NVML's sampling period, no NVML, no sample after the node yet, no CUDA device in use); null for cached nodes"
+         }
+        }
+       }
+      }
+     }
+    }
+   },
+   "comparison": {
+    "label": "comparison",
+    "unit": null,
+    "description": "the two sides' figures side by side; null without both"
+   },
+   "clip": {
+    "label": "CLIP",
+    "description": "the CLIP input: the object description (class, device, dtype, size, patches); null when not connected",
+    "fields": {
+     "object_id": {
+      "label": "CLIP id",
+      "unit": null,
+      "description": "Python id() of the CLIP"
+     },
+     "class": {
+      "label": "CLIP class",
+      "unit": null,
+      "description": "type name"
+     },
+     "device": {
+      "label": "CLIP device",
+      "unit": null,
+      "description": "module device"
+     },
+     "n_patches": {
+      "label": "CLIP patch count",
+      "unit": "count",
+      "description": "patches on its patcher"
+     },
+     "patches_uuid": {
+      "label": "CLIP patches UUID",
+      "unit": null,
+      "description": "its patcher's patches UUID"
+     }
+    }
+   },
+   "encode": {
+    "label": "encode",
+    "description": "the encode nodes' time and memory, and the memory budget",
+    "fields": {
+     "total_s": {
+      "label": "encode time (all)",
+      "unit": "s",
+      "description": "sum over encode nodes"
+     },
+     "encoders": {
+      "label": "encode",
+      "description": "per encode node: its time and memory from its node row",
+      "repeated": "list",
+      "fields": {
+       "duration_s": {
+        "label": "encoder time",
+        "unit": "s",
+        "description": "its node row's time"
+       },
+       "memory_above_start_bytes": {
+        "label": "encoder memory added",
+        "unit": "bytes",
+        "description": "GPU allocated peak above start, else RSS peak above start"
+       },
+       "rss_change_bytes": {
+        "label": "encoder RSS change",
+        "unit": "bytes",
+        "description": "its node row's RSS change"
+       },
+       "peak_rss_at_s": {
+        "label": "encoder RSS peak time",
+        "unit": "s",
+        "description": "its node row's peak RSS time"
+       },
+       "gpu_allocated_change_bytes": {
+        "label": "encoder GPU allocated change",
+        "unit": "bytes",
+        "description": "its node row's GPU change"
+       }
+      }
+     },
+     "memory_budget": {
+      "label": "memory budget",
+      "description": "the budget the monitor was given for the encode",
+      "fields": {
+       "budget_bytes": {
+        "label": "memory budget",
+        "unit": "bytes",
+        "description": "input"
+       }
+      }
+     }
+    }
+   },
+   "diffusion_model": {
+    "label": "diffusion model",
+    "description": "the MODEL input, when connected",
+    "fields": {
+     "object_id": {
+      "label": "diffusion model id",
+      "unit": null,
+      "description": "MODEL input"
+     },
+     "class": {
+      "label": "diffusion model class",
+      "unit": null,
+      "description": "MODEL input"
+     },
+     "device": {
+      "label": "diffusion model device",
+      "unit": null,
+      "description": "MODEL input"
+     }
+    }
+   },
+   "memory": {
+    "label": "memory",
+    "unit": null,
+    "description": "the memory picture (monitors.span.memory_picture): per figure its start, end, change and peak with its time; null with memory_unknown_reason"
+   },
+   "memory_unknown_reason": {
+    "label": "memory unknown",
+    "unit": null,
+    "description": "why memory is null, e.g. the upstream nodes were cached and did not run this prompt"
+   },
+   "memory_scope": {
+    "label": "memory scope",
+    "description": "which upstream nodes the memory picture covers",
+    "fields": {
+     "upstream_node_ids": {
+      "label": "upstream nodes",
+      "unit": null,
+      "description": "the nodes the monitor looked at"
+     },
+     "measured_node_ids": {
+      "label": "measured nodes",
+      "unit": null,
+      "description": "the nodes whose spans the picture merges"
+     },
+     "not_run_node_ids": {
+      "label": "nodes not run",
+      "unit": null,
+      "description": "upstream nodes that did not run (cached)"
+     }
+    }
+   },
+   "traceback": {
+    "label": "traceback",
+    "unit": null,
+    "description": "the error of a monitor that failed outright (its last characters)"
+   }
+  }
+ },
+ "vae_encode": {
+  "label": "vae_encode details",
+  "description": "what the VAE encode chain did: each attempt with its outcome, the predictions made before running, the tile settings, the input and the latent, the memory over the step's span",
+  "fields": {
+   "attempts": {
+    "label": "attempts",
+    "description": "each strategy the chain tried, in order",
+    "repeated": "list",
+    "fields": {
+     "strategy": {
+      "label": "strategy",
+      "unit": null,
+      "description": "direct, tiled, cpu or dummy"
+     },
+     "outcome": {
+      "label": "outcome",
+      "unit": null,
+      "description": "ok, oom, error or skipped"
+     },
+     "reason": {
+      "label": "reason",
+      "unit": null,
+      "description": "why it was skipped"
+     },
+     "error_type": {
+      "label": "error",
+      "unit": null,
+      "description": "the exception's type"
+     },
+     "error_message": {
+      "label": "error message",
+      "unit": null,
+      "description": "the exception's text"
+     },
+     "duration_s": {
+      "label": "time",
+      "unit": "s",
+      "description": "wall time of the attempt"
+     },
+     "peaks": {
+      "label": "peak",
+      "unit": null,
+      "description": "per metric (rss, GPU allocated/reserved) its highest value and when"
+     },
+     "prediction": {
+      "label": "prediction",
+      "description": "what was predicted before the attempt ran",
+      "fields": {
+       "strategy": {
+        "label": "strategy",
+        "unit": null,
+        "description": "the strategy predicted (direct, tiled, cpu)"
+       },
+       "device": {
+        "label": "device",
+        "unit": null,
+        "description": "the device it would run on"
+       },
+       "estimate_bytes": {
+        "label": "estimate",
+        "unit": "bytes",
+        "description": "the VAE's own estimate for the activations (memory_used_encode)"
+       },
+       "weights_to_load_bytes": {
+        "label": "weights to load",
+        "unit": "bytes",
+        "description": "VAE weights not yet on that device"
+       },
+       "needed_bytes": {
+        "label": "needs",
+        "unit": "bytes",
+        "description": "weights to load + the (calibrated) estimate"
+       },
+       "free_bytes": {
+        "label": "free",
+        "unit": "bytes",
+        "description": "free memory on the device before encoding"
+       },
+       "fits": {
+        "label": "fits",
+        "unit": null,
+        "description": "needs at most free; null when either is unknown"
+       },
+       "estimate_bytes_unknown_reason": {
+        "label": "estimate unknown",
+        "unit": null,
+        "description": "why estimate_bytes is null"
+       },
+       "weights_to_load_bytes_unknown_reason": {
+        "label": "weights unknown",
+        "unit": null,
+        "description": "why weights_to_load_bytes is null"
+       },
+       "free_bytes_unknown_reason": {
+        "label": "free unknown",
+        "unit": null,
+        "description": "why free_bytes is null"
+       },
+       "calibration_ratio": {
+        "label": "calibration",
+        "unit": "ratio",
+        "description": "largest measured / estimated of earlier attempts"
+       },
+       "calibration_margin": {
+        "label": "calibration margin",
+        "unit": null,
+        "description": "the factor put on the calibration ratio"
+       },
+       "calibrated_estimate_bytes": {
+        "label": "calibrated estimate",
+        "unit": "bytes",
+        "description": "estimate x ratio x margin"
+       },
+       "calibration_source": {
+        "label": "calibrated from",
+        "unit": null,
+        "description": "which earlier attempts calibrated the estimate"
+       },
+       "calibration_unknown_reason": {
+        "label": "not calibrated",
+        "unit": null,
+        "description": "why the raw estimate was used"
+       },
+       "calibration_lower_bound_ratio": {
+        "label": "lower bound",
+        "unit": "ratio",
+        "description": "at least this x the estimate: earlier attempts ran out of memory (a bound, never a measurement)"
+       },
+       "free_memory_manager": {
+        "label": "memory manager",
+        "unit": null,
+        "description": "ComfyUI's manager read: dynamic or estimate-based"
+       },
+       "free_memory_source": {
+        "label": "free memory source",
+        "unit": null,
+        "description": "how free_bytes was made (per-process cap, reserve...)"
+       }
+      }
+     },
+     "prediction_held": {
+      "label": "prediction held",
+      "unit": null,
+      "description": "the attempt's outcome agrees with its prediction"
+     },
+     "cleanup_reclaimed_bytes": {
+      "label": "cleanup reclaimed",
+      "unit": "bytes",
+      "description": "memory freed by the cleanup after it failed"
+     },
+     "notes": {
+      "label": "notes",
+      "unit": null,
+      "description": "log lines seen during the attempt that matter"
+     },
+     "memory_snapshot": {
+      "label": "memory snapshot",
+      "unit": null,
+      "description": "what was loaded when it ran out of memory"
+     },
+     "caught_by_comfyui": {
+      "label": "caught by ComfyUI",
+      "unit": null,
+      "description": "ComfyUI's encode caught this out-of-memory and retried tiled itself"
+     }
+    }
+   },
+   "predictions": {
+    "label": "predictions",
+    "description": "per strategy, the prediction made before running",
+    "repeated": "map",
+    "fields": {
+     "strategy": {
+      "label": "strategy",
+      "unit": null,
+      "description": "the strategy predicted (direct, tiled, cpu)"
+     },
+     "device": {
+      "label": "device",
+      "unit": null,
+      "description": "the device it would run on"
+     },
+     "estimate_bytes": {
+      "label": "estimate",
+      "unit": "bytes",
+      "description": "the VAE's own estimate for the activations (memory_used_encode)"
+     },
+     "weights_to_load_bytes": {
+      "label": "weights to load",
+      "unit": "bytes",
+      "description": "VAE weights not yet on that device"
+     },
+     "needed_bytes": {
+      "label": "needs",
+      "unit": "bytes",
+      "description": "weights to load + the (calibrated) estimate"
+     },
+     "free_bytes": {
+      "label": "free",
+      "unit": "bytes",
+      "description": "free memory on the device before encoding"
+     },
+     "fits": {
+      "label": "fits",
+      "unit": null,
+      "description": "needs at most free; null when either is unknown"
+     },
+     "estimate_bytes_unknown_reason": {
+      "label": "estimate unknown",
+      "unit": null,
+      "description": "why estimate_bytes is null"
+     },
+     "weights_to_load_bytes_unknown_reason": {
+      "label": "weights unknown",
+      "unit": null,
+      "description": "why weights_to_load_bytes is null"
+     },
+     "free_bytes_unknown_reason": {
+      "label": "free unknown",
+      "unit": null,
+      "description": "why free_bytes is null"
+     },
+     "calibration_ratio": {
+      "label": "calibration",
+      "unit": "ratio",
+      "description": "largest measured / estimated of earlier attempts"
+     },
+     "calibration_margin": {
+      "label": "calibration margin",
+      "unit": null,
+      "description": "the factor put on the calibration ratio"
+     },
+     "calibrated_estimate_bytes": {
+      "label": "calibrated estimate",
+      "unit": "bytes",
+      "description": "estimate x ratio x margin"
+     },
+     "calibration_source": {
+      "label": "calibrated from",
+      "unit": null,
+      "description": "which earlier attempts calibrated the estimate"
+     },
+     "calibration_unknown_reason": {
+      "label": "not calibrated",
+      "unit": null,
+      "description": "why the raw estimate was used"
+     },
+     "calibration_lower_bound_ratio": {
+      "label": "lower bound",
+      "unit": "ratio",
+      "description": "at least this x the estimate: earlier attempts ran out of memory (a bound, never a measurement)"
+     },
+     "free_memory_manager": {
+      "label": "memory manager",
+      "unit": null,
+      "description": "ComfyUI's manager read: dynamic or estimate-based"
+     },
+     "free_memory_source": {
+      "label": "free memory source",
+      "unit": null,
+      "description": "how free_bytes was made (per-process cap, reserve...)"
+     }
+    }
+   },
+   "tiles": {
+    "label": "tiles",
+    "description": "the tile settings a tiled attempt uses (pixels)",
+    "fields": {
+     "tile_size": {
+      "label": "tile size",
+      "unit": null,
+      "description": "tile side in pixels"
+     },
+     "overlap": {
+      "label": "overlap",
+      "unit": null,
+      "description": "tile overlap in pixels"
+     },
+     "temporal_size": {
+      "label": "temporal tile",
+      "unit": null,
+      "description": "frames per temporal tile; null: no temporal tiling"
+     },
+     "temporal_overlap": {
+      "label": "temporal overlap",
+      "unit": null,
+      "description": "frames of temporal overlap"
+     },
+     "source": {
+      "label": "tile settings from",
+      "unit": null,
+      "description": "where the figures came from (inputs, ComfyUI's retry)"
+     }
+    }
+   },
+   "allow_dummy": {
+    "label": "dummy allowed",
+    "unit": null,
+    "description": "a zero latent may be made when every strategy failed"
+   },
+   "pixels": {
+    "label": "input",
+    "description": "the image tensor encoded (statistics)",
+    "fields": {
+     "shape": {
+      "label": "shape",
+      "unit": null,
+      "description": "the tensor's shape"
+     },
+     "dtype": {
+      "label": "dtype",
+      "unit": null,
+      "description": "the tensor's dtype"
+     },
+     "device": {
+      "label": "device",
+      "unit": null,
+      "description": "the tensor's device"
+     },
+     "bytes": {
+      "label": "size",
+      "unit": null,
+      "description": "the tensor's size in bytes"
+     },
+     "n_elements": {
+      "label": "element count",
+      "unit": "count",
+      "description": "numel"
+     }
+    }
+   },
+   "latent": {
+    "label": "latent",
+    "description": "the latent made (statistics); null when none was",
+    "fields": {
+     "shape": {
+      "label": "shape",
+      "unit": null,
+      "description": "the tensor's shape"
+     },
+     "dtype": {
+      "label": "dtype",
+      "unit": null,
+      "description": "the tensor's dtype"
+     },
+     "device": {
+      "label": "device",
+      "unit": null,
+      "description": "the tensor's device"
+     },
+     "bytes": {
+      "label": "size",
+      "unit": null,
+      "description": "the tensor's size in bytes"
+     },
+     "n_elements": {
+      "label": "element count",
+      "unit": "count",
+      "description": "numel"
+     }
+    }
+   },
+   "vae": {
+    "label": "VAE",
+    "unit": null,
+    "description": "the VAE object: class, device, dtype, size, patches"
+   },
+   "device": {
+    "label": "device",
+    "unit": null,
+    "description": "the device the chain ran on"
+   },
+   "span": {
+    "label": "span",
+    "unit": null,
+    "description": "the step's span: its full readings (see span)"
+   },
+   "memory": {
+    "label": "memory",
+    "unit": null,
+    "description": "the memory picture of the step's span (monitors.span.memory_picture); null without a span"
+   },
+   "throughput_unknown_reason": {
+    "label": "throughput unknown",
+    "unit": null,
+    "description": "why frames_per_s and input_mb_per_s are null"
+   },
+   "free_memory_unknown_reason": {
+    "label": "free memory unknown",
+    "unit": null,
+    "description": "on the CPU: why free memory is not read"
+   },
+   "system_available_memory": {
+    "label": "system available memory",
+    "description": "on the CPU: system RAM available before and after the encode",
+    "fields": {
+     "before_bytes": {
+      "label": "available before",
+      "unit": "bytes",
+      "description": "system RAM available before"
+     },
+     "after_bytes": {
+      "label": "available after",
+      "unit": "bytes",
+      "description": "system RAM available after"
+     },
+     "change_bytes": {
+      "label": "available change",
+      "unit": "bytes",
+      "description": "after minus before"
+     },
+     "note": {
+      "label": "note",
+      "unit": null,
+      "description": "system-wide: includes every other process"
+     }
+    }
+   },
+   "traceback": {
+    "label": "traceback",
+    "unit": null,
+    "description": "the error of a monitor that failed outright (its last characters)"
+   }
+  }
+ }
+};
+
+/** A node row's declared figures (monitors/detail_fields.py), its GPU peaks under gpu_peaks. @type {DetailInfo} */
+export const NODE_FIELDS = {
+ "label": "node row",
+ "description": "one row per node the prompt ran or took from the cache: cheap figures only (process RSS and torch allocator counters)",
+ "repeated": "list",
+ "fields": {
+  "node_id": {
+   "label": "node",
+   "unit": null,
+   "description": "the node's id in the prompt"
+  },
+  "class_type": {
+   "label": "node class",
+   "unit": null,
+   "description": "the node's class"
+  },
+  "status": {
+   "label": "status",
+   "unit": null,
+   "description": "executed, cached, error or interrupted"
+  },
+  "cached": {
+   "label": "cached",
+   "unit": null,
+   "description": "ComfyUI took the node's outputs from its cache"
+  },
+  "start_offset_s": {
+   "label": "start",
+   "unit": "s",
+   "description": "seconds after the prompt's start"
+  },
+  "duration_s": {
+   "label": "node time",
+   "unit": "s",
+   "description": "ComfyUI progress hook, node start to finish"
+  },
+  "peak_rss_bytes": {
+   "label": "peak RSS",
+   "unit": "bytes",
+   "description": "the process's highest RSS while the node ran, its baseline included (VmHWM reset at the node's start)"
+  },
+  "peak_rss_method": {
+   "label": "peak RSS method",
+   "unit": null,
+   "description": "kernel_hwm (VmHWM, exact) or sampled (the sampler's highest tick)"
+  },
+  "rss_change_bytes": {
+   "label": "RSS change",
+   "unit": "bytes",
+   "description": "RSS at the node's end minus at its start"
+  },
+  "gpu_peaks": {
+   "label": "GPU peaks",
+   "description": "per device the node used: torch allocator peaks (reset at the node's start) and counters",
+   "repeated": "list",
+   "fields": {
+    "device": {
+     "label": "device",
+     "unit": null,
+     "description": "the torch device (cuda:0)"
+    },
+    "peak_allocated_bytes": {
+     "label": "GPU allocated peak",
+     "unit": "bytes",
+     "description": "highest memory held by tensors while the node ran; absolute: includes what other work left allocated"
+    },
+    "peak_reserved_bytes": {
+     "label": "GPU reserved peak",
+     "unit": "bytes",
+     "description": "highest memory reserved by the caching allocator while the node ran"
+    },
+    "peak_allocated_above_start_bytes": {
+     "label": "GPU allocated added",
+     "unit": "bytes",
+     "description": "allocated peak minus allocated at the node's start: what the node itself added"
+    },
+    "peak_reserved_above_start_bytes": {
+     "label": "GPU reserved added",
+     "unit": "bytes",
+     "description": "reserved peak minus reserved at the node's start"
+    },
+    "allocated_start_bytes": {
+     "label": "GPU allocated at start",
+     "unit": "bytes",
+     "description": "torch allocator counter of the device allocated at the node's start"
+    },
+    "allocated_end_bytes": {
+     "label": "GPU allocated at end",
+     "unit": "bytes",
+     "description": "torch allocator counter of the device allocated at the node's end"
+    },
+    "allocated_change_bytes": {
+     "label": "GPU allocated change",
+     "unit": "bytes",
+     "description": "end minus start"
+    },
+    "reserved_start_bytes": {
+     "label": "GPU reserved at start",
+     "unit": "bytes",
+     "description": "torch allocator counter of the device reserved at the node's start"
+    },
+    "reserved_end_bytes": {
+     "label": "GPU reserved at end",
+     "unit": "bytes",
+     "description": "torch allocator counter of the device reserved at the node's end"
+    },
+    "reserved_change_bytes": {
+     "label": "GPU reserved change",
+     "unit": "bytes",
+     "description": "end minus start"
+    },
+    "peak_allocated_at_s": {
+     "label": "GPU allocated peak time",
+     "unit": "s",
+     "description": "seconds after the node's start"
+    },
+    "peak_reserved_at_s": {
+     "label": "GPU reserved peak time",
+     "unit": "s",
+     "description": "seconds after the node's start"
+    }
+   }
+  },
+  "title": {
+   "label": "title",
+   "unit": null,
+   "description": "the node's title in the workflow"
+  },
+  "peak_rss_above_start_bytes": {
+   "label": "peak RSS above start",
+   "unit": "bytes",
+   "description": "peak RSS minus RSS at the node's start: what the node itself added (peak_rss_bytes is the process's, baseline included)"
+  },
+  "rss_start_bytes": {
+   "label": "RSS at start",
+   "unit": "bytes",
+   "description": "process RSS at the node's start"
+  },
+  "rss_end_bytes": {
+   "label": "RSS at end",
+   "unit": "bytes",
+   "description": "process RSS at the node's end"
+  },
+  "peak_rss_at_s": {
+   "label": "peak RSS time",
+   "unit": "s",
+   "description": "seconds after the node's start when the RSS peak was seen (kernel_hwm: when it was read)"
+  },
+  "gpu_time_s": {
+   "label": "GPU span",
+   "unit": "s",
+   "description": "GPU span (gpu_time_s) is the time between CUDA events recorded on the current stream of the current device when the node starts and ends: the node's span on that stream, idle time included. A node that waits for the GPU (a save, a loader that synchronises) gets its whole wall time; it also counts work queued before the node that was still running, and misses the node's kernels on other streams or devices. Wall time is when the host ran the node."
+  },
+  "gpu_time_unknown_reason": {
+   "label": "GPU span unknown",
+   "unit": null,
+   "description": "why gpu_time_s is null (no CUDA device in use, CUDA initialised during the node, events unreadable, read only at the prompt's end); null for cached nodes"
+  },
+  "gpu_busy_s": {
+   "label": "GPU busy",
+   "unit": "s",
+   "description": "GPU busy (gpu_busy_s) is the time a kernel ran on that device within the node's window, from NVML's utilization samples: an idle node shows about 0. It counts other processes' kernels on the same GPU, is good to about one sampling period (1/6 s to 1 s) at each end, and is unknown for a node shorter than that period."
+  },
+  "gpu_busy_unknown_reason": {
+   "label": "GPU busy unknown",
+   "unit": null,
+   "description": "why gpu_busy_s is null (the node shorter than NVML's sampling period, no NVML, no sample after the node yet, no CUDA device in use); null for cached nodes"
+  }
+ }
+};
+
 /** A node row's GPU figures: column label and what each measures (monitors/vocabulary/memory_rows.py NODE_GPU_FIGURES). @type {Record<string, {label: string, description: string}>} */
 export const NODE_GPU_FIGURES = {
  "gpu_time_s": {
