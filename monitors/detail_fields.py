@@ -42,6 +42,9 @@ class DetailGroup:
     repeated: str | None = None
     nullable: bool = True
     open: bool = False
+    # Where the same keys are described already: a node row ("nodes[]"), or a sibling declared the
+    # same way ("positive"). The metrics reference gives the group one row that points there.
+    same_as: str | None = None
 
     def __post_init__(self):
         if self.repeated not in REPEATS:
@@ -83,7 +86,9 @@ class DetailGroup:
         objects are `name[]`, a map's `name.<name>`."""
         for f in self.fields:
             path = f"{prefix}{f.name}"
-            if isinstance(f, DetailGroup):
+            if isinstance(f, DetailGroup) and f.same_as:
+                yield path, f.label, SummaryField(f.name, f.label, None, f"{f.description}: as {f.same_as}", "object")
+            elif isinstance(f, DetailGroup):
                 below = {"list": f"{path}[].", "map": f"{path}.<name>."}.get(f.repeated, f"{path}.")
                 yield from f.leaves(below)
             else:

@@ -31,8 +31,9 @@ _ENCODER = DetailGroup(
         DetailGroup(
             "profile",
             "encoder profile",
-            "the encode node's row (nodes[]); null when it has none",
+            "the encode node's row; null when it has none",
             NODE_ROW.fields,
+            same_as="nodes[]",
         ),
     ),
     repeated="list",
@@ -58,7 +59,7 @@ _ENTRY = DetailGroup(
 )
 
 
-def _side(name: str) -> DetailGroup:
+def _side(name: str, same_as: str | None = None) -> DetailGroup:
     return DetailGroup(
         name,
         f"{name} side",
@@ -73,6 +74,7 @@ def _side(name: str) -> DetailGroup:
         ),
         nullable=False,
         open=True,
+        same_as=same_as,
     )
 
 
@@ -109,7 +111,7 @@ CONDITIONING_DETAILS = details_of(
     "conditioning",
     (
         _side("positive"),
-        _side("negative"),
+        _side("negative", same_as="positive"),
         F(
             "comparison",
             "comparison",

@@ -97,8 +97,9 @@ _LOADER = DetailGroup(
         DetailGroup(
             "profile",
             "loader profile",
-            "the loader's node row (nodes[]); null when it did not run",
+            "the loader's node row; null when it did not run",
             NODE_ROW.fields,
+            same_as="nodes[]",
         ),
     ),
     repeated="list",
@@ -160,7 +161,7 @@ _HOP = DetailGroup(
 )
 
 
-def _side(name: str) -> DetailGroup:
+def _side(name: str, same_as: str | None = None) -> DetailGroup:
     return DetailGroup(
         name,
         f"{name} side",
@@ -171,6 +172,7 @@ def _side(name: str) -> DetailGroup:
             DetailGroup("overall", "overall", "the side's patches over all hops", (_WEIGHT,), open=True),
         ),
         open=True,
+        same_as=same_as,
     )
 
 
@@ -179,7 +181,7 @@ LORA_DETAILS = details_of(
     (
         _LOADER,
         _side("model"),
-        _side("clip"),
+        _side("clip", same_as="model"),
         DetailGroup(
             "returned",
             "returned",

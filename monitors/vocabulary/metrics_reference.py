@@ -1,31 +1,35 @@
 """`docs/metrics-reference.md`: every figure the specification documents name, where it is in a
 report (JSON path), its unit and how it is measured.
 
-The step summaries' rows are generated from the vocabulary declaration (monitors/<kind>/summary.py);
-the figures outside summaries (run span, node rows, step details, usage statistics) are the
-hand-written rows of reference_run_rows.py, reference_detail_rows.py and reference_session_rows.py
-(one Figure each, reference_figure.py). `python -m monitors.vocabulary.generated_files --write` regenerates the document with the
-schema; a unit test checks that every path named here appears in reports the test suite builds.
+The rows are derived from the declarations: the step summaries' (monitors/<kind>/summary.py), the
+declared details' (monitors/<kind>/details.py), the node rows' (monitors/detail_fields.py) and the
+deep profile's; the memory pictures' from their layout (reference_figure.py). Only the run's own
+figures (reference_run_rows.py), the findings (reference_detail_rows.py), the profiling session's
+and the usage statistics (reference_session_rows.py) are hand-written rows. `python -m
+monitors.vocabulary.generated_files --write` regenerates the document with the schema; a unit test
+checks that every path named here appears in reports the test suite builds.
 
-Path syntax: `steps[kind=K]` is the step of kind K, `[]` any element of a list, `usage.` the dict of
-`get_usage_statistics()` (not a run report).
+Path syntax: `steps[kind=K]` is the step of kind K, `[]` any element of a list, `*` any key of a
+mapping (one entry per strategy...), `usage.` the dict of `get_usage_statistics()` (not a run
+report).
 """
 
 from __future__ import annotations
 
 import os
 
+from ..detail_fields import NODE_ROW, TRACEBACK
 from .reference_detail_rows import DETAIL_FIGURES
 from .reference_figure import SPECS, Figure
-from .reference_run_rows import RUN_AND_NODE_FIGURES
+from .reference_run_rows import RUN_FIGURES
 from .reference_session_rows import SESSION_AND_USAGE_FIGURES
-from .registry import registry
+from .registry import details_registry, registry
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC_PATH = os.path.join(REPO_ROOT, "docs", "metrics-reference.md")
 
 # the figures outside the summaries, in the document's order
-HAND_WRITTEN: tuple[Figure, ...] = (*RUN_AND_NODE_FIGURES, *DETAIL_FIGURES, *SESSION_AND_USAGE_FIGURES)
+HAND_WRITTEN: tuple[Figure, ...] = (*RUN_FIGURES, *DETAIL_FIGURES, *SESSION_AND_USAGE_FIGURES)
 
 SPEC_OF_KIND = {
     "vae_encode": "VAE",
@@ -65,8 +69,38 @@ def deep_profile_figures() -> list[Figure]:
     return rows
 
 
+def _gpu_only(path: str) -> bool:
+    return "gpu" in path.lower()
+
+
+def _declared_rows(group, base: str, spec: str, prefix: str = "") -> list[Figure]:
+    """One row per declared figure below `group`, at `base` + its path (maps as `*`)."""
+    rows = []
+    for path, label, field in group.leaves():
+        if field is TRACEBACK:
+            continue  # the error of a monitor that failed outright, in no successful report
+        path = path.replace("<name>", "*")
+        figure = label if label.startswith(prefix) else f"{prefix}{label}"
+        rows.append(Figure(figure, spec, f"{base}.{path}", field.unit, field.description, _gpu_only(path)))
+    return rows
+
+
+def node_figures() -> list[Figure]:
+    """The node rows' figures, from their declaration (monitors/detail_fields.py)."""
+    return _declared_rows(NODE_ROW, "nodes[]", "PROF", "node ")
+
+
+def detail_figures() -> dict[str, list[Figure]]:
+    """kind -> the rows of its declared details (monitors/<kind>/details.py)."""
+    return {
+        kind: _declared_rows(group, f"steps[kind={kind}].details", SPEC_OF_KIND.get(kind, "-"))
+        for kind, group in details_registry().items()
+    }
+
+
 def all_figures() -> list[Figure]:
-    return [*summary_figures(), *deep_profile_figures(), *HAND_WRITTEN]
+    details = [row for rows in detail_figures().values() for row in rows]
+    return [*summary_figures(), *deep_profile_figures(), *node_figures(), *details, *HAND_WRITTEN]
 
 
 def _cell(text) -> str:
@@ -89,8 +123,8 @@ def document_text() -> str:
         "",
         "Every figure the specification documents name: where it is in a report (JSON path), its unit,",
         "and how it is measured. Unknown values are `null` with a reason beside them, never -1.",
-        "Path syntax: `steps[kind=K]` is the step of kind K, `[]` any element of a list, `usage.` the",
-        "dict `get_usage_statistics()` returns (not a run report). Specifications: "
+        "Path syntax: `steps[kind=K]` is the step of kind K, `[]` any element of a list, `*` any key of",
+        "a mapping, `usage.` the dict `get_usage_statistics()` returns (not a run report). Specifications: "
         + ", ".join(f"{k} = {v}" for k, v in SPECS.items())
         + ".",
         "",
@@ -118,5 +152,8 @@ def document_text() -> str:
         *_table(deep_profile_figures()),
         "",
     ]
-    lines += ["## Outside the summaries", "", *_table(list(HAND_WRITTEN)), ""]
+    lines += ["## Node rows (from the declaration)", "", *_table(node_figures()), ""]
+    for kind, rows in detail_figures().items():
+        lines += [f"## {registry()[kind].title} details (`{kind}`, from the declaration)", "", *_table(rows), ""]
+    lines += ["## Run, memory pictures, profiling sessions and usage", "", *_table(list(HAND_WRITTEN)), ""]
     return "\n".join(lines)

@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from monitors import profiling as pm
 from monitors.conditioning.report import build_conditioning_step
@@ -26,6 +27,7 @@ from monitors.vae.chain import run_chain
 from monitors.vae.report import build_step as build_vae_step
 from monitors.vocabulary.metrics_reference import DOC_PATH, all_figures, document_text
 from tests.unit.test_lora_patches import Patcher, lora_patches, tiny_module
+from tests.unit.test_lora_step_decisions import Coverage, computed, one_loader_prompt, patched
 from tests.unit.test_step_builders import PROMPT
 from tests.unit.test_vae_chain import FakeVAE, options, pixels
 
@@ -45,7 +47,9 @@ def path_present(root, path: str) -> bool:
         key, filt = match.group("key"), match.group("filter")
         following = []
         for node in nodes:
-            if isinstance(node, dict) and key in node:
+            if isinstance(node, dict) and key == "*":  # any key of a mapping
+                following.extend(node.values())
+            elif isinstance(node, dict) and key in node:
                 following.append(node[key])
         if not following:
             return False
@@ -88,6 +92,19 @@ def _lora_step(recorder=None):
     )
 
 
+def _lora_file_step(tmp_path):
+    """A loader whose file is read and whose keys are placed: the file and coverage rows."""
+    path = tmp_path / "style.safetensors"
+    save_file(
+        {"lora_unet_a.lora_up.weight": torch.zeros(4, 2), "lora_unet_a.lora_down.weight": torch.zeros(2, 4)},
+        str(path),
+    )
+    coverage = Coverage(computed(6, 4))
+    return build_lora_step(
+        "9", one_loader_prompt(), patched(0.8), lora_path=lambda name: str(path), coverage=coverage
+    )
+
+
 @pytest.fixture
 def run_report(tmp_path):
     probes = fake_probes("1 GPU")
@@ -123,6 +140,9 @@ def run_report(tmp_path):
             "10", "pm_ref.safetensors", LIVE_VALUE, 1e-5, 1e-8, {"latent": latent}, directory=str(tmp_path)
         ),
         build_vae_step("5", run_chain(FakeVAE(video=True), pixels(9, 64, 64), options(probes=probes))),
+        _lora_file_step(tmp_path),
+        # on the CPU: the system's available memory instead of the device's free memory
+        build_vae_step("6", run_chain(FakeVAE(device="cpu"), pixels(1, 64, 64), options(probes=probes))),
     ]
     for step in steps:
         assert recorder.add_step(step)
@@ -173,6 +193,9 @@ def test_path_matching_is_strict():
     assert not path_present(report, "steps[kind=b].summary.x")
     assert not path_present(report, "steps[kind=a].summary.y")
     assert not path_present(report, "nodes[].gpu_peaks[].device")
+    mapping = {"predictions": {"direct": {"fits": None}, "tiled": {}}}
+    assert path_present(mapping, "predictions.*.fits")
+    assert not path_present(mapping, "predictions.*.needs")
 
 
 def test_document_is_generated_and_names_every_figure():

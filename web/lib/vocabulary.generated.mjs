@@ -1739,7 +1739,7 @@ export const DETAILS = {
      },
      "profile": {
       "label": "loader profile",
-      "description": "the loader's node row (nodes[]); null when it did not run",
+      "description": "the loader's node row; null when it did not run",
       "fields": {
        "node_id": {
         "label": "node",
@@ -2329,7 +2329,7 @@ export const DETAILS = {
        },
        "profile": {
         "label": "encoder profile",
-        "description": "the encode node's row (nodes[]); null when it has none",
+        "description": "the encode node's row; null when it has none",
         "fields": {
          "node_id": {
           "label": "node",
@@ -2619,7 +2619,7 @@ export const DETAILS = {
        },
        "profile": {
         "label": "encoder profile",
-        "description": "the encode node's row (nodes[]); null when it has none",
+        "description": "the encode node's row; null when it has none",
         "fields": {
          "node_id": {
           "label": "node",
