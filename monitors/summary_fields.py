@@ -32,6 +32,9 @@ class SummaryField:
     process_wide: bool = False
     # the values a string may take (a node row's status); None: any
     choices: tuple[str, ...] | None = None
+    # Where the builder takes the figure from, for a summary assembled from its declaration: a
+    # dotted path in the analysis it summarises (a LoRA side's "overall.totals.n_keys").
+    source: str | None = None
 
     def __post_init__(self):
         if self.unit is not None and self.unit not in UNITS:
@@ -101,6 +104,7 @@ def sided(prefixes: tuple[str, ...], templates: tuple[SummaryField, ...], headli
                     t.json_type,
                     headline=name in headline,
                     nullable=t.nullable,
+                    source=t.source,
                 )
             )
     return tuple(out)

@@ -19,6 +19,7 @@ from .coverage import attribute_hops, loader_findings, merge_loaders, upstream_l
 from .file import lora_file_status
 from .side import analyse_side
 from .state_dicts import with_shared_state_dicts
+from .summary import SIDE_FIELDS, SIDES
 
 log = logging.getLogger(__name__)
 
@@ -324,18 +325,19 @@ def _sides(pairs, loaders, calculate, findings: list, errors: list, exceptions: 
 
 
 def _side_summary(summary: dict, sides: dict) -> None:
-    for kind in ("model", "clip"):
+    """Each side's declared figures (SIDE_FIELDS), each from its `source` in the side's analysis;
+    all None for a side not analysed or without patches."""
+    for kind in SIDES:
         side = sides.get(kind)
         totals = side["overall"]["totals"] if side and side.get("analysed") else {}
+        for field in SIDE_FIELDS:
+            if field.source is not None:
+                summary[f"{kind}_{field.name}"] = _at(side, field.source) if totals else None
         summary[f"{kind}_n_hops"] = len(side["hops"]) if totals else None
-        summary[f"{kind}_n_patch_keys_added"] = totals.get("n_keys")
-        summary[f"{kind}_delta_norm"] = totals.get("delta_norm")
-        summary[f"{kind}_delta_norm_partial"] = totals.get("delta_norm_partial")
-        summary[f"{kind}_n_patches_not_applied"] = totals.get("n_not_applied")
-        summary[f"{kind}_relative_change_ratio"] = totals.get("relative_change")
-        summary[f"{kind}_relative_change_partial"] = totals.get("relative_change_partial")
-        summary[f"{kind}_n_weights_relative_change"] = totals.get("n_with_relative_change")
-        summary[f"{kind}_patch_bytes"] = totals.get("patch_bytes")
-        modifications = side.get("weight_modifications", {}) if totals else {}
-        summary[f"{kind}_n_state_dict_keys_before"] = modifications.get("n_state_dict_keys_before")
-        summary[f"{kind}_n_state_dict_keys_after"] = modifications.get("n_state_dict_keys_after")
+
+
+def _at(value, path: str):
+    """The value at a dotted path of nested dicts; None where a key is missing."""
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value
