@@ -19,7 +19,7 @@ declared keys are the ones the panel and the reference read, and others may foll
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -362,3 +362,12 @@ def gpu_peak_key(name: str) -> str:
     if GPU_PEAK.key(name) is None:
         raise KeyError(f"GPU peaks declare no key {name!r}")
     return name
+
+
+def node_gpu_peak(node: Mapping, name: str = "peak_allocated_bytes") -> int | float | None:
+    """The highest value of a declared GPU-peak figure over a node row's devices (a row read back
+    from a report); None when no device reported it."""
+    key = gpu_peak_key(name)
+    values = [p.get(key) for p in node.get(GPU_PEAK.name) or () if isinstance(p, Mapping)]
+    values = [v for v in values if isinstance(v, (int, float))]
+    return max(values) if values else None

@@ -19,36 +19,46 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-NODE_COLUMNS = (
-    "node_id",
-    "class_type",
-    "title",
-    "status",
-    "cached",
-    "start_offset_s",
-    "duration_s",
-    "rss_start_bytes",
-    "rss_end_bytes",
-    "rss_change_bytes",
-    "peak_rss_bytes",
-    "peak_rss_above_start_bytes",
-    "peak_rss_at_s",
-    "peak_rss_method",
+from ..detail_fields import gpu_peak_key, node_key
+
+# Each name read through the node rows' declaration (monitors/detail_fields.py): a renamed figure
+# fails at import instead of leaving an empty column.
+NODE_COLUMNS = tuple(
+    node_key(name)
+    for name in (
+        "node_id",
+        "class_type",
+        "title",
+        "status",
+        "cached",
+        "start_offset_s",
+        "duration_s",
+        "rss_start_bytes",
+        "rss_end_bytes",
+        "rss_change_bytes",
+        "peak_rss_bytes",
+        "peak_rss_above_start_bytes",
+        "peak_rss_at_s",
+        "peak_rss_method",
+    )
 )
 # Per GPU of a node row, prefixed with the device (`cuda:0.peak_allocated_bytes`).
-NODE_GPU_COLUMNS = (
-    "allocated_start_bytes",
-    "allocated_end_bytes",
-    "allocated_change_bytes",
-    "peak_allocated_bytes",
-    "peak_allocated_above_start_bytes",
-    "peak_allocated_at_s",
-    "reserved_start_bytes",
-    "reserved_end_bytes",
-    "reserved_change_bytes",
-    "peak_reserved_bytes",
-    "peak_reserved_above_start_bytes",
-    "peak_reserved_at_s",
+NODE_GPU_COLUMNS = tuple(
+    gpu_peak_key(name)
+    for name in (
+        "allocated_start_bytes",
+        "allocated_end_bytes",
+        "allocated_change_bytes",
+        "peak_allocated_bytes",
+        "peak_allocated_above_start_bytes",
+        "peak_allocated_at_s",
+        "reserved_start_bytes",
+        "reserved_end_bytes",
+        "reserved_change_bytes",
+        "peak_reserved_bytes",
+        "peak_reserved_above_start_bytes",
+        "peak_reserved_at_s",
+    )
 )
 GENERATION_COLUMNS = (
     "index",

@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..detail_fields import node_gpu_peak
 from ..report import GPU_BUSY_CAVEAT, GPU_TIME_CAVEAT
 from ..vocabulary import formatting, registry
 from ..vocabulary.formatting import format_bytes, format_seconds
@@ -88,12 +89,6 @@ def _utc(unix_s: float | None) -> str:
 
 def node_label(node: Mapping) -> str:
     return f"#{node.get('node_id')} {node.get('title') or node.get('class_type') or ''}".strip()
-
-
-def node_gpu_peak(node: Mapping, key: str = "peak_allocated_bytes") -> int | None:
-    values = [p.get(key) for p in node.get("gpu_peaks") or []]
-    values = [v for v in values if v is not None]
-    return max(values) if values else None
 
 
 # -- charts ----------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ except ImportError as exc:  # pragma: no cover - installed with the pack's depen
 else:
     PROMETHEUS_MISSING = None
 
+from ..detail_fields import node_gpu_peak
 from ..probes import DETAIL_FULL
 from ..vocabulary.registry import key
 
@@ -239,7 +240,7 @@ class FleetMetrics:
                     self.nodes_cached.labels(class_type=label).inc()
                 elif _number(node.get("duration_s")) is not None:
                     self.node_duration.labels(class_type=label).observe(node["duration_s"])
-                gpu_peaks += [_number(p.get("peak_allocated_bytes")) for p in node.get("gpu_peaks") or []]
+                gpu_peaks.append(_number(node_gpu_peak(node)))
             peak_rss = _number((view.get("span") or {}).get("peak_rss_bytes"))
             if peak_rss is not None:
                 self.prompt_peak_rss.observe(peak_rss)

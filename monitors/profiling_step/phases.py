@@ -14,6 +14,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from ..detail_fields import node_gpu_peak
+
 
 @dataclass
 class _Phase:
@@ -116,12 +118,6 @@ def node_gpu_above_start(node: Mapping) -> int | None:
         for p in node.get("gpu_peaks") or []
         if isinstance(p, Mapping)
     ]
-    values = [v for v in values if isinstance(v, (int, float))]
-    return max(values) if values else None
-
-
-def node_gpu_peak(node: Mapping) -> int | None:
-    values = [p.get("peak_allocated_bytes") for p in node.get("gpu_peaks") or [] if isinstance(p, Mapping)]
     values = [v for v in values if isinstance(v, (int, float))]
     return max(values) if values else None
 
