@@ -270,7 +270,7 @@ NODE_ROW = DetailGroup(
     "one row per node the prompt ran or took from the cache: cheap figures only (process RSS and torch "
     "allocator counters)",
     (
-        F("node_id", "node", None, "the node's id in the prompt", "string", nullable=False),
+        F("node_id", "node id", None, "the node's id in the prompt", "string", nullable=False),
         F("class_type", "node class", None, "the node's class", "string"),
         F(
             "status",

@@ -66,7 +66,7 @@ _LOADER = DetailGroup(
     "loaders",
     "the LoRA loader nodes upstream of the monitor, in graph order",
     (
-        F("node_id", "node", None, "the loader's node id", "string"),
+        F("node_id", "loader node", None, "the loader's node id", "string"),
         F("class_type", "node class", None, "the loader's class", "string"),
         F("title", "title", None, "the loader's title in the workflow", "string"),
         F("lora_name", "LoRA", None, "the file the loader names", "string"),

@@ -1570,7 +1570,7 @@ export const DETAILS = {
     "repeated": "list",
     "fields": {
      "node_id": {
-      "label": "node",
+      "label": "loader node",
       "unit": null,
       "description": "the loader's node id"
      },
@@ -1742,7 +1742,7 @@ export const DETAILS = {
       "description": "the loader's node row; null when it did not run",
       "fields": {
        "node_id": {
-        "label": "node",
+        "label": "node id",
         "unit": null,
         "description": "the node's id in the prompt"
        },
@@ -2332,7 +2332,7 @@ export const DETAILS = {
         "description": "the encode node's row; null when it has none",
         "fields": {
          "node_id": {
-          "label": "node",
+          "label": "node id",
           "unit": null,
           "description": "the node's id in the prompt"
          },
@@ -2622,7 +2622,7 @@ export const DETAILS = {
         "description": "the encode node's row; null when it has none",
         "fields": {
          "node_id": {
-          "label": "node",
+          "label": "node id",
           "unit": null,
           "description": "the node's id in the prompt"
          },
@@ -3372,7 +3372,7 @@ export const NODE_FIELDS = {
  "repeated": "list",
  "fields": {
   "node_id": {
-   "label": "node",
+   "label": "node id",
    "unit": null,
    "description": "the node's id in the prompt"
   },
