@@ -331,9 +331,7 @@ def _side_summary(summary: dict, sides: dict) -> None:
         side = sides.get(kind)
         totals = side["overall"]["totals"] if side and side.get("analysed") else {}
         for field in SIDE_FIELDS:
-            if field.source is not None:
-                summary[f"{kind}_{field.name}"] = _at(side, field.source) if totals else None
-        summary[f"{kind}_n_hops"] = len(side["hops"]) if totals else None
+            summary[f"{kind}_{field.name}"] = _at(side, field.source) if totals else None
 
 
 def _at(value, path: str):

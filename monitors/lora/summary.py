@@ -7,7 +7,7 @@ from ..summary_fields import StepKindVocabulary, SummaryField, sided
 SIDES = ("model", "clip")
 
 # Each side's figures (model, clip): `source` is where monitors/lora/report.py takes each from, in
-# the side's analysis (monitors/lora/side.py); n_hops is the number of its hops.
+# the side's analysis (monitors/lora/side.py).
 SIDE_FIELDS = (
     SummaryField(
         "relative_change_ratio",
@@ -49,6 +49,7 @@ SIDE_FIELDS = (
         "count",
         "clone steps analysed (one per stacked loader)",
         "integer",
+        source="identity.n_hops",
     ),
     SummaryField(
         "delta_norm",

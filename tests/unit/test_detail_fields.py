@@ -120,3 +120,17 @@ def test_detail_key_names_a_declared_path():
     assert vocab.detail_key("lora", "loaders.file.size_bytes") == "size_bytes"
     with pytest.raises(KeyError):
         vocab.detail_key("lora", "loaders.file.size")
+
+
+def test_every_lora_side_figure_is_taken_from_a_key_of_the_side_analysis():
+    from monitors.lora.summary import SIDE_FIELDS
+
+    step = build_lora_step("9", {}, patched(1.0))
+    side = step.details["model"]
+    for field in SIDE_FIELDS:
+        value = side
+        for key in field.source.split("."):
+            assert isinstance(value, dict) and key in value, f"{field.name}: {field.source}"
+            value = value[key]
+        assert step.summary[f"model_{field.name}"] == value, field.name
+    assert step.summary["model_n_hops"] == len(side["hops"]) == 1
