@@ -62,16 +62,18 @@ def test_an_armed_prompt_is_deep_profiled_once_and_the_card_shows_it(page, serve
     assert any(s["kind"] == "deep_profile" for s in report["steps"])
     wait_armed(page, False)  # the run's announcement refreshed the button: the request is used up
     page.evaluate("window.__pipelineMonitor.show({name: 'runs'})")
-    row = page.locator(f'.pm-run-row[data-prompt-id="{deep_id}"]')
+    # the finished rows, not the running ones: a running row is replaced when its run's announcement
+    # comes, and a click on it (or a card opened under it) goes with it
+    row = page.locator(f'.pm-run-row[data-prompt-id="{deep_id}"]:not(.pm-running-row)')
     row.wait_for(timeout=15_000)
     assert "deep" in row.locator(".pm-badge").all_inner_texts()
     plain_id = queue_from_page(page, small_prompt(80))
     plain = wait_for_report(server, plain_id)
     assert not any(s["kind"] == "deep_profile" for s in plain["steps"])
-    plain_row = page.locator(f'.pm-run-row[data-prompt-id="{plain_id}"]')
+    plain_row = page.locator(f'.pm-run-row[data-prompt-id="{plain_id}"]:not(.pm-running-row)')
     plain_row.wait_for(timeout=15_000)
     assert "deep" not in plain_row.locator(".pm-badge").all_inner_texts()
-    page.click(f'.pm-run-row[data-prompt-id="{deep_id}"]')
+    row.click()
     card = page.locator(f'.pm-run[data-prompt-id="{deep_id}"] .pm-step[data-kind="deep_profile"]')
     card.wait_for(timeout=15_000)
     text = card.inner_text()

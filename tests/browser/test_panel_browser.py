@@ -161,7 +161,7 @@ def test_live_chart_is_fed_only_while_watching_and_paints(page, server, runs, sh
 
 def test_run_list_run_view_and_step_cards(page, runs, shots):
     first, second = runs
-    page.wait_for_selector(f'.pm-run-row[data-prompt-id="{second}"]', timeout=10_000)
+    page.wait_for_selector(f'.pm-run-row[data-prompt-id="{second}"]:not(.pm-running-row)', timeout=10_000)
     rows = page.eval_on_selector_all(".pm-run-row", "rows => rows.map((r) => r.dataset.promptId)")
     assert rows.index(second) < rows.index(first), "newest first"
     page.screenshot(path=str(shots / "3_runs.png"))

@@ -91,7 +91,7 @@ def two_runs(page, server):
         assert report["status"] == "success", report["error"]
         ids.append(prompt_id)
     page.evaluate("window.__pipelineMonitor.show({name: 'runs'})")
-    page.locator(f'.pm-run-row[data-prompt-id="{ids[1]}"]').wait_for(timeout=15_000)
+    page.locator(f'.pm-run-row[data-prompt-id="{ids[1]}"]:not(.pm-running-row)').wait_for(timeout=15_000)
     return ids
 
 
