@@ -75,7 +75,7 @@ def test_an_armed_prompt_is_deep_profiled_once_and_the_card_shows_it(page, serve
     assert "deep" not in plain_row.locator(".pm-badge").all_inner_texts()
     row.click()
     card = page.locator(f'.pm-run[data-prompt-id="{deep_id}"] .pm-step[data-kind="deep_profile"]')
-    card.wait_for(timeout=15_000)
+    card.wait_for(timeout=30_000)  # the run view fetches the run's report and its workflow's history
     text = card.inner_text()
     assert "Deep profile" in text and "Wall time vs host op time per node" in text
     assert "ImageInvert" in text and "Top ops per node (by host time)" in text
