@@ -171,7 +171,7 @@ def _batched_product_norms_sq(scalars: list[Scalar]) -> None:
     groups: dict[tuple, list[Scalar]] = {}
     for scalar in scalars:
         a, b = scalar.later[1]
-        key = (a.device, a.dtype, b.dtype, tuple(a.shape), tuple(b.shape))
+        key = (a.device, b.device, a.dtype, b.dtype, tuple(a.shape), tuple(b.shape))
         groups.setdefault(key, []).append(scalar)
     for (device, *_dtypes, a_shape, b_shape), group in groups.items():
         per_item = (a_shape[0] + b_shape[0]) * a_shape[1]
@@ -187,7 +187,7 @@ def _product_norms_of(batch: list[Scalar]) -> None:
     a0, b0 = batch[0].later[1]
     dtype = _product_dtype(a0, b0)
     a = torch.stack([s.later[1][0] for s in batch]).to(dtype)
-    b = torch.stack([s.later[1][1] for s in batch]).to(dtype)
+    b = torch.stack([s.later[1][1] for s in batch]).to(device=a.device, dtype=dtype)  # factors apart: up's
     left, right = a.transpose(1, 2) @ a, b.transpose(1, 2) @ b
     totals = _gram_trace(left, right)
     bounds = None if dtype == torch.float64 else _gram_error_bound(left, right, int(a0.shape[0]), int(b0.shape[0]))

@@ -172,3 +172,4 @@ def test_loha_keeps_float64_factors_in_float64():
 def test_frobenius_norm_of_float64_keeps_float64():
     tiny = 2.0**-40  # lost in float32
     assert norms.frobenius_norm(torch.tensor([1.0 + tiny], dtype=torch.float64)) == 1.0 + tiny
+
