@@ -145,3 +145,19 @@ def test_the_process_limit_probe_is_none_with_a_reason_when_torch_cannot_say():
     probes.torch.fail.add("process_limit")
     assert probes.gpu_process_limit(0) is None
     assert "fake failure in process_limit" in probes.failures()["torch.process_limit"]
+
+
+def test_a_cap_that_leaves_exactly_the_device_side_does_not_decide():
+    reading = usable_gpu_free(2 * GiB, ESTIMATE_BASED, 0, 0, capped(0.5, 6 * GiB), allocated_bytes=GiB)
+    assert reading.free_bytes == 2 * GiB and reading.process_limit_bytes == 3 * GiB
+    assert reading.capped_by_process_limit is False and "(the cap decides)" not in reading.source
+    assert (
+        usable_gpu_free(2 * GiB - 1, ESTIMATE_BASED, 0, 0, capped(0.5, 6 * GiB), GiB).free_bytes
+        == 2 * GiB - 1
+    )
+
+
+def test_a_reading_is_frozen():
+    reading = FreeMemory(1, DYNAMIC)
+    with pytest.raises(AttributeError):
+        reading.free_bytes = 2
