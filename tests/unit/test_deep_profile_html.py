@@ -1,4 +1,4 @@
-"""The deep profile's per-node tables in the HTML report (monitors/deep_profile/html_section.py)
+"""The deep profile's per-node tables in the HTML report (monitors/exporters/deep_profile_html.py, formerly deep_profile/html_section.py)
 and its start and finish in the profiling library (library.py), each on its own with fakes."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import dataclasses
 import types
 
 from monitors.deep_profile import library
-from monitors.deep_profile.html_section import deep_profile_html, esc
+from monitors.exporters.deep_profile_html import deep_profile_html, esc
 
 
 def step(rows, reasons=None):

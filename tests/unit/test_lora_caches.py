@@ -397,3 +397,33 @@ def test_entry_files_a_wrong_strength_anywhere_drops_all():
     a, b = lora_entry(strength=0.5), lora_entry(strength=0.3)
     pairs = hops("u0", "u1")
     assert entry_files(pairs, [{"w": [a], "v": [b]}], [(FILE_A, 0.5)]) == {}
+
+
+# -- LoRA file headers -------------------------------------------------------------------------
+
+
+def test_file_statuses_by_identity_copies_of_the_status_bounded():
+    statuses = caches.FileStatuses(max_files=2)
+    index = {"w": "tensor index"}
+    status = {"status": "ok", "keys": ["w"]}
+    assert statuses.get(None) is None and statuses.get(FILE_A) is None
+    statuses.put(FILE_A, status, index)
+    status["keys"].append("changed later")
+    found, found_index = statuses.get(FILE_A)
+    assert found == {"status": "ok", "keys": ["w"]} and found_index is index
+    found["keys"].append("changed by a caller")
+    assert statuses.get(FILE_A)[0] == {"status": "ok", "keys": ["w"]}
+    statuses.put(FILE_B, {"status": "error"}, None)  # an unreadable header is looked at again
+    statuses.put(None, {"status": "ok"}, {})
+    assert statuses.get(FILE_B) is None
+    statuses.put(FILE_B, {"status": "ok"}, {})
+    assert statuses.get(FILE_A) is not None  # A used: B is now the oldest
+    statuses.put(FILE_C, {"status": "ok"}, {})
+    assert (
+        statuses.get(FILE_B) is None and statuses.get(FILE_A) is not None and statuses.get(FILE_C) is not None
+    )
+    statuses.put(FILE_A, {"status": "again"}, {})  # put again: the newest
+    statuses.put(FILE_B, {"status": "ok"}, {})
+    assert statuses.get(FILE_C) is None and statuses.get(FILE_A)[0] == {"status": "again"}
+    statuses.clear()
+    assert statuses.get(FILE_A) is None

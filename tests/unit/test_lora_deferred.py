@@ -100,3 +100,30 @@ def test_a_batch_recomputes_only_what_it_must():
     resolve([root(loose), Expr([tight, plain], sum)])
     assert calls == [1.5]
     assert (loose.value, tight.value, plain.value) == (1.5, 2.0, 3.0)
+
+
+def test_scalars_computed_later_once_per_batch_and_function():
+    calls = []
+
+    def squares(scalars):
+        calls.append([s.later[1] for s in scalars])
+        for s in scalars:
+            s.tensor = torch.tensor(float(s.later[1][0] ** 2))
+
+    def cubes(scalars):
+        calls.append([s.later[1] for s in scalars])
+        for s in scalars:
+            s.tensor = torch.tensor(float(s.later[1][0] ** 3))
+
+    a, b, c = (
+        Scalar.computed_later(squares, 2),
+        Scalar.computed_later(squares, 3),
+        Scalar.computed_later(cubes, 2),
+    )
+    assert a.tensor is None and a.later == (squares, (2,))
+    resolve([root(a), Expr([b, c, scalar(1.0)], sum)])
+    assert calls == [[(2,), (3,)], [(2,)]]
+    assert (a.value, b.value, c.value) == (4.0, 9.0, 8.0)
+    assert a.later is None and b.later is None and c.later is None
+    resolve([root(a)])
+    assert len(calls) == 2  # resolved: not computed again
