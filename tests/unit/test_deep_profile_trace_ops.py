@@ -47,17 +47,17 @@ def test_host_rows_are_offsets_and_depths_under_the_nodes_range():
 
 def test_kernels_pair_with_their_op_or_range_by_stream():
     node = event(range_name("1", "A"), 100, 300)  # no id
-    op = event("aten::mm", 110, 130, node, id=2)  # no link: its own correlation
+    op = event("aten::mm", 110, 130, node, id=1)  # no link: its own correlation
     no_id = event("aten::add", 140, 150, node)
     ranged = event(range_name("2", "B"), 500, 600, id=9)
     kernels = [
-        event("k_op", 120, 125, device="CUDA", linked_correlation_id=2, device_resource_id=7, device_index=1),
+        event("k_op", 120, 125, device="CUDA", linked_correlation_id=1, device_resource_id=7, device_index=1),
         event(
             "k_index",
             126,
             128,
             device="CUDA",
-            linked_correlation_id=2,
+            linked_correlation_id=1,
             device_resource_id=None,
             device_index=2,
         ),
@@ -66,11 +66,11 @@ def test_kernels_pair_with_their_op_or_range_by_stream():
             129,
             130,
             device="CUDA",
-            linked_correlation_id=2,
+            linked_correlation_id=1,
             device_resource_id=None,
             device_index=None,
         ),
-        event("k_default", 131, 132, device="CUDA", linked_correlation_id=2),
+        event("k_default", 131, 132, device="CUDA", linked_correlation_id=1),
         event("k_range", 510, 520, device="CUDA", linked_correlation_id=9, device_index=0),
         event("k_unlinked", 140, 141, device="CUDA"),
     ]
@@ -88,11 +88,11 @@ def test_kernels_pair_with_their_op_or_range_by_stream():
 def test_the_cap_keeps_the_longest_in_node_then_start_order():
     host = [
         ["2", "h1", 5.0, 1.0, 1],
-        ["1", "h2", 9.0, 8.0, 1],
-        ["1", "h3", 1.0, 7.0, 1],
+        ["1", "h2", 9.0, 7.0, 1],
+        ["1", "h3", 1.0, 8.0, 1],
         ["1", "h0", 0.0, 0.5, 1],
     ]
-    device = [["2", "d1", 3.0, 9.0, 0], ["1", "d2", 4.0, 6.0, 0], ["1", "d3", 2.0, 5.0, 0]]
+    device = [["2", "d1", 3.0, 9.0, 0], ["1", "d2", 4.0, 5.0, 0], ["1", "d3", 2.0, 6.0, 0]]
     kept_host, kept_device, dropped = capped(host, device, 6)
     assert [r[1] for r in kept_host] == ["h3", "h2", "h1"] and dropped == 1
     assert [r[1] for r in kept_device] == ["d3", "d2", "d1"]
@@ -126,6 +126,7 @@ def test_trace_events_exact_times_lanes_and_malformed_rows_skipped():
         "host": [
             ["1", "aten::mm", 10.12345, 5.55555, 1],
             ["1", "late", 990.0, 50.0, 2],
+            ["1", "tiny", 0.0, 0.00051, 1],
             ["9", "no span", 0.0, 1.0, 1],
             ["1", "short"],
         ],
@@ -141,6 +142,7 @@ def test_trace_events_exact_times_lanes_and_malformed_rows_skipped():
     assert [(e["name"], e["ts"], e["dur"], e["tid"], e["args"]) for e in host] == [
         ("aten::mm", 1010.123, 5.556, 2, {"node_id": "1", "depth": 1}),
         ("late", 1990.0, 10.0, 2, {"node_id": "1", "depth": 2}),
+        ("tiny", 1000.0, 0.001, 2, {"node_id": "1", "depth": 1}),
     ]
     lanes = [(e["tid"], e["args"]["name"]) for e in events if e["ph"] == "M"]
     assert lanes == [(DEVICE_TID_BASE, "GPU stream 3"), (DEVICE_TID_BASE + 1, "GPU stream 7")]
