@@ -231,20 +231,32 @@ def run_mode(base: Path, mode: Mode, force_headless: bool = False) -> ModeRun:
 # -- the checks ---------------------------------------------------------------------------------------
 
 
+def failure_text(status: dict) -> str:
+    """Why a prompt failed, from its /history status: the failing node, the exception and the end
+    of its traceback (the inputs ComfyUI also lists there can be whole tensors' text)."""
+    errors = [data for kind, data in status.get("messages", []) if kind == "execution_error"]
+    if not errors:
+        return json.dumps(status)[-1500:]
+    error = errors[-1]
+    traceback = "".join(error.get("traceback") or [])[-1200:]
+    return (
+        f"node {error.get('node_id')} {error.get('node_type')}: {error.get('exception_type')}: "
+        f"{error.get('exception_message')}\n{traceback}"
+    )
+
+
 def check_prompts(run: ModeRun) -> str:
     """The server started and finished both prompts, each a success."""
     assert run.error is None, f"the server run failed: {run.error}"
     failed = {n: h["status"] for n, h in run.histories.items() if h["status"]["status_str"] != "success"}
-    assert not failed, f"prompts failed: {json.dumps(failed)[-1500:]}"
+    assert not failed, "prompts failed: " + "; ".join(f"{n}: {failure_text(s)}" for n, s in failed.items())
     return ", ".join(f"{name}: success" for name in run.histories)
 
 
 def step(run: ModeRun, prompt: str, node_id: str, kind: str) -> dict:
     assert run.error is None, f"the server run failed: {run.error[-600:]}"
     status = run.histories[prompt]["status"]
-    assert status["status_str"] == "success", (
-        f"{prompt} prompt failed: {json.dumps(status['messages'])[-1500:]}"
-    )
+    assert status["status_str"] == "success", f"{prompt} prompt failed: {failure_text(status)}"
     steps = [s for s in run.reports[prompt].get("steps", []) if s["node_id"] == node_id and s["kind"] == kind]
     assert len(steps) == 1, f"no {kind} step of node {node_id} in the {prompt} run's report"
     return steps[0]

@@ -162,3 +162,27 @@ def test_the_inprocess_check_on_what_dynamic_vram_should_report():
         inprocess.check_inprocess(
             {**result, "model": {"unknown_reasons": {}, **missed_vbar}}, support.GPU_DYNAMIC
         )
+
+
+def test_a_failed_prompt_says_which_node_failed_and_why_not_its_inputs():
+    status = {
+        "status_str": "error",
+        "messages": [
+            ["execution_start", {"prompt_id": "p"}],
+            [
+                "execution_error",
+                {
+                    "node_id": "8",
+                    "node_type": "PipelineMonitorVAEEncode",
+                    "exception_type": "KeyError",
+                    "exception_message": "'weight'",
+                    "traceback": ["Traceback (most recent call last):\n", '  File "x.py", line 1\n'],
+                    "current_inputs": {"pixels": ["0.5020, " * 2000]},
+                },
+            ],
+        ],
+    }
+    text = support.failure_text(status)
+    assert text.startswith("node 8 PipelineMonitorVAEEncode: KeyError: 'weight'\n")
+    assert 'File "x.py", line 1' in text and "0.5020" not in text
+    assert support.failure_text({"status_str": "error", "messages": []}).endswith("[]}")
