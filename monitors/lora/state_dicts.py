@@ -11,6 +11,8 @@ import contextlib
 import contextvars
 import functools
 
+from ..models.state import shared_module_memory
+
 _SHARED: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
     "pipeline_monitor_state_dicts", default=None
 )
@@ -37,11 +39,12 @@ def state_dict_of(module) -> dict:
 
 
 def with_shared_state_dicts(function):
-    """Decorator: the whole call in shared_state_dicts()."""
+    """Decorator: the whole call in shared_state_dicts(), and the models' memory walks shared too
+    (the patchers before and after a LoRA hold one module)."""
 
     @functools.wraps(function)
     def call(*args, **kwargs):
-        with shared_state_dicts():
+        with shared_state_dicts(), shared_module_memory():
             return function(*args, **kwargs)
 
     return call

@@ -6,6 +6,9 @@ tensor, never moves or loads a model, and keeps no reference to what it looked a
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import copy
 from collections import Counter
 from typing import Any
 
@@ -28,8 +31,35 @@ def _str_or_none(value) -> str | None:
     return None if value is None else str(value)
 
 
+# Within shared_module_memory(): module -> its module_memory, read once (a LoRA step describes the
+# patcher before and after its LoRAs, one module, and each walk visits every parameter).
+_SHARED_MEMORY: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "pipeline_monitor_module_memory", default=None
+)
+
+
+@contextlib.contextmanager
+def shared_module_memory():
+    """Within this block module_memory walks each module once; nothing is kept after it."""
+    token = _SHARED_MEMORY.set({})
+    try:
+        yield
+    finally:
+        _SHARED_MEMORY.reset(token)
+
+
 def module_memory(module) -> dict[str, Any]:
     """Bytes of parameters and buffers, in total and per device, plus the dominant dtype."""
+    shared = _SHARED_MEMORY.get()
+    if shared is None:
+        return _module_memory(module)
+    entry = shared.get(id(module))
+    if entry is None or entry[0] is not module:  # the module is kept with it: its id stays its own
+        entry = shared[id(module)] = (module, _module_memory(module))
+    return copy.deepcopy(entry[1])
+
+
+def _module_memory(module) -> dict[str, Any]:
     by_kind: dict[tuple, int] = {}  # (device, dtype) -> bytes: strings made once per kind
     n_params = 0
     for tensor in _parameters_and_buffers(module):
