@@ -385,9 +385,10 @@ def mutate_module(
     timeout_s: float | None,
     select_tests: bool,
     log_dir: Path,
+    lines: set[int] | None = None,
 ) -> list[Result] | None:
     original = (works[0] / module).read_text()
-    mutants = mutants_of(original)
+    mutants = [m for m in mutants_of(original) if lines is None or m.line in lines]
     cov_out = log_dir / "coverage.json"
     target = str((works[0] / module).resolve())
     rc, baseline_s = runner.run(
@@ -538,6 +539,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-fork", action="store_true", help="a fresh interpreter per mutant")
     parser.add_argument("--preimport", default=DEFAULT_PREIMPORT, help="modules imported once before forking")
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
+    parser.add_argument(
+        "--lines", type=int, nargs="+", help="only the mutants on these lines (re-checking a run's survivors)"
+    )
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -548,6 +552,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for module in args.modules:
             for m in mutants_of((root / module).read_text()):
+                if args.lines and m.line not in args.lines:
+                    continue
                 sys.stdout.write(f"{module}:{m.line}: [{m.kind}] {m.description}\n")
         return 0
 
@@ -572,7 +578,16 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             log_dir = Path(tmp) / ("logs-" + module.replace("/", "_"))
             log_dir.mkdir()
-            results = mutate_module(module, tests, works, runner, args.timeout, not args.all_tests, log_dir)
+            results = mutate_module(
+                module,
+                tests,
+                works,
+                runner,
+                args.timeout,
+                not args.all_tests,
+                log_dir,
+                set(args.lines) if args.lines else None,
+            )
             if results is None:
                 failed = True
                 sys.stderr.write(

@@ -139,3 +139,35 @@ def test_kills_what_the_tests_check_and_lists_the_survivors(toy_repo, tmp_path):
     assert "toy/calc.py: 15 mutants, 11 killed" in done.stdout
     assert "toy/calc.py:13: [compare] `>` -> `>=`" in done.stdout
     assert (toy_repo / "toy" / "calc.py").read_text() == TOY  # the copy was mutated, never the original
+
+
+def test_lines_runs_only_the_mutants_on_those_lines(toy_repo, tmp_path):
+    out_json = tmp_path / "result.json"
+    command = [
+        sys.executable,
+        str(REPO / "scripts" / "mutate.py"),
+        "toy/calc.py",
+        "--root",
+        str(toy_repo),
+        "--tests",
+        "tests/test_calc.py",
+        "--preimport",
+        mutate.PYTEST_PLUGINS,
+        "--lines",
+        "13",
+        "31",
+        "--json",
+        str(out_json),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=toy_repo)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [row] = json.loads(out_json.read_text())
+    assert {s["line"] for s in row["survivors"]} == {13, 31}
+    assert (row["total"], row["killed"], row["survived"], row["not_covered"]) == (5, 1, 1, 3)
+    listed = subprocess.run(
+        [*command[:3], "--root", str(toy_repo), "--list", "--lines", "9"], capture_output=True, text=True
+    )
+    assert sorted(listed.stdout.splitlines()) == [
+        "toy/calc.py:9: [binop] `+` -> `-` in `return a + b`",
+        "toy/calc.py:9: [return] `return ...` -> `return None` in `return a + b`",
+    ]
