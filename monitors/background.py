@@ -1,7 +1,8 @@
 """Work off the caller's path on one background thread that ends once idle.
 
 The pack leaves no idle thread behind: the thread starts with the first task and ends after
-`idle_exit_s` without one; the next task starts a new one. Tasks run in the order submitted, a
+`idle_exit_s` without one; the next task starts a new one. The exception is work whose library
+keeps state owned by the thread that did it (`stay()`): that thread, once started, stays. Tasks run in the order submitted, a
 task submitted with a delay once its time has come (after the tasks already due), and a task
 that raises is logged and does not end the thread.
 """
@@ -21,7 +22,7 @@ _NOW = 0.0  # the due time of a task without a delay: ahead of every delayed one
 
 
 class BackgroundWorker:
-    def __init__(self, name: str, idle_exit_s: float = 5.0):
+    def __init__(self, name: str, idle_exit_s: float | None = 5.0):
         self.name = name
         self.idle_exit_s = idle_exit_s
         self._cond = threading.Condition()
@@ -61,6 +62,12 @@ class BackgroundWorker:
                 self._cond.wait(left_s)
         return True
 
+    def stay(self) -> None:
+        """From now on the thread never ends when idle (it waits, blocked, for the next task).
+        Called by a task: the thread running it is the one that stays."""
+        with self._cond:
+            self.idle_exit_s = None
+
     @property
     def thread(self) -> threading.Thread | None:
         return self._thread
@@ -87,7 +94,11 @@ class BackgroundWorker:
 
     def _wait_for_task(self) -> bool:
         """With the lock held and no task: wait up to idle_exit_s for one; False (and the thread
-        forgotten, under the lock) when none came."""
+        forgotten, under the lock) when none came; without idle_exit_s (stay), until one comes."""
+        while self.idle_exit_s is None and not self._tasks:
+            self._cond.wait()
+        if self._tasks:
+            return True
         self._cond.wait(self.idle_exit_s)
         if self._tasks:
             return True

@@ -16,7 +16,8 @@ Compiling takes 3-15 s of one CPU core, about 220 MB of memory for the compiler,
 compiler, so it never happens in the caller's path and only where it pays: in mode `auto` (the
 default) once the eager kernels have reduced COMPILE_AFTER_EAGER_ELEMENTS the fused ones could
 have, in mode `on` at the first such tensor. A request starts a background thread that compiles the
-kernel (once per process and per input dtype; Inductor keeps its cache on disk), and until it is
+kernel (once per process and per input dtype; Inductor keeps its cache on disk; the thread stays
+once it has compiled, see `_compile`), and until it is
 ready, or where it cannot be (no compiler, a failure: logged once, with the reason in `status()`),
 callers use the eager kernels. CPU only: on a GPU the eager kernels already stream at memory speed, and Triton
 contracts multiply-adds, which would change the tolerance count's rounding.
@@ -44,7 +45,9 @@ SETTING = "PIPELINE_MONITOR_FUSED_KERNELS"
 # The one chunk length kernels are compiled for (a new length would compile again): the chunks of
 # tensor_stats and dumps.compare; their shorter last chunk takes the eager kernels.
 FUSED_CHUNK_ELEMENTS = 1 << 20
-WORKER_IDLE_EXIT_S = 5.0  # the compiling thread ends once idle (the pack leaves no idle thread)
+# The compiling thread ends once idle (the pack leaves no idle thread) until it has run torch.compile:
+# then it stays (FusedKernels._compile).
+WORKER_IDLE_EXIT_S = 5.0
 EXIT_WAIT_S = 120  # at interpreter exit, for a compile under way (3-15 s) to finish
 MODES = ("auto", "on", "off")
 # Mode auto compiles once the eager kernels have reduced this many elements the fused ones could
@@ -198,6 +201,12 @@ class FusedKernels:
         import torch
 
         kind, *dtype_names, threads = key
+        if self._compile_fn is None:
+            # torch.compile keeps state owned by the thread that first compiled: with a CUDA build
+            # of torch 2.11 and no visible GPU, tracing installs a no-op CUDA device guard that
+            # ends with that thread, and the next compile, on a new thread, crashed the process
+            # (a segmentation fault). Every kernel is compiled on this one thread, which stays.
+            self._worker.stay()
         function = _stats_rows if kind == "stats" else _compare_rows
         copy = types.FunctionType(function.__code__.replace(), function.__globals__, function.__name__)
         compiled = (self._compile_fn or _torch_compile)(copy)

@@ -86,3 +86,22 @@ def test_join_waits_for_the_tasks_due_now_not_for_a_delayed_one():
     worker.submit(lambda: ran.append("now"))
     worker.join()
     assert ran == ["now"] and worker.wait_idle(0) is True
+
+
+def test_a_thread_told_to_stay_waits_idle_for_the_next_task(monkeypatch):
+    """stay(): for libraries with per-thread state (torch.compile), the thread that did the work
+    never ends; a worker that was not told so ends after the same idle time."""
+    crashes = []
+    monkeypatch.setattr(threading, "excepthook", crashes.append)
+    staying = BackgroundWorker("pipeline-monitor-test", idle_exit_s=0.05)
+    control = BackgroundWorker("pipeline-monitor-test", idle_exit_s=0.05)
+    threads = []
+    staying.submit(lambda: (staying.stay(), threads.append(threading.current_thread())))
+    staying.join()
+    control.submit(lambda: None)
+    control.thread.join(WATCHDOG_S)
+    assert staying.idle_exit_s is None and control.thread is None
+    assert threads[0].is_alive() and staying.thread is threads[0]
+    staying.submit(lambda: threads.append(threading.current_thread()))
+    staying.join()
+    assert threads[1] is threads[0] and crashes == []

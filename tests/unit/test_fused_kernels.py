@@ -412,6 +412,19 @@ def test_after_a_failed_compile_the_kernels_queued_behind_it_are_not_compiled(ca
     assert caplog.text.count("compiling fused statistics kernels in the background") == 1
 
 
+def test_the_thread_that_ran_torch_compile_stays_and_a_stand_in_compiler_leaves_none(compiled, monkeypatch):
+    """torch.compile keeps state owned by the thread that compiled: with torch 2.11 (a CUDA build,
+    no visible GPU) a compile on a second thread after the first had ended crashed the process.
+    The real compiler's thread stays; a stand-in compiler's thread ends once idle."""
+    assert compiled._worker.idle_exit_s is None and compiled._worker.thread.is_alive()
+    monkeypatch.setattr(fused_kernels, "WORKER_IDLE_EXIT_S", 0.05)
+    stand_in = FusedKernels(mode="on", compile_fn=_instant)
+    stand_in.stats_chunks(torch.zeros(FUSED_CHUNK_ELEMENTS))
+    thread = stand_in._worker.thread
+    thread.join(COMPILE_WATCHDOG_S)
+    assert not thread.is_alive() and stand_in._worker.idle_exit_s == 0.05
+
+
 def test_a_kernel_asked_for_on_one_thread_is_compiled_for_one_thread(compiled, monkeypatch):
     """value_stats on a caller limited to one intra-op thread: the kernel is compiled (on the
     background thread, whose own count differs) for one thread, and runs there without compiling
