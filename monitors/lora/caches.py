@@ -210,11 +210,16 @@ class Reuse:
 
     def inner(self, key: str, a, b) -> tuple:
         """(cached unit inner product of two entries or None, how to store it once computed or None)."""
-        files = (self.file_of(a), self.file_of(b))
-        if None in files:
+        if self.file_of(a) is None or self.file_of(b) is None:
             return None, None
-        signatures = (patch_signature(key, a), patch_signature(key, b))
-        tensors = _tensors(a) + _tensors(b)
+        # The product is symmetric: both orders of the pair store and find it, tensors included.
+        sides = sorted(
+            ((self.file_of(entry), patch_signature(key, entry), _tensors(entry)) for entry in (a, b)),
+            key=lambda side: repr(side[:2]),
+        )
+        files = (sides[0][0], sides[1][0])
+        signatures = (sides[0][1], sides[1][1])
+        tensors = sides[0][2] + sides[1][2]
         found = self.files.inner(files, signatures, tensors)
         self.count("n_inner_products_reused" if found is not None else "n_inner_products_computed")
         if found is not None:

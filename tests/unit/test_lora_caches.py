@@ -276,6 +276,22 @@ def test_reuse_of_inner_products_counted():
     assert counts["files"] == ["a.safetensors", "b.safetensors"]
 
 
+def test_an_inner_product_stored_in_one_order_is_found_in_the_other_while_its_tensors_live():
+    a, b = lora_entry(seed=0), lora_entry(seed=2, offset=(0, 0, 8))
+    reuse = Reuse(files_by_entry={id(a): FILE_A, id(b): FILE_B}, files=FileFigures())
+    _, store = reuse.inner("w", b, a)
+    store(9.0)
+    assert reuse.inner("w", a, b) == (9.0, None) and reuse.inner("w", b, a) == (9.0, None)
+    # Stored under each file's own signature, with each side's tensors.
+    signature_a, signature_b = caches.patch_signature("w", a), caches.patch_signature("w", b)
+    tensors = caches._tensors(a) + caches._tensors(b)
+    assert reuse.files.inner((FILE_A, FILE_B), (signature_a, signature_b), tensors) == 9.0
+    for side in (a, b):  # a side's file and signature, other tensors while the first ones live
+        other = lora_entry(seed=5, offset=side[3])
+        reuse.files_by_entry[id(other)] = reuse.files_by_entry[id(side)]
+        assert reuse.inner("w", other, b if side is a else a)[0] is None
+
+
 def test_reuse_of_an_entry_without_tensors():
     entry = (1.0,)
     reuse = Reuse(files_by_entry={id(entry): FILE_A}, files=FileFigures())
