@@ -289,3 +289,28 @@ def test_pruning_counts_only_visible_json_files(tmp_path):
     assert sorted(os.listdir(tmp_path)) == sorted(
         [".hidden.json", "folder.json", "notes.txt", inputs_file_name("new")]
     )
+
+
+def test_the_documented_bounds():
+    """80 characters shown per value, 50 changes listed, 2,000 inputs per snapshot, 32 workflows."""
+    assert shown("x" * 100) == "x" * 79 + "…"
+    many = {"1": node("N", **{f"i{k:03}": 0 for k in range(51)})}
+    changed = {"1": node("N", **{f"i{k:03}": 1 for k in range(51)})}
+    result = diff(snapshot(many), snapshot(changed))
+    assert len(result["changes"]) == 50 and result["changes"][-1]["input"] == "i049"
+    assert len(snapshot({"1": node("N", **{f"i{k}": k for k in range(2001)})})) == 2000
+    history = InputHistory()
+    for i in range(33):
+        history.compare(f"w{i}", f"p{i}", {})
+    assert history.compare("w1", "q", {})["compared_with_prompt_id"] == "p1"
+    assert history.compare("w0", "q", {})["first_run"] is True  # the 33rd workflow pushed it out
+
+
+def test_an_inputs_file_of_four_mib_is_read_and_one_byte_more_is_not(tmp_path):
+    files = InputFiles(str(tmp_path))
+    text = json.dumps({"version": 1, "workflow_name": "demo", "prompt_id": "p1", "inputs": []})
+    for size, expected in ((4 * 1024 * 1024, ("p1", {})), (4 * 1024 * 1024 + 1, None)):
+        with open(files.path("demo"), "w", encoding="utf-8") as f:
+            f.write(text + " " * (size - len(text)))
+        assert os.path.getsize(files.path("demo")) == size
+        assert files.load("demo") == expected
