@@ -155,3 +155,17 @@ def test_resolve_without_a_log_leaves_the_rows():
     rows = [Row(1.0, 2.0)]
     resolve_busy(rows, [(0, (0, "s"), (0, "e"))], None, probes=None, run_started_unix_s=0.0)
     assert rows == [Row(1.0, 2.0)]
+
+
+def test_the_documented_interval_and_bound(clock):
+    """NVML is asked at most every 5 s as nodes finish; 20,000 samples are kept per device."""
+    probes = Samples({0: [(float(t), 1.0) for t in range(1, 20_002)]})
+    log = SampleLog(0.0)
+    log.collect(probes, 0)
+    assert len(log.samples[0]) == 20_000 and log.samples[0][0][0] == 2.0
+    clock.advance(4.999)
+    log.collect(probes, 0)
+    assert len(probes.calls) == 1
+    clock.advance(0.001)
+    log.collect(probes, 0)
+    assert len(probes.calls) == 2
