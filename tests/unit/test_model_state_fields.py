@@ -121,11 +121,11 @@ def test_object_patch_names_sorted_joined_and_bounded(monkeypatch):
 
 
 def test_the_device_is_where_most_bytes_sit_unless_the_module_says():
-    module = Tensors([Meta("cpu", torch.float32, 10, 1), Meta("cuda:1", torch.float32, 30, 1)])
+    module = Tensors([Meta("cuda:1", torch.float32, 10, 1), Meta("cpu", torch.float32, 30, 1)])
     info = describe_model(module)
-    assert info["device"] == "cuda:1" and info["module_class"] == "Tensors"
-    module.device = torch.device("cpu")
-    assert describe_model(module)["device"] == "cpu"
+    assert info["device"] == "cpu" and info["module_class"] == "Tensors"
+    module.device = torch.device("cuda:1")
+    assert describe_model(module)["device"] == "cuda:1"
 
 
 def test_a_failing_walk_is_an_unknown_size_with_its_reason():
@@ -253,3 +253,46 @@ def test_a_models_type_and_dtype_from_its_patcher():
     assert info["dtype"] == "float32"  # the module's own, the patcher's unknown
     assert info["unknown_reasons"]["dtype"] == "RuntimeError: no dtype"
     assert info["model_type"] is None and info["unknown_reasons"]["model_type"].startswith("AttributeError")
+
+
+def test_a_read_that_fails_without_a_reasons_dict_is_still_none():
+    info = describe_patcher(Patcher(loaded_size=lambda: "much"))
+    assert info["loaded_weight_bytes"] is None
+
+
+def test_fifty_object_patches_are_listed():
+    listed = object_patch_names({f"p{i:02}": i for i in range(51)})
+    assert listed["n_object_patches"] == 51 and listed["object_patch_names"] == [
+        f"p{i:02}" for i in range(50)
+    ]
+
+
+class OwnWalk(torch.nn.Module):
+    """A torch module that lists its tensors its own way: asked through its methods, not walked."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Linear(4, 4)
+
+    def parameters(self, recurse=True):
+        return iter([self.inner.bias])
+
+    def buffers(self, recurse=True):
+        return iter([])
+
+    def named_parameters(self, *args, **kwargs):
+        return iter([("inner.bias", self.inner.bias)])
+
+    def named_buffers(self, *args, **kwargs):
+        return iter([])
+
+    def named_modules(self, *args, **kwargs):
+        return iter([("", self)])
+
+    def _named_members(self, *args, **kwargs):
+        return iter([])
+
+
+def test_a_module_with_its_own_listing_is_asked_not_walked():
+    memory = module_memory(OwnWalk())
+    assert memory["size_bytes"] == 16 and memory["n_elements"] == 4  # the bias only
