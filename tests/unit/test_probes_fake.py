@@ -254,3 +254,19 @@ def test_each_scenario_builds_its_devices(scenario, n_torch, n_nvml, backend, hw
 def test_the_default_scenario_has_no_gpu_and_every_scenario_is_listed():
     assert fake_probes().torch.device_count() == 0
     assert set(SCENARIOS) == {"no GPU", "1 GPU", "2 GPUs", "NVML missing", "cudaMallocAsync", "no clear_refs"}
+
+
+def test_nvml_built_without_arguments_has_no_device_and_is_present():
+    nvml = FakeNvml()
+    assert nvml.devices == [] and nvml.utilization_log == [] and nvml.device_count() == 0
+    assert nvml.missing is False and nvml.unavailable_reason is None
+
+
+def test_sample_times_are_rounded_to_the_nanosecond_and_the_window_end_is_included():
+    nvml = FakeNvml(1)
+    nvml.sample_utilization(0, lambda t0, t1: 0.0, 6e-11, 0.02 + 6e-11)
+    assert nvml.utilization_log[0] == [(0.02, 0.0)]
+    # a window that ends within a nanosecond of a period's end still closes that period
+    nvml.utilization_log[0].clear()
+    nvml.sample_utilization(0, lambda t0, t1: 0.0, 0.0, 1.0 - 1e-9, 1.0)
+    assert nvml.utilization_log[0] == [(1.0, 0.0)]
