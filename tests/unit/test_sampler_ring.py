@@ -63,6 +63,8 @@ def test_shrinking_the_ring_keeps_the_newest_points_and_growing_keeps_them_all()
     sampler.configure(max_points=5)
     more = [sampler.sample_once() for _ in range(3)]
     assert sampler.points() == taken[2:] + more
+    sampler.configure(max_points=1)  # the least a ring holds
+    assert sampler.points() == more[-1:]
 
 
 def test_each_tick_is_counted_stored_and_given_to_every_sink_in_order():
