@@ -98,3 +98,9 @@ def test_step_memory_asks_the_recorder_and_survives_its_failure():
     recorder = Recorder()
     assert step_memory(recorder, "5") == {"memory": "picture"} and recorder.asked == ["5"]
     assert step_memory(Recorder(fails=True), "5") == unknown("memory picture failed: RuntimeError: span gone")
+
+
+def test_a_monitor_watches_at_most_64_nodes():
+    upstream = [str(i) for i in range(65)]
+    plan = watch_plan({"m": {"class_type": "Mon"}}, {"Mon": lambda g, n: upstream})
+    assert plan == {"m": tuple(upstream[:64])}
