@@ -184,6 +184,7 @@ def test_a_watched_node_gets_a_full_span_and_its_result_kept(recorder):
     assert recorder._run.upstream_plan == {"2": ("1",), "5": ()} and recorder._run.watched == frozenset({"1"})
     recorder.node_started("1")
     assert recorder._run.open_nodes["1"].detail == "full"
+    assert recorder._run.open_nodes["1"].chained  # nodes follow one another: their spans chain
     recorder.node_finished("1")
     recorder.node_started("5")
     assert recorder._run.open_nodes["5"].detail == "light"
