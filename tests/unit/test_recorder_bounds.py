@@ -333,3 +333,16 @@ def test_a_lookup_is_asked_once_per_node_within_the_node_bound(recorder, monkeyp
     assert asked == ["9", "10", "10"]
     rows = recorder.end_run("success").nodes
     assert [(n.node_id, n.class_type) for n in rows] == [("9", "X"), ("9", "X"), ("10", "X"), ("10", "X")]
+
+
+def test_a_node_past_the_limit_leaves_the_gpu_time_of_the_last_row_alone(monkeypatch, clock):
+    monkeypatch.setattr(module, "MAX_NODES_PER_RUN", 2)
+    probes = fake_probes("1 GPU")
+    recorder = RunRecorder(RunStore(None), probes=probes)
+    recorder.begin_run("p", PROMPT)
+    for node_id, gpu_s in (("1", 0.125), ("2", 0.25), ("5", 0.5)):
+        recorder.node_started(node_id)
+        probes.torch.launch(0, gpu_s)
+        recorder.node_finished(node_id)
+    report = recorder.end_run("success")
+    assert [(n.node_id, n.gpu_time_s) for n in report.nodes] == [("1", 0.125), ("2", 0.25)]
