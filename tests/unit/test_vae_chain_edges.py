@@ -7,18 +7,30 @@ from __future__ import annotations
 import pytest
 
 from monitors.engine.span import Peak, SpanResult
-from monitors.probes.fake import fake_probes
+from monitors.probes.fake import GiB, fake_probes
 from monitors.probes.readings import Snapshot
+from monitors.vae import chain as chain_module
+from monitors.vae import comfy_retry as comfy_retry_module
+from monitors.vae.calibration import MEASURED, RAN_OUT, CalibrationTable
 from monitors.vae.chain import _held, _peaks, _surely_too_large, run_chain
+from monitors.vae.comfy_retry import RETRY_STRATEGY
 from monitors.vae.free_memory import FreeMemory
 from monitors.vae.geometry import Prediction
 from monitors.vae.outcomes import ERROR, OK, OOM, SKIPPED, ChainOptions
+from monitors.vae.tiles import TileSettings
+from tests.unit.test_vae_calibration import DIRECT_ESTIMATE, KEY, MeasuredVAE
+from tests.unit.test_vae_calibration import chain as calibration_chain
 from tests.unit.test_vae_chain import CUDA_OOM, FakeMemory, FakeVAE, cpu_encode, options, outcomes, pixels
+from tests.unit.test_vae_comfy_retry import ComfyLikeVAE
+from tests.unit.test_vae_comfy_retry import chain as retry_chain
 
 
 def own_options(**kwargs):
     kwargs.setdefault("cleanup", lambda: None)
     return ChainOptions(cpu_encode=cpu_encode, probes=fake_probes("1 GPU"), **kwargs)
+
+
+MiB = 1024**2
 
 
 def span_result(peaks):
@@ -161,3 +173,133 @@ def test_a_vae_without_a_device_has_no_free_memory_reading():
     result = run_chain(vae, pixels(), options())
     assert result.device is None and result.free_before_bytes is None and result.free_after_bytes is None
     assert result.strategy_used == "direct"
+
+
+def test_a_vae_without_a_device_says_why_it_has_no_calibration():
+    vae = FakeVAE()
+    vae.device = None
+    result = run_chain(
+        vae, pixels(), own_options(free_memory=lambda device: None, calibration=CalibrationTable())
+    )
+    assert result.predictions["direct"].calibration_unknown_reason == "the VAE has no device"
+    assert result.monitor_errors == [] and result.strategy_used == "direct"
+
+
+def test_a_skipped_attempt_carries_its_prediction():
+    vae = FakeVAE(bytes_per_pixel=100_000)
+    result = run_chain(
+        vae, pixels(1, 256, 256), options(FakeMemory(free=2 * GiB), tiles=TileSettings(tile_size=64))
+    )
+    skipped, tiled = result.attempts
+    assert skipped.outcome == SKIPPED and skipped.prediction is result.predictions["direct"]
+    assert tiled.prediction is result.predictions["tiled"]
+
+
+def test_the_error_names_the_strategy_that_failed():
+    vae = FakeVAE(fail={"direct": CUDA_OOM("CUDA out of memory"), "tiled": RuntimeError("boom")})
+    result = run_chain(vae, pixels(), options())
+    assert result.error == "VAE encode (tiled) failed with RuntimeError: boom"
+
+
+def test_reclaimed_is_unknown_when_the_reading_before_cleanup_failed():
+    state = {"ran_out": False, "reads_after": 0}
+
+    class Failing(FakeVAE):
+        def _run(self, strategy, pixels):
+            if strategy == "direct":
+                state["ran_out"] = True
+            return super()._run(strategy, pixels)
+
+    def read(device):
+        if device == "cuda:0" and state["ran_out"]:
+            state["reads_after"] += 1
+            return None if state["reads_after"] == 1 else 5 * GiB
+        return 4 * GiB
+
+    vae = Failing(fail={"direct": CUDA_OOM("CUDA out of memory")})
+    result = run_chain(vae, pixels(), own_options(free_memory=read))
+    assert outcomes(result) == [("direct", OOM), ("tiled", OK)]
+    assert result.attempts[0].cleanup_reclaimed_bytes is None and result.free_after_bytes == 5 * GiB
+
+
+class FakeClock:
+    """time.monotonic of the chain and of ComfyUI's retry watch: one second per call."""
+
+    def __init__(self, start=100.0):
+        self.now = start
+
+    def monotonic(self):
+        self.now += 1.0
+        return self.now
+
+
+def test_an_attempts_duration_is_end_minus_start(monkeypatch):
+    monkeypatch.setattr(chain_module, "time", FakeClock())
+    result = run_chain(FakeVAE(), pixels(), options())
+    assert result.attempts[0].duration_s == 1.0
+
+
+def test_comfyuis_retry_lasts_from_its_tilers_call_to_the_end(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(chain_module, "time", clock)
+    monkeypatch.setattr(comfy_retry_module, "time", clock)
+    result = retry_chain(ComfyLikeVAE())
+    direct, retry = result.attempts
+    assert (direct.outcome, retry.strategy, retry.outcome) == (OOM, RETRY_STRATEGY, OK)
+    # started 101, the tiler called 102, ended 103
+    assert (direct.duration_s, retry.duration_s) == (2.0, 1.0)
+
+
+# -- what an attempt teaches the calibration -------------------------------------------------------
+
+MEASURED_KEY_CPU = ("GrowingVAE", "cpu", "float32")
+
+
+def cpu_chain(table, rss_rise, fail=None):
+    probes = fake_probes("1 GPU")
+
+    class GrowingVAE(FakeVAE):
+        def _run(self, strategy, pixels):
+            probes.host.set_rss(probes.host.rss_bytes + rss_rise)
+            return super()._run(strategy, pixels)
+
+    vae = GrowingVAE(device="cpu", size=0, fail=fail)
+    memory = FakeMemory()
+    options = ChainOptions(
+        free_memory=memory.read, cleanup=memory.cleanup, probes=probes, calibration=table, allow_dummy=True
+    )
+    return run_chain(vae, pixels(1, 64, 64), options)
+
+
+def test_an_encode_on_the_cpu_teaches_its_rss_rise_exactly():
+    table = CalibrationTable()
+    result = cpu_chain(table, rss_rise=2_048_000)
+    assert outcomes(result) == [("direct", OK)]
+    (sample,) = table.samples(MEASURED_KEY_CPU)
+    estimate = 1000 * 64 * 64
+    assert (sample.strategy, sample.kind, sample.ratio) == ("direct", MEASURED, 2_048_000 / estimate)
+
+
+def test_an_attempt_that_failed_otherwise_teaches_nothing():
+    table = CalibrationTable()
+    result = cpu_chain(table, rss_rise=2_048_000, fail={"direct": RuntimeError("not memory")})
+    assert outcomes(result) == [("direct", ERROR)]
+    assert table.keys() == [] and result.monitor_errors == []
+
+
+def test_a_gpu_without_an_index_teaches_from_cuda_0():
+    probes, table = fake_probes("1 GPU"), CalibrationTable()
+    vae = MeasuredVAE(probes, {"direct": GiB}, device="cuda")
+    calibration_chain(vae, probes, 64 * GiB, table)
+    (sample,) = table.samples(KEY)
+    assert sample.ratio == GiB / DIRECT_ESTIMATE
+
+
+def test_running_out_teaches_the_free_memory_less_the_weights_to_load():
+    probes, table = fake_probes("1 GPU"), CalibrationTable()
+    vae = MeasuredVAE(probes, {"direct": 512 * MiB}, size=100 * MiB)
+    vae.fail["direct"] = CUDA_OOM("CUDA out of memory")
+    result = calibration_chain(vae, probes, 8 * GiB, table, strategy="direct")
+    assert outcomes(result)[0] == ("direct", OOM)
+    ran_out = [s for s in table.samples(KEY) if s.kind == RAN_OUT]
+    assert [s.ratio for s in ran_out] == [(8 * GiB - 100 * MiB) / DIRECT_ESTIMATE]
