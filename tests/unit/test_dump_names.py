@@ -48,7 +48,7 @@ def test_each_refusal_says_why(name, problem):
 
 
 @pytest.mark.parametrize(
-    "name", ["a", "my_latent", "A-1.b_2", "a" * 160, "COM10", "LPT", "console", "a-", "x.CON"]
+    "name", ["a", "my_latent", "A-1.b_2", "a" * 160, "COM10", "LPT10", "LPT", "console", "a-", "x.CON"]
 )
 def test_plain_names_pass_unchanged(name):
     assert name_problem(name) is None

@@ -204,3 +204,10 @@ def test_report_phases_fall_back_to_node_classes(details):
 def test_report_phases_of_a_report_without_steps_or_nodes():
     assert report_phases({}) == []
     assert report_phases({"nodes": None, "steps": None}) == []
+
+
+def test_an_untimed_phase_sorts_after_a_phase_shorter_than_a_second():
+    acc = PhaseAccumulator()
+    acc.add("untimed", None)
+    acc.add("quick", 0.5)
+    assert [r["stage"] for r in acc.rows()] == ["quick", "untimed"]
