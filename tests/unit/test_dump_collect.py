@@ -146,3 +146,14 @@ def test_the_conditioning_monitors_answer_comes_first_unless_it_is_unknown():
     other = sdxl_conditioning()
     remember_family(other[0][0], {"family": "Flux", "confidence": "unknown"})
     assert guess_encoder_family(other) == "SDXL (exact)"
+
+
+def test_a_conditioning_without_a_batch_dimension_counts_its_tokens():
+    cond = [[torch.zeros(77, 2048), {"pooled_output": torch.zeros(1, 1280)}]]
+    assert guess_encoder_family(cond) == "SDXL (exact)"  # 77 tokens; without the count only "likely"
+
+
+def test_an_object_with_tensors_but_no_is_nested_is_not_a_nested_tensor():
+    c = CollectedTensors()
+    c.add("v", type("Holder", (), {"tensors": [torch.zeros(1)]})())
+    assert not c.tensors and c.skipped == {"v": "Holder"}

@@ -248,3 +248,5 @@ def test_compare_refused_names_and_no_dumps(tmp_path):
 def test_compare_with_a_missing_dump_is_an_error(tmp_path, b):
     step = compare(tmp_path, "missing", b, values={"image": torch.zeros(1)})
     assert finding_codes(step)[-1] == ("error", "compare_failed") and step.summary["status"] == "error"
+    # the verdict is the error's message, not the note before it about the live input
+    assert step.summary["verdict"] == "error: No dump named 'missing.safetensors' in the dumps folder."
