@@ -4,6 +4,8 @@ plans."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -113,3 +115,17 @@ def test_out_of_memory_texts_are_matched_in_any_case():
 def test_dummy_cannot_be_asked_for_and_the_error_lists_the_choices():
     with pytest.raises(ValueError, match="unknown strategy 'dummy': choose one of auto, direct, tiled, cpu"):
         strategy_plan("dummy")
+
+
+def test_an_attempt_is_frozen():
+    attempt = Attempt("direct", OK)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        attempt.outcome = OOM
+
+
+def test_an_error_message_is_kept_to_its_first_1000_characters():
+    from monitors.vae.chain import run_chain
+    from tests.unit.test_vae_chain import FakeVAE, options, pixels
+
+    result = run_chain(FakeVAE(fail={"direct": RuntimeError("x" * 1500)}), pixels(), options())
+    assert result.attempts[0].error_message == "x" * 1000
