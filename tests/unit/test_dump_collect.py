@@ -157,3 +157,9 @@ def test_an_object_with_tensors_but_no_is_nested_is_not_a_nested_tensor():
     c = CollectedTensors()
     c.add("v", type("Holder", (), {"tensors": [torch.zeros(1)]})())
     assert not c.tensors and c.skipped == {"v": "Holder"}
+
+
+def test_a_nested_tensors_parts_count_as_one_level_of_nesting():
+    c = CollectedTensors()
+    c.add("n", Nested([[[[[torch.zeros(1)]]]]]))  # parts at 1, then lists at 2, 3 and 4
+    assert not c.tensors and c.skipped == {"n.0.0.0.0": "list"}
