@@ -230,6 +230,10 @@ def test_fragmentation_below_the_ratio_with_enough_reserved():
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True can reduce the waste.",
         )
     ]
+    ((_, _, message),) = found(
+        r, figures={"gpu_allocated_reserved_ratio": 0.59, "peak_gpu_reserved_bytes": enough}
+    )
+    assert message.startswith("At peak only 59% of reserved GPU memory was allocated")
     assert codes(r, figures={"gpu_allocated_reserved_ratio": 0.6, "peak_gpu_reserved_bytes": enough}) == []
     assert (
         codes(r, figures={"gpu_allocated_reserved_ratio": 0.59, "peak_gpu_reserved_bytes": enough - 1}) == []
