@@ -165,7 +165,7 @@ def test_aggregate_rows_stats_and_slowest():
     r1 = run("b", 6.0, rank=0, rss=30, phases=[phase("load", 3.0), phase("step", 4.0, depth=1)])
     r2 = run("c", 4.0, rss=20, phases=[phase("load", 2.0)])
     result = agg.aggregate([("p0", r0), ("p1", r1), ("p2", r2)], [{"path": "x", "reason": "y"}])
-    assert result["kind"] == agg.AGGREGATE_KIND and result["version"] == agg.OUTPUT_VERSION
+    assert result["kind"] == "pipeline_monitor.aggregate" and result["version"] == 1
     assert result["schema_version"] == SCHEMA_VERSION and result["n_reports"] == 3
     assert result["skipped"] == [{"path": "x", "reason": "y"}]
     d = result["metrics"]["duration_s"]
@@ -281,7 +281,7 @@ def test_compare_run_figures_and_throughput():
     assert result["regressions"] == ["run peak_rss_bytes", "run steps_per_s"]
     assert (result["threshold_pct"], result["min_seconds"], result["min_bytes"]) == (10, 0.1, 500)
     assert result["a"] == {"run_id": "a", "status": "success"} and result["b"]["run_id"] == "b"
-    assert result["kind"] == agg.COMPARE_KIND and result["version"] == agg.OUTPUT_VERSION
+    assert result["kind"] == "pipeline_monitor.compare" and result["version"] == 1
 
 
 def test_compare_throughput_needs_more_than_the_threshold():
@@ -351,3 +351,9 @@ def test_compare_history_leaves_out_a_b_and_cached_runs():
     d = next(n for n in result["nodes"] if n["node_id"] == "1")["duration_s"]
     assert d["n_runs"] == 2 and d["limit"] == pytest.approx(1.2 + 0.2)  # h2 ran cached: not a run
     assert d["regression"] and result["run"]["duration_s"]["n_runs"] == 3
+
+
+def test_compare_defaults_are_10_pct_50_ms_and_64_mib():
+    result = agg.compare(run("a", 1.0), run("b", 1.0))
+    assert (result["threshold_pct"], result["min_seconds"], result["min_bytes"]) == (10.0, 0.05, 64 * 1024**2)
+    assert result["n_history_runs"] == 1 and result["regressions"] == []
