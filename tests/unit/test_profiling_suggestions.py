@@ -106,7 +106,7 @@ def test_fragmentation_needs_the_ratio_and_a_gib_of_slack():
         "cuda:0: the allocator reserved 3.0 GiB for a peak of 2.0 GiB allocated: fragmentation; "
         "try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
     )
-    assert found(2 * GiB, 3 * GiB - 1) == []  # under 1.5x
+    assert found(4 * GiB, 6 * GiB - 1) == []  # under 1.5x, though 2 GiB more
     assert found(GiB, 2 * GiB - 1) == []  # 2x but under a GiB more
     assert found(0, 3 * GiB) == []  # nothing allocated: no ratio
 
@@ -188,6 +188,7 @@ def test_stage_errors_and_the_dominant_stage():
     ]
     assert codes(sg.suggest(report(duration=0.49), phases)) == ["stage_errors"]
     assert codes(sg.suggest(report(duration=None), [phase("x", share_pct=None)])) == []
+    assert codes(sg.suggest(report(duration=None), [phase("x", share_pct=90.0)])) == []  # no run time
 
 
 def test_first_step_warmup_at_three_times_the_median():
@@ -196,9 +197,11 @@ def test_first_step_warmup_at_three_times_the_median():
         "the first denoising step took 3.000 s against a median of 1.000 s: warm-up"
     )
     assert "first_step_warmup" not in codes(sg.suggest(report(steps=[2.99, 1.0, 1.0, 1.0]), []))
+    assert "first_step_warmup" not in codes(sg.suggest(report(steps=[5.9, 2.0, 2.0, 2.0]), []))
     assert "first_step_warmup" in codes(sg.suggest(report(steps=[3.0, 1.0, 1.0]), []))  # three steps suffice
     assert codes(sg.suggest(report(steps=[3.0, 1.0]), [])) == []
     assert codes(sg.suggest(report(steps=[3.0, 0.0, 0.0]), [])) == []  # a median of 0: no ratio
+    assert codes(sg.suggest(report(steps=[1.0, 0.0, 0.0, 0.0]), [])) == []  # a mean of 0: no ratio
     assert "first_step_warmup" in codes(sg.suggest(report(steps=[3.0, "x", 1.0, None, 1.0]), []))
 
 
@@ -210,6 +213,8 @@ def test_step_time_jitter_beyond_half_the_mean():
     # after the first: 1.5, 0.5, 1.5, 0.5 -> a pstdev of exactly half the mean: not beyond it
     assert "step_time_jitter" not in codes(sg.suggest(report(steps=[1.0, 1.5, 0.5, 1.5, 0.5]), []))
     assert "step_time_jitter" in codes(sg.suggest(report(steps=[1.0, 1.6, 0.4, 1.6, 0.4]), []))
+    # the spread relative to the mean: 0.6 s around 2 s is 30 %
+    assert "step_time_jitter" not in codes(sg.suggest(report(steps=[2.0, 2.6, 1.4, 2.6, 1.4]), []))
     assert "step_time_jitter" not in codes(
         sg.suggest(report(steps=[1.0, 1.0, 4.0]), [])
     )  # two after the first
