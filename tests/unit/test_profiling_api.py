@@ -3,6 +3,10 @@
 
 import asyncio
 import dataclasses
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -11,6 +15,8 @@ from monitors.probes.fake import fake_probes
 from monitors.profiling import api, usage
 from monitors.profiling import session as session_module
 from monitors.profiling.config import ProfilingConfig
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture
@@ -49,6 +55,9 @@ def test_configure_checks_a_given_config_and_keeps_it():
 def test_a_session_needs_both_its_config_and_the_process_enabled(on):
     with pm.profile_session("x", config=ProfilingConfig(enabled=False)) as session:
         assert session is None and pm.current_session() is None
+    with pytest.raises(ValueError):  # off, the user's exception still propagates
+        with pm.profile_session("x", config=ProfilingConfig(enabled=False)):
+            raise ValueError
     pm.configure(enabled=False)
     with pm.profile_session("y", config=ProfilingConfig()) as session:
         assert session is None
@@ -60,6 +69,7 @@ def test_a_session_with_its_own_config_and_tags(on, tmp_path):
         assert session.config is config
     assert session.tags == {"a": 1, "b": 2}
     assert session.report.status == "success" and session.report.error is None
+    assert [step.kind for step in session.report.steps] == ["profiling"] and session.deep is None  # not deep
 
 
 def test_a_nested_session_is_a_stage_with_its_status(on):
@@ -169,8 +179,8 @@ def test_stage_decorators_on_and_off(on):
 def test_with_blocks_record_their_stage_and_status(on):
     block = pm.profile_method("load")
     step = pm.profile_diffusion_step()
-    with block:  # outside a session: nothing
-        pass
+    with block as entered:  # outside a session: nothing
+        assert entered is block
     with pm.profile_session("s") as session:
         with block:
             with block:
@@ -183,6 +193,8 @@ def test_with_blocks_record_their_stage_and_status(on):
         with pytest.raises(ValueError):
             with step:
                 raise ValueError
+        with step:
+            pass
         with pm.profile_method(None):  # no stage name: nothing to record
             pass
     assert rows(session) == [
@@ -191,9 +203,9 @@ def test_with_blocks_record_their_stage_and_status(on):
         ("load", "load", "error"),
         ("inference_steps", "inference_steps", "executed"),
         ("inference_steps", "inference_steps", "error"),
+        ("inference_steps", "inference_steps", "executed"),
     ]
-    assert session.report.steps[0].summary["n_steps"] == 1  # only the step that finished
-    assert session.report.steps[0].details["diffusion_steps"][0]["n"] == 1
+    assert session.report.steps[0].summary["n_steps"] == 2  # only the steps that finished
 
 
 def test_with_block_of_a_disabled_stage_records_nothing(on):
@@ -309,16 +321,29 @@ def test_model_parameters_when_building_or_reading_fails(on, caplog):
     assert "model parameters of unreadable: ZeroDivisionError" in caplog.text
 
 
-def test_model_parameters_outside_a_session_and_when_disabled(on):
+def test_model_parameters_outside_a_session_and_when_disabled(on, monkeypatch):
+    clock = iter([10.0, 10.25])
+    monkeypatch.setattr(api, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+
     @pm.profile_model_parameters(name="m")
     def build():
-        return None
+        return "model"
 
-    build()
-    assert [m["name"] for m in usage.tracker.models()] == ["m"]
+    assert build() == "model"
+    assert [(m["name"], m["init_s"]) for m in usage.tracker.models()] == [("m", 0.25)]
     pm.configure(enabled=False)
-    build()
+    assert build() == "model"
     assert len(usage.tracker.models()) == 1
+
+
+def test_profiling_is_on_in_a_fresh_process():
+    code = (
+        "from monitors import profiling as pm\n"
+        "from monitors.profiling.config import ProfilingConfig\n"
+        "print(pm.is_enabled(), pm.get_config() == ProfilingConfig(), pm.current_session())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["True", "True", "None"], done.stderr
 
 
 def test_the_public_names():
