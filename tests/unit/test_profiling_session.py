@@ -2,6 +2,7 @@
 nesting and closing, the bounds, steps, blocks, events, and which sampled metrics are kept."""
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 
@@ -41,6 +42,7 @@ def test_time_only_stages_nest_and_close_once(monkeypatch):
     outer = session.open_stage("outer")  # starts at 1.0
     inner = session.open_stage("inner")  # starts at 2.0
     assert session.current_stage == "inner" and (outer.depth, inner.depth) == (0, 1)
+    assert (outer.node_id, inner.node_id) == ("1", "2")
     assert session.close_stage(inner, "error") == 1.5  # ends at 3.5
     assert session.current_stage == "outer" and session.failed_stage == (inner.node_id, "inner")
     assert session.close_stage(outer) == 5.0  # ends at 6.0
@@ -55,6 +57,7 @@ def test_time_only_stages_nest_and_close_once(monkeypatch):
         ("outer", "outer", "executed", 0.5, 5.0),
         ("inner", "second", "error", 6.5, 0.5),
     ]
+    assert [r.cached for r in session.rows] == [False, False, False]
     phases = {p["stage"]: p for p in session.phases.rows()}
     inner_phase = phases["inner"]
     assert (inner_phase["n_calls"], inner_phase["n_errors"], inner_phase["total_s"]) == (2, 2, 2.0)
@@ -62,12 +65,29 @@ def test_time_only_stages_nest_and_close_once(monkeypatch):
     assert (phases["outer"]["n_calls"], phases["outer"]["n_errors"]) == (1, 0)
 
 
+@pytest.mark.parametrize("metrics", [NO_MEMORY, {}], ids=["time-only", "measured"])
+def test_stages_closed_out_of_order_and_the_current_stage(metrics):
+    session = make(metrics=metrics)
+    a, b, c = session.open_stage("a"), session.open_stage("b"), session.open_stage("c")
+    session.close_stage(c)  # executed: no failed stage
+    assert session.current_stage == "b" and session.failed_stage is None
+    session.close_stage(a, "error")  # not the innermost: b stays open and current
+    assert session.current_stage == "b" and session.failed_stage == (a.node_id, "a")
+    d = session.open_stage("d")
+    assert d.depth == 1  # under b, the one left open
+    session.close_stage(d)
+    session.close_stage(b)
+    assert session.current_stage is None
+    session._build_timed_rows()
+    assert [r.class_type for r in session.rows] == ["c", "a", "d", "b"]
+
+
 def test_time_only_rows_are_bounded_with_one_note():
     session = make(metrics=NO_MEMORY, max_data_points=2)
     for _ in range(4):
         session.close_stage(session.open_stage("x"))
     session._build_timed_rows()
-    assert len(session.rows) == 2
+    assert [r.node_id for r in session.rows] == ["1", "2"]  # the first calls are kept
     assert session.monitor_errors == ["more than 2 stage calls: later rows not kept (phases stay exact)"]
     assert session.phases.rows()[0]["n_calls"] == 4
 
@@ -82,8 +102,9 @@ def test_measured_stages_nest_close_once_and_are_bounded():
     outer_s = session.close_stage(outer)
     assert session.current_stage is None
     assert session.close_stage(outer) == outer_s  # closed already: its duration again
-    extra = session.open_stage("extra")
-    session.close_stage(extra)
+    for _ in range(2):
+        extra = session.open_stage("extra")
+        session.close_stage(extra)
     assert [(r.class_type, r.title, r.status) for r in session.rows] == [
         ("inner", "t", "error"),
         ("outer", "outer", "executed"),
@@ -92,9 +113,20 @@ def test_measured_stages_nest_close_once_and_are_bounded():
     assert session.monitor_errors == ["more than 2 stage calls: later rows not kept (phases stay exact)"]
     phases = {p["stage"]: p for p in session.phases.rows()}
     assert (
-        phases["inner"]["n_errors"] == 1 and phases["inner"]["depth"] == 1 and phases["extra"]["n_calls"] == 1
+        phases["inner"]["n_errors"] == 1 and phases["inner"]["depth"] == 1 and phases["extra"]["n_calls"] == 2
     )
     assert session.close_stage(None) is None
+
+
+def test_a_full_list_of_notes_takes_no_more():
+    session = make(metrics=NO_MEMORY, max_data_points=1)
+    for i in range(50):
+        session.note(f"n{i}")
+    for _ in range(3):
+        session.close_stage(session.open_stage("x"))
+    assert len(session.monitor_errors) == 50 and "more than 1 stage calls" not in " ".join(
+        session.monitor_errors
+    )
 
 
 def test_measured_stage_gpu_peak_goes_into_its_phase():
@@ -146,7 +178,18 @@ def test_finish_closes_open_stages_as_interrupted(tmp_path):
     for metrics in (NO_MEMORY, {}):
         session = make(tmp_path, metrics=metrics).start()
         session.open_stage("left_open")
-        report = session.finish("success")
+        started = session._started_monotonic
+        real_time = session_module.time
+        session_module.time = SimpleNamespace(
+            monotonic=lambda started=started: started + 3.0,
+            perf_counter=real_time.perf_counter,
+            time=real_time.time,
+        )
+        try:
+            report = session.finish("success")
+        finally:
+            session_module.time = real_time
+        assert report.duration_s == 3.0 and [step.kind for step in report.steps] == ["profiling"]
         assert [(n.class_type, n.status) for n in report.nodes] == [("left_open", "interrupted")]
         assert session.paths == {"json": str(tmp_path / f"{session.run_id}.json")}
 
@@ -226,13 +269,14 @@ def test_samples_keep_the_configured_metrics_in_columns():
     session._on_sample(snapshot(1.0, process_rss_bytes=11, ram_used_bytes=21))  # the GPU not due yet
     session._on_sample(snapshot(1.5, gpu=False))  # nothing due
     session._on_sample(snapshot(2.0, gpu=False, process_rss_bytes=12, ram_used_bytes=22))
+    session._on_sample(snapshot(3.0, process_rss_bytes=13, ram_used_bytes=23))  # the GPU due again
     samples = {k: list(v) for k, v in session.samples.items()}
     assert samples == {
-        "t_s": [0.0, 1.0, 2.0],
-        "process_rss_bytes": [10, 11, 12],
-        "ram_used_bytes": [20, 21, 22],
-        "cuda:0.utilization_pct": [4.0, None, None],
-        "cuda:0.power_w": [6.0, None, None],
+        "t_s": [0.0, 1.0, 2.0, 3.0],
+        "process_rss_bytes": [10, 11, 12, 13],
+        "ram_used_bytes": [20, 21, 22, 23],
+        "cuda:0.utilization_pct": [4.0, None, None, 4.0],
+        "cuda:0.power_w": [6.0, None, None, 6.0],
     }
 
 
@@ -269,6 +313,12 @@ def test_the_live_line_at_its_interval(caplog):
         "pipeline monitor [s] 2.0",
         "pipeline monitor [s] 4.0",
     ]
+    quiet = make(sampling={"cpu_interval_s": 1.0, "gpu_interval_s": 1.0})  # realtime off: no line
+    quiet.started_unix_s = 100.0
+    caplog.clear()
+    for t in (1.0, 6.0, 12.0):
+        quiet._on_sample(snapshot(t, gpu=False))
+    assert not [r for r in caplog.records if r.getMessage().startswith("pipeline monitor [s]")]
 
 
 def test_sampler_interval_follows_the_gpu(monkeypatch):
@@ -329,8 +379,12 @@ def test_session_span_failures_are_notes(tmp_path, monkeypatch, where):
     assert report.span is None
 
 
-def test_host_name_and_offset(monkeypatch):
+def test_host_name_and_offsets_from_the_start(monkeypatch):
     session = make()
     monkeypatch.setattr(session_module.socket, "gethostname", lambda: "box")
     assert session.host_name() == "box"
-    assert session.offset_s() >= 0.0
+    started = session._started_monotonic
+    monkeypatch.setattr(session_module, "time", SimpleNamespace(monotonic=lambda: started + 2.5))
+    assert session.offset_s() == 2.5
+    session.add_event("e", None)
+    assert session.events[0]["t_s"] == 2.5
