@@ -191,9 +191,10 @@ def test_history_matches_a_workflow_by_name_without_an_id(tmp_path):
 
 def test_history_counts_in_the_printed_basis(tmp_path, capsys):
     wf = {"id": "w"}
-    a = write(tmp_path, "a.json", report("a", 1.0, workflow=wf))
-    b = write(tmp_path, "b.json", report("b", 1.0, started=300.0, workflow=wf))
-    h = write(tmp_path, "h.json", report("h", 1.0, started=50.0, workflow=wf))
+    a = write(tmp_path, "a.json", report("a", 1.0, workflow=wf))  # started at 100
+    # B another workflow, later: the history is A's workflow, up to B's start
+    b = write(tmp_path, "b.json", report("b", 1.0, started=300.0, workflow={"id": "w-next"}))
+    h = write(tmp_path, "h.json", report("h", 1.0, started=200.0, workflow=wf))
     assert main(["compare", a, b, "--history", h]) == EXIT_OK
     assert (
         capsys.readouterr().out.splitlines()[-1]
@@ -217,7 +218,9 @@ def test_trace_names_skipped_files_and_needs_one_report(tmp_path, capsys):
 def test_table_as_json_to_stdout_or_a_file(tmp_path, capsys):
     path = write(tmp_path, "r.json", report("a", 1.0))
     assert main(["table", path, "--format", "json"]) == EXIT_OK
-    assert [n["class_type"] for n in json.loads(capsys.readouterr().out)] == ["Load"]
+    text = capsys.readouterr().out
+    assert [n["class_type"] for n in json.loads(text)] == ["Load"]
+    assert text.startswith('[\n {\n  "node_id": "1",\n')  # readable: one key a line
     out = tmp_path / "steps.json"
     assert main(["table", path, "--table", "steps", "--format", "json", "-o", str(out)]) == EXIT_OK
     assert out.read_text() == "[]\n" and capsys.readouterr().out == ""
@@ -237,6 +240,26 @@ def test_aggregate_needs_files_or_a_folder():
     with pytest.raises(SystemExit) as info:
         main(["aggregate"])
     assert info.value.code == EXIT_USAGE
+
+
+@pytest.mark.parametrize("argv", [[], ["trace", "a.json"]], ids=["no command", "trace without -o"])
+def test_a_command_and_a_trace_output_are_required(argv):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+
+
+def test_exit_codes_are_the_documented_numbers():
+    assert (EXIT_OK, EXIT_NO_INPUT, EXIT_USAGE, EXIT_SKIPPED, EXIT_REGRESSION) == (0, 1, 2, 3, 4)
+
+
+def test_a_long_name_is_cut_to_its_column(tmp_path, capsys):
+    nodes = (("1", "A" * 40, 1.0),)
+    a = write(tmp_path, "a.json", report("a", 1.0, nodes=nodes))
+    b = write(tmp_path, "b.json", report("b", 1.0, nodes=nodes))
+    assert main(["compare", a, b]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  #1 "))
+    assert row == "  #1 " + "A" * 29 + f"{'1.000 s':>12}{'1.000 s':>12}{'+0.0 %':>10}"
 
 
 def test_parser_defaults():
