@@ -80,7 +80,8 @@ def device_name(system: dict) -> str:
 
 def build_report(session, status: str, error: dict | None, span_result, duration_s: float) -> RunReport:
     """The session's rows and one `profiling` step: what the session recorded (copied under its
-    lock), then the details, the suggestions and the summary."""
+    lock), then the details, the suggestions and the summary; the notes last, so that what
+    building the report could not read (system info, a failing rule) is in it."""
     with session._lock:
         rows = tuple(sorted(session.rows, key=lambda r: int(r.node_id)))
         recorded = {
@@ -90,7 +91,6 @@ def build_report(session, status: str, error: dict | None, span_result, duration
             "events": list(session.events),
             "stage_threads": dict(session.stage_threads),
         }
-        monitor_errors = list(session.monitor_errors)
     system = _system(session)
     phases = session.phases.rows(duration_s)
     models = usage.tracker.models()
@@ -98,6 +98,8 @@ def build_report(session, status: str, error: dict | None, span_result, duration
     span = None if span_result is None else span_result.to_dict()
     findings = _findings(session, {"duration_s": duration_s, "system": system, "span": span}, details, phases)
     summary = _summary(session, phases, models, len(recorded["events"]), span_result, system)
+    with session._lock:
+        monitor_errors = list(session.monitor_errors)
     step = StepReport(
         kind=STEP_KIND,
         node_id=None,

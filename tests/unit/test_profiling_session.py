@@ -190,6 +190,7 @@ def test_finish_closes_open_stages_as_interrupted(tmp_path):
         finally:
             session_module.time = real_time
         assert report.duration_s == 3.0 and [step.kind for step in report.steps] == ["profiling"]
+        assert report.profile_enabled is True and report.status == "success"
         assert [(n.class_type, n.status) for n in report.nodes] == [("left_open", "interrupted")]
         assert session.paths == {"json": str(tmp_path / f"{session.run_id}.json")}
 
@@ -388,3 +389,27 @@ def test_host_name_and_offsets_from_the_start(monkeypatch):
     assert session.offset_s() == 2.5
     session.add_event("e", None)
     assert session.events[0]["t_s"] == 2.5
+
+
+def test_a_failing_suggestion_rule_loses_only_the_findings(tmp_path, monkeypatch):
+    from monitors.profiling import report as report_module
+
+    def broken(*args):
+        raise KeyError("rule")
+
+    monkeypatch.setattr(report_module, "suggest", broken)
+    session = make(tmp_path).start()
+    report = session.finish("success")
+    assert report.steps[0].findings == ()
+    assert "suggestions failed: KeyError: 'rule'" in report.monitor_errors
+
+
+def test_a_system_block_that_cannot_be_read_is_said_in_the_report(tmp_path):
+    probes = fake_probes()
+
+    def broken():
+        raise OSError("no host")
+
+    probes.system_info = broken
+    report = make(tmp_path, probes=probes).start().finish("success")
+    assert "system info unavailable: OSError: no host" in report.monitor_errors
