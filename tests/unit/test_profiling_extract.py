@@ -116,3 +116,27 @@ def test_describe_parameters_of_other_objects():
     assert describe_parameters(type("P", (), {"parameters": 3})()) == {}
     empty = describe_parameters(torch.nn.ReLU())
     assert empty["n_parameters"] == 0 and empty["parameter_bytes"] == 0 and empty["dtypes"] == {}
+
+
+def test_describe_parameters_of_any_object_with_parameters():
+    class Param:  # no requires_grad: not counted as trainable
+        dtype, device = "int8", "meta"
+
+        def numel(self):
+            return 5
+
+        def element_size(self):
+            return 1
+
+    class Model:
+        def parameters(self):
+            return iter([Param(), Param()])
+
+    assert describe_parameters(Model()) == {
+        "class_name": "Model",
+        "n_parameters": 10,
+        "n_trainable_parameters": 0,
+        "parameter_bytes": 10,
+        "dtypes": {"int8": 10},
+        "devices": {"meta": 10},
+    }
