@@ -142,6 +142,9 @@ def test_log_summary_at_a_level_and_into_a_file_only_when_asked(tmp_path, caplog
     log_file = tmp_path / "u.log"
     usage.log_usage_summary(logger, level=logging.INFO, log_file=log_file, probes=fake_probes())
     assert "Pipeline Monitor usage on" in log_file.read_text() and logger.level == logging.ERROR
+    caplog.clear()
+    usage.log_usage_summary(logger, level=logging.INFO, probes=fake_probes())  # no file: the level rules
+    assert logger.level == logging.ERROR and not [r for r in caplog.records if r.name == logger.name]
     logger.setLevel(logging.NOTSET)
 
 
