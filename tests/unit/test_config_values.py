@@ -1,6 +1,8 @@
 """monitors.profiling.config: the default values, which files each format writes, and the
 error messages word for word (they name the key, the value and its type)."""
 
+import dataclasses
+
 import pytest
 
 from monitors.profiling.config import ConfigError, ProfilingConfig, load_config, merge_config
@@ -106,3 +108,25 @@ def test_a_preset_then_a_file_then_keywords(tmp_path):
     assert c.max_data_points == 8 and c.display.interval_s == 9.0
     assert c.tags["preset"] == "development"
     assert load_config(path).max_data_points == 7  # a path object too
+
+
+@pytest.mark.parametrize(
+    ("obj", "name"),
+    [
+        (ProfilingConfig(), "enabled"),
+        (ProfilingConfig().sampling, "gpu_interval_s"),
+        (ProfilingConfig().metrics, "cpu"),
+        (ProfilingConfig().display, "realtime"),
+        (ProfilingConfig().report, "format"),
+    ],
+)
+def test_a_configuration_cannot_be_changed_in_place(obj, name):
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(obj, name, getattr(obj, name))
+
+
+def test_an_unreadable_file_says_why(tmp_path):
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(ConfigError) as info:
+        load_config(str(missing))
+    assert str(info.value) == f"{missing}: cannot read (No such file or directory)"

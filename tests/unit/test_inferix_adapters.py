@@ -125,6 +125,10 @@ def test_diffusion_step_index_from_inferixs_step(on):
         def nothing(self):
             return None
 
+        @inferix.profile_diffusion_step(lambda args, kwargs: {"timestep": 5})
+        def no_step(self):
+            return None
+
         @inferix.profile_diffusion_step()
         def bare(self):
             return None
@@ -135,14 +139,11 @@ def test_diffusion_step_index_from_inferixs_step(on):
         m.both()
         m.nothing()
         m.bare()
+        m.no_step()
     steps = session.report.steps[0].details["diffusion_steps"]
-    assert [s.get("step_index") for s in steps] == [4, 8, None, None]
-    assert [n.title for n in session.report.nodes] == [
-        "step 4",
-        "step 8",
-        "inference_steps",
-        "inference_steps",
-    ]
+    assert [s.get("step_index") for s in steps] == [4, 8, None, None, None]
+    assert steps[4]["timestep"] == 5 and session.report.monitor_errors == ()
+    assert [n.title for n in session.report.nodes] == ["step 4", "step 8"] + ["inference_steps"] * 3
 
 
 def test_block_info_without_self(on):
