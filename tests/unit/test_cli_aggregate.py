@@ -357,3 +357,20 @@ def test_compare_defaults_are_10_pct_50_ms_and_64_mib():
     result = agg.compare(run("a", 1.0), run("b", 1.0))
     assert (result["threshold_pct"], result["min_seconds"], result["min_bytes"]) == (10.0, 0.05, 64 * 1024**2)
     assert result["n_history_runs"] == 1 and result["regressions"] == []
+
+
+def test_a_ranks_slowest_stage_among_several_top_level_ones():
+    r = run("a", 1.0, phases=[phase("a", 0.5), phase("b", 0.75), phase("c", None), phase("d", 0.1)])
+    (row,) = agg.aggregate([("p", r)])["ranks"]
+    assert (row["slowest_stage"], row["slowest_stage_s"]) == ("b", 0.75)  # an untimed stage is not slower
+
+
+def test_any_rise_from_zero_is_infinitely_worse():
+    d = agg._diff(0.0, 0.5, 10, 0.0)
+    assert d["delta_pct"] is None and d["regression"] is True
+
+
+def test_a_throughput_drop_needs_no_absolute_minimum():
+    a = run("a", 1.0, summary={"steps_per_s": 2.0})
+    b = run("b", 1.0, summary={"steps_per_s": 1.0})  # one step a second fewer: half the rate
+    assert agg.compare(a, b, threshold_pct=10)["run"]["steps_per_s"]["regression"] is True
