@@ -78,6 +78,7 @@ def test_log_summary(fresh, caplog):
         pass
     logger = logging.getLogger("usage-test")
     caplog.set_level(logging.INFO, logger="usage-test")
+    caplog.clear()  # the session's own INFO lines, captured where the root logger shows INFO
     stats = pm.log_usage_summary(logger)
     text = caplog.text
     assert stats["n_generations"] == 1
