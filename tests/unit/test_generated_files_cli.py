@@ -4,6 +4,7 @@ repository's own are never written here)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -67,6 +68,15 @@ def test_the_generated_texts_end_with_a_newline_and_keep_their_characters(copies
     schema = texts[str(copies["SCHEMA_PATH"])]
     assert schema.endswith("}\n") and schema.startswith('{\n "')
     assert "\\u" not in schema and "\\u" not in texts[str(copies["JS_PATH"])]
+
+
+def test_text_outside_ascii_is_written_as_itself(copies, monkeypatch):
+    base = json.loads(copies["SCHEMA_PATH"].read_text())
+    base["description"] = "naïve – 日本"
+    assert '"description": "naïve – 日本"' in generated_files.schema_text(base)
+    figures = {"gpu_time_s": {"label": "GPU span", "description": "über"}}
+    monkeypatch.setattr(generated_files, "NODE_GPU_FIGURES", figures)
+    assert '"description": "über"' in generated_files.js_text()
 
 
 def test_help_describes_the_command(capsys):
