@@ -86,6 +86,8 @@ def test_timeline_axis_ends_at_the_last_node_when_the_run_is_shorter_or_unknown(
     tiny = timeline_svg({"nodes": [node("1", 0.0, 0.0004)]})
     assert 'width="224.0"' in tiny  # an axis of at least 1 ms
     assert '<text x="780.0" y="35" text-anchor="end">1.0 ms</text>' in tiny
+    one = timeline_svg({"nodes": [node("1", 1.0, 1.0)]})
+    assert '<rect class="bar" x="500.0" y="3" width="280.0" height="12">' in one  # the axis ends at its end
     short = timeline_svg({"duration_s": 2.0, "nodes": [node("1", 0.0, 0.5)]})
     assert 'width="140.0"' in short  # the run's duration when it is the longer
 
