@@ -99,7 +99,7 @@ def test_data_offsets_up_to_the_end_of_the_data(tmp_path):
 
 @pytest.mark.parametrize(
     "offsets",
-    [[4, 2], [9, 8], [-1, 20], [0, 4, 8], [0], "0-8", ["0", "8"], [0.0, 8], None],
+    [[4, 2], [9, 8], [20, 10], [-1, 20], [0, 4, 8], [0], "0-8", ["0", "8"], [0.0, 8], None],
 )
 def test_malformed_offsets_are_a_corrupt_entry_not_truncated_data(tmp_path, offsets):
     path = write(tmp_path / "bad.safetensors", {"t": entry(offsets)}, b"12345678")
@@ -191,6 +191,55 @@ def test_an_unreadable_file_is_said_so(tmp_path, monkeypatch):
     status, index = lora_file_status("a", path)
     assert status["header_ok"] is False and index is None
     assert status["error"] == "unreadable: Permission denied"
+
+
+def test_a_file_whose_size_cannot_be_read(tmp_path, monkeypatch):
+    import os
+
+    path = write(tmp_path / "a.safetensors", {})
+    real_getsize = os.path.getsize
+
+    def failing(name):
+        if name == path:
+            raise OSError(5, "Input/output error")
+        return real_getsize(name)
+
+    monkeypatch.setattr(os.path, "getsize", failing)
+    status, index = lora_file_status("a", path)
+    assert index is None
+    assert status["exists"] is True and status["size_bytes"] is None and status["format"] is None
+    assert status["error"] == "unreadable: Input/output error"
+
+
+def test_an_error_without_its_text_is_named_by_itself(tmp_path, monkeypatch):
+    path = write(tmp_path / "a.safetensors", {})
+
+    def refuse(*args, **kwargs):
+        raise OSError("the disk went away")
+
+    monkeypatch.setattr("monitors.lora.file.read_safetensors_header", refuse)
+    status, _ = lora_file_status("a", path)
+    assert status["error"] == "unreadable: the disk went away"
+
+
+def test_a_missing_file_has_nothing_counted():
+    status, index = lora_file_status("gone", None)
+    assert index is None
+    assert status == {
+        "name": "gone",
+        "path": None,
+        "exists": False,
+        "size_bytes": None,
+        "format": None,
+        "header_ok": None,
+        "error": "file not found",
+        "n_tensors": None,
+        "tensor_bytes": None,
+        "dtypes": {},
+        "network": {},
+        "metadata": {},
+        "n_metadata_entries": 0,
+    }
 
 
 def test_tiny_tensors_are_read_for_real_the_others_are_placeholders(tmp_path):
