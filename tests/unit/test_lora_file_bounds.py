@@ -95,6 +95,10 @@ def test_data_offsets_up_to_the_end_of_the_data(tmp_path):
     assert str(caught.value) == (
         "the file is cut short: tensor 't' needs 9 bytes of data, the file holds 8 (an incomplete download or copy)"
     )
+    # an empty tensor placed past the end: the data is cut short all the same
+    empty_past = write(tmp_path / "past.safetensors", {"t": entry([10, 10], shape=(0,))}, b"12345678")
+    with pytest.raises(TruncatedData, match="needs 10 bytes of data, the file holds 8"):
+        read_safetensors_header(empty_past)
 
 
 @pytest.mark.parametrize(
