@@ -470,7 +470,9 @@ def mutate_module(
                     free.append(work)
                     continue
                 else:
-                    outcome = "killed" if rc in (1, 2, 3) or rc < 0 else "error"
+                    # 4 with every test: a conftest that imports the mutant failed (the baseline
+                    # proved the command line valid), so no test could even start: killed.
+                    outcome = "killed" if rc in (1, 2, 3, 4) or rc < 0 else "error"
                 results.append(Result(mutant, outcome, elapsed))
                 del running[key]
                 free.append(work)

@@ -171,3 +171,23 @@ def test_lines_runs_only_the_mutants_on_those_lines(toy_repo, tmp_path):
         "toy/calc.py:9: [binop] `+` -> `-` in `return a + b`",
         "toy/calc.py:9: [return] `return ...` -> `return None` in `return a + b`",
     ]
+
+
+def test_a_mutant_that_breaks_the_conftests_import_is_killed(tmp_path):
+    """No test can even start (pytest exits 4 where its conftest fails to import): the tests
+    noticed, as loudly as they can."""
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy" / "__init__.py").write_text("")
+    (tmp_path / "toy" / "table.py").write_text('def names():\n    return ["a", "b"]\n\n\nNAMES = tuple(names())\n')
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "conftest.py").write_text("import toy.table  # noqa: F401\n")
+    (tmp_path / "tests" / "test_table.py").write_text(
+        'from toy.table import NAMES\n\n\ndef test_names():\n    assert NAMES == ("a", "b")\n'
+    )
+    out_json = tmp_path / "result.json"
+    command = [sys.executable, str(REPO / "scripts" / "mutate.py"), "toy/table.py", "--root", str(tmp_path)]
+    command += ["--tests", "tests/test_table.py", "--preimport", mutate.PYTEST_PLUGINS, "--json", str(out_json)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [row] = json.loads(out_json.read_text())
+    assert (row["total"], row["killed"], row["error"], row["survivors"]) == (1, 1, 0, [])
