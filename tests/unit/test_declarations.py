@@ -200,3 +200,14 @@ def test_node_keys_and_the_highest_gpu_peak():
     assert node_gpu_peak(node, "peak_reserved_bytes") == 9
     assert node_gpu_peak({"gpu_peaks": None}) is None and node_gpu_peak({}) is None
 
+
+
+def test_a_kinds_vocabulary_and_the_node_rows_are_fixed_declarations():
+    """A step kind's vocabulary is shared by every report: it cannot be changed in place. The
+    node rows are a list in every run report, never null."""
+    from monitors.detail_fields import NODE_ROW
+
+    kind = StepKindVocabulary("k", "K", (field("a_bytes"),))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        kind.title = "other"
+    assert NODE_ROW.repeated == "list" and NODE_ROW.schema()["type"] == ["array"]
