@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import types
 
 import pytest
 
@@ -110,14 +111,18 @@ def test_a_failing_sink_is_kept_called_and_logged_once_per_sink(caplog):
     assert len(failures) == 2  # one per failing sink, not one per tick
 
 
-def test_points_since_are_strictly_newer():
+def test_points_since_are_strictly_newer(monkeypatch):
+    import monitors.probes as probes_module
+
+    clock = iter([100.0, 101.0, 101.0, 102.0])  # two samples at the same second
+    fake_time = types.SimpleNamespace(time=lambda: next(clock), monotonic=time.monotonic)
+    monkeypatch.setattr(probes_module, "time", fake_time)  # the probes' own clock only
     sampler = Sampler(probes=fake_probes())
-    taken = [sampler.sample_once() for _ in range(3)]
-    assert sampler.points(since_unix_s=taken[1].unix_time_s) == [
-        p for p in taken if p.unix_time_s > taken[1].unix_time_s
-    ]
-    assert sampler.points(since_unix_s=taken[2].unix_time_s) == []
-    assert sampler.points(since_unix_s=taken[0].unix_time_s - 1) == taken
+    taken = [sampler.sample_once() for _ in range(4)]
+    assert sampler.points(since_unix_s=101.0) == [taken[3]]
+    assert sampler.points(since_unix_s=100.5) == taken[1:]
+    assert sampler.points(since_unix_s=102.0) == []
+    assert sampler.points(since_unix_s=99.0) == taken
 
 
 def test_without_probes_of_its_own_it_reads_the_process_wide_ones():
