@@ -180,3 +180,8 @@ def test_a_declared_field_formats_by_its_unit_a_key_by_its_name():
 )
 def test_labels_of_keys_no_kind_declares(name, text):
     assert label_from_key(name) == text
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(0.009949, "9.9 ms"), (0.4994, "499 ms"), (-0.4994, "-499 ms")])
+def test_milliseconds_are_a_thousand_per_second_to_the_last_digit(seconds, text):
+    assert format_seconds(seconds) == text
