@@ -305,3 +305,18 @@ def test_the_step_kind_and_errors(device):
     result = ChainResult(requested="auto", device=device, monitor_errors=["free memory: boom"])
     step = build_step("2", result)
     assert step.kind == "vae_encode" and step.node_id == "2" and step.monitor_errors == ("free memory: boom",)
+
+
+def test_figures_of_an_input_missing_a_side_or_its_size_are_unknown_and_dummy_is_off_unless_asked():
+    """Spatial compression needs both sides of the input; throughput in MB/s needs its size. A step
+    built without `allow_dummy` says it was off."""
+    latent = {"shape": [1, 4, 8, 8]}
+    assert geometry([1, 64], latent)["spatial_compression_ratio"] is None  # no width
+    assert geometry([1], latent)["spatial_compression_ratio"] is None
+    result = ChainResult(requested="auto", device="cuda:0", span=span(duration_s=2.0), strategy_used="direct")
+    result.samples = torch.zeros(1, 4, 8, 8)
+    result.pixels_info = {"shape": [1, 64, 64, 3]}  # no byte count
+    step = build_step("7", result)
+    assert step.summary["input_mb_per_s"] is None and step.summary["frames_per_s"] == 0.5
+    assert step.details["allow_dummy"] is False
+    assert build_vae_encode_step("7", result).details["allow_dummy"] is False
