@@ -108,24 +108,20 @@ def toy_repo(tmp_path):
     return tmp_path
 
 
-def test_kills_what_the_tests_check_and_lists_the_survivors(toy_repo, tmp_path):
-    out_json = tmp_path / "result.json"
-    command = [
-        sys.executable,
-        str(REPO / "scripts" / "mutate.py"),
-        "toy/calc.py",
-        "--root",
-        str(toy_repo),
-        "--tests",
-        "tests/test_calc.py",
-        "--preimport",
-        mutate.PYTEST_PLUGINS,
-        "--json",
-        str(out_json),
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=toy_repo)
+def run_mutate(root, module: str, test_file: str, *extra: str):
+    """scripts/mutate.py on `module` of the toy repository at `root`: (the finished process, the
+    module's row of its JSON result)."""
+    out_json = root / "result.json"
+    command = [sys.executable, str(REPO / "scripts" / "mutate.py"), module, "--root", str(root)]
+    command += ["--tests", test_file, "--preimport", mutate.PYTEST_PLUGINS, *extra, "--json", str(out_json)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=root)
     assert done.returncode == 0, done.stderr[-3000:]
     [row] = json.loads(out_json.read_text())
+    return done, row
+
+
+def test_kills_what_the_tests_check_and_lists_the_survivors(toy_repo, tmp_path):
+    done, row = run_mutate(toy_repo, "toy/calc.py", "tests/test_calc.py")
     survivors = {(s["line"], s["description"].split(" in ")[0], s["outcome"]) for s in row["survivors"]}
     # `unchecked` is never called: its three mutants survive without a run; `and` -> `or` on
     # (True, False) gives True, which the test sees; 10 -> 11 for LIMIT breaks clamp(11).
@@ -142,30 +138,14 @@ def test_kills_what_the_tests_check_and_lists_the_survivors(toy_repo, tmp_path):
 
 
 def test_lines_runs_only_the_mutants_on_those_lines(toy_repo, tmp_path):
-    out_json = tmp_path / "result.json"
-    command = [
-        sys.executable,
-        str(REPO / "scripts" / "mutate.py"),
-        "toy/calc.py",
-        "--root",
-        str(toy_repo),
-        "--tests",
-        "tests/test_calc.py",
-        "--preimport",
-        mutate.PYTEST_PLUGINS,
-        "--lines",
-        "13",
-        "31",
-        "--json",
-        str(out_json),
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=toy_repo)
-    assert done.returncode == 0, done.stderr[-3000:]
-    [row] = json.loads(out_json.read_text())
+    _, row = run_mutate(toy_repo, "toy/calc.py", "tests/test_calc.py", "--lines", "13", "31")
     assert {s["line"] for s in row["survivors"]} == {13, 31}
     assert (row["total"], row["killed"], row["survived"], row["not_covered"]) == (5, 1, 1, 3)
     listed = subprocess.run(
-        [*command[:3], "--root", str(toy_repo), "--list", "--lines", "9"], capture_output=True, text=True
+        [sys.executable, str(REPO / "scripts" / "mutate.py"), "toy/calc.py", "--root", str(toy_repo)]
+        + ["--list", "--lines", "9"],
+        capture_output=True,
+        text=True,
     )
     assert sorted(listed.stdout.splitlines()) == [
         "toy/calc.py:9: [binop] `+` -> `-` in `return a + b`",
@@ -184,10 +164,5 @@ def test_a_mutant_that_breaks_the_conftests_import_is_killed(tmp_path):
     (tmp_path / "tests" / "test_table.py").write_text(
         'from toy.table import NAMES\n\n\ndef test_names():\n    assert NAMES == ("a", "b")\n'
     )
-    out_json = tmp_path / "result.json"
-    command = [sys.executable, str(REPO / "scripts" / "mutate.py"), "toy/table.py", "--root", str(tmp_path)]
-    command += ["--tests", "tests/test_table.py", "--preimport", mutate.PYTEST_PLUGINS, "--json", str(out_json)]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    [row] = json.loads(out_json.read_text())
+    _, row = run_mutate(tmp_path, "toy/table.py", "tests/test_table.py")
     assert (row["total"], row["killed"], row["error"], row["survivors"]) == (1, 1, 0, [])
