@@ -413,3 +413,24 @@ def test_a_system_block_that_cannot_be_read_is_said_in_the_report(tmp_path):
     probes.system_info = broken
     report = make(tmp_path, probes=probes).start().finish("success")
     assert "system info unavailable: OSError: no host" in report.monitor_errors
+
+
+def test_a_time_only_stages_shortest_call_is_its_minimum_whatever_the_order(monkeypatch):
+    session = make(metrics=NO_MEMORY)
+    clock = iter([0.0, 1.0, 1.0, 4.0, 4.0, 6.0])  # calls of 1 s, 3 s and 2 s
+    monkeypatch.setattr(session_module.time, "perf_counter", lambda: next(clock))
+    for _ in range(3):
+        session.close_stage(session.open_stage("step"))
+    session._build_timed_rows()
+    [phase] = [p for p in session.phases.rows() if p["stage"] == "step"]
+    assert (phase["n_calls"], phase["total_s"], phase["min_s"], phase["max_s"]) == (3, 6.0, 1.0, 3.0)
+
+
+def test_a_measured_stage_closed_twice_counts_once():
+    session = make(metrics={})
+    stage = session.open_stage("measured")
+    first = session.close_stage(stage)
+    assert session.close_stage(stage, "error") == first  # closed already: its duration, not again
+    assert session.failed_stage is None and session.current_stage is None
+    session._build_timed_rows()
+    assert [(r.class_type, r.status) for r in session.rows] == [("measured", "executed")]
