@@ -2,9 +2,9 @@
 
 The pack leaves no idle thread behind: the thread starts with the first task and ends after
 `idle_exit_s` without one; the next task starts a new one. The exception is work whose library
-keeps state owned by the thread that did it (`stay()`): that thread, once started, stays. Tasks run in the order submitted, a
-task submitted with a delay once its time has come (after the tasks already due), and a task
-that raises is logged and does not end the thread.
+keeps state owned by the thread that did it (`stay()`): that thread, once started, stays. Tasks
+run in the order submitted, a task submitted with a delay once its time has come (after the tasks
+already due), and a task that raises is logged and does not end the thread.
 """
 
 from __future__ import annotations
@@ -95,9 +95,9 @@ class BackgroundWorker:
     def _wait_for_task(self) -> bool:
         """With the lock held and no task: wait up to idle_exit_s for one; False (and the thread
         forgotten, under the lock) when none came; without idle_exit_s (stay), until one comes."""
-        while self.idle_exit_s is None and not self._tasks:
-            self._cond.wait()
-        if self._tasks:
+        if self.idle_exit_s is None:
+            while not self._tasks:
+                self._cond.wait()
             return True
         self._cond.wait(self.idle_exit_s)
         if self._tasks:

@@ -210,16 +210,18 @@ class Reuse:
 
     def inner(self, key: str, a, b) -> tuple:
         """(cached unit inner product of two entries or None, how to store it once computed or None)."""
-        if self.file_of(a) is None or self.file_of(b) is None:
+        files_of = (self.file_of(a), self.file_of(b))
+        if None in files_of:
             return None, None
         # The product is symmetric: both orders of the pair store and find it, tensors included.
-        sides = sorted(
-            ((self.file_of(entry), patch_signature(key, entry), _tensors(entry)) for entry in (a, b)),
-            key=lambda side: repr(side[:2]),
+        sides = [
+            (files_of[0], patch_signature(key, a), _tensors(a)),
+            (files_of[1], patch_signature(key, b), _tensors(b)),
+        ]
+        (file_1, signature_1, tensors_1), (file_2, signature_2, tensors_2) = sorted(
+            sides, key=lambda side: repr(side[:2])
         )
-        files = (sides[0][0], sides[1][0])
-        signatures = (sides[0][1], sides[1][1])
-        tensors = sides[0][2] + sides[1][2]
+        files, signatures, tensors = (file_1, file_2), (signature_1, signature_2), tensors_1 + tensors_2
         found = self.files.inner(files, signatures, tensors)
         self.count("n_inner_products_reused" if found is not None else "n_inner_products_computed")
         if found is not None:
