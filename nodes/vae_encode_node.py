@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import gc
 import logging
+import time
 
 import torch
 from comfy_api.latest import io
@@ -22,7 +23,7 @@ from ..monitors.vae.comfy_retry import COMFY_RETRY_TILERS
 from ..monitors.vae.errors import error_for
 from ..monitors.vae.free_memory import DYNAMIC, ESTIMATE_BASED, usable_gpu_free
 from ..monitors.vae.geometry import TileSettings, tiles_from_inputs
-from ..monitors.vae.outcomes import REQUESTS, ChainOptions
+from ..monitors.vae.outcomes import REQUESTS, ChainOptions, CpuEncoded
 from ..monitors.vae.report import STEP_KIND, build_vae_encode_step, log_findings
 from .memory_snapshot import loaded_models_snapshot
 from .node_support import hidden_inputs, record_step, run_monitor
@@ -30,14 +31,16 @@ from .node_support import hidden_inputs, record_step, run_monitor
 log = logging.getLogger(__name__)
 
 NODE_ID = "PipelineMonitorVAEEncode"
+# The attributes ComfyUI's loading sets on a layer to cast its weights per operation.
+CAST_FLAGS = ("comfy_cast_weights", "prev_comfy_cast_weights")
 # ComfyUI's VAE.encode logs this when it catches a CUDA OOM and retries tiled on its own.
 COMFY_TILED_RETRY_WARNING = "Ran out of memory when regular VAE encoding"
 
 
 def free_memory_reader(vae, probes=None):
     """device name -> memory an encode there can get (monitors/vae/free_memory.py): on a GPU
-    ComfyUI's free memory (0.33: the patcher's, with the dynamic VRAM headroom), plus what ComfyUI
-    would unload from other models, less its reserve, capped by this process's memory fraction.
+    ComfyUI's free memory, plus what ComfyUI would really unload from other models
+    (reclaimable_bytes), less its reserve, capped by this process's memory fraction.
     A failed read raises: the chain records why (prediction's free_bytes_unknown_reason, the step's
     monitor_errors) instead of a bare None."""
 
@@ -53,11 +56,7 @@ def free_memory_reader(vae, probes=None):
             return int(memory["available_bytes"]) if memory else int(mm.get_free_memory(device))
         patcher = getattr(vae, "patcher", None)
         free, manager, source = comfy_free_memory(mm, patcher, device)
-        reclaimable = sum(
-            loaded.model_loaded_memory()
-            for loaded in list(mm.current_loaded_models)
-            if loaded.device == device and loaded.model is not None and loaded.model is not patcher
-        )
+        reclaimable = reclaimable_bytes(mm.current_loaded_models, patcher, device, manager)
         limit, allocated = None, None
         index = device.index or 0
         if device.type == "cuda" and index < probes_.torch_device_count():
@@ -70,15 +69,34 @@ def free_memory_reader(vae, probes=None):
     return read
 
 
+def reclaimable_bytes(loaded_models, patcher, device, manager: str) -> int:
+    """What ComfyUI would unload from the other models on `device` to load the VAE's patcher.
+
+    Loading a dynamic patcher, ComfyUI never unloads another dynamic model (`free_memory(...,
+    for_dynamic=True)`: dynamic VRAM evicts their weights on demand), and what it can evict is
+    already in the patcher's free memory (`vbars_analyze`): only the other, estimate-based models
+    count. Loading an estimate-based patcher, ComfyUI unloads any model, dynamic ones whole."""
+    return sum(
+        loaded.model_loaded_memory()
+        for loaded in list(loaded_models)
+        if loaded.device == device
+        and loaded.model is not None
+        and loaded.model is not patcher
+        and not (manager == DYNAMIC and memory_manager(loaded.model) == MEMORY_MANAGER_DYNAMIC)
+    )
+
+
 def comfy_free_memory(mm, patcher, device) -> tuple[int, str, str]:
-    """(free bytes, memory manager, which call) as the VAE's own encode sizes its batches: 0.33's
-    `patcher.get_free_memory` (free plus dynamic VRAM headroom) where the patcher has it, else
-    `model_management.get_free_memory`."""
+    """(free bytes, memory manager, which call) as ComfyUI counts it for loading the VAE's patcher.
+
+    A dynamic patcher: `patcher.get_free_memory` (the driver's free plus what dynamic VRAM can
+    evict, as the VAE's own encode sizes its batches); an estimate-based one (or a ComfyUI before
+    0.33): `model_management.get_free_memory`, without dynamic VRAM's headroom, since loading it
+    unloads the dynamic models whole and reclaimable_bytes counts them. The manager is told by
+    `patcher.is_dynamic()` alone (memory_manager), whatever the device (CUDA, ROCm, XPU)."""
     getter = getattr(patcher, "get_free_memory", None)
-    if callable(getter):
-        is_dynamic = getattr(patcher, "is_dynamic", None)
-        manager = DYNAMIC if callable(is_dynamic) and is_dynamic() is True else ESTIMATE_BASED
-        return int(getter(device)), manager, "ComfyUI's ModelPatcher.get_free_memory"
+    if callable(getter) and memory_manager(patcher) == MEMORY_MANAGER_DYNAMIC:
+        return int(getter(device)), DYNAMIC, "ComfyUI's ModelPatcher.get_free_memory"
     return int(mm.get_free_memory(device)), ESTIMATE_BASED, "ComfyUI's get_free_memory"
 
 
@@ -90,60 +108,120 @@ def comfy_cleanup() -> None:
     mm.soft_empty_cache()
 
 
-def encode_on_cpu(vae, pixels, monitor_errors: list[str] | None = None):
-    """Encode on the CPU without leaving the VAE moved or duplicated.
+def encode_on_cpu(vae, pixels, monitor_errors: list[str] | None = None) -> CpuEncoded:
+    """Encode on the CPU without leaving the VAE moved, converted or duplicated.
 
     The VAE is unloaded first, as ComfyUI unloads any model (weights to its offload device): a
     patcher that is still loaded would keep its weights where they are when a clone loads (ComfyUI
     skips loading a module it finds fully loaded), and the encode would mix devices. Then a
     shallow copy of the VAE gets a non-dynamic clone of its patcher whose load device is the CPU
-    (cpu_patcher; the same weights module, or under dynamic VRAM a fresh copy from the loader, which
-    the copy then encodes with), and encodes with ComfyUI's own code; afterwards the clone is
-    unloaded too. The VAE object itself is never changed, and the next encode loads it onto its
-    device as usual. The encode runs in the VAE's dtype (half precision on the CPU is slow).
+    (cpu_patcher: the same weights module, or under dynamic VRAM a fresh copy from the loader), and
+    encodes with ComfyUI's own code; afterwards the clone is unloaded too. The VAE object itself is
+    never changed, and the next encode loads it onto its device as usual.
+
+    The encode runs in ComfyUI's dtype for a VAE on the CPU (`--cpu-vae`: float32 unless a VAE
+    dtype is forced), with weights and input in agreement (agree_weights): a fresh copy is
+    converted, the shared module is cast per operation. The GPU's working dtype (bf16, fp16) would
+    not do: a fresh copy keeps the file's dtype, and half precision on the CPU is slow.
     """
     cpu = torch.device("cpu")
-    unload_patcher(vae.patcher, monitor_errors)
+    dynamic = memory_manager(vae.patcher) == MEMORY_MANAGER_DYNAMIC
+    detached = unload_patcher(vae.patcher, monitor_errors) and dynamic
+    started = time.monotonic()
+    patcher, reloaded = cpu_patcher(vae.patcher)
+    reload_s = time.monotonic() - started if reloaded else None
+    dtype = cpu_vae_dtype(vae)
     view = copy.copy(vae)
-    view.device = cpu
-    view.patcher = cpu_patcher(vae.patcher)
+    view.device, view.vae_dtype = cpu, dtype
+    view.patcher = patcher
     view.patcher.load_device = cpu
-    view.first_stage_model = view.patcher.model  # a non-dynamic clone may hold a fresh copy
+    view.first_stage_model = patcher.model  # a non-dynamic clone may hold a fresh copy
+    restore = agree_weights(patcher, dtype, shared=patcher.model is vae.patcher.model)
     try:
-        return view.encode(pixels)
+        samples = view.encode(pixels)
     finally:
         unload_patcher(view.patcher, monitor_errors)
+        restore()
+    return CpuEncoded(samples, str(dtype).replace("torch.", ""), reload_s, detached)
+
+
+def cpu_vae_dtype(vae):
+    """ComfyUI's dtype for this VAE on the CPU, as `--cpu-vae` picks it (float32 unless forced)."""
+    import comfy.model_management as mm
+
+    return mm.vae_dtype(torch.device("cpu"), getattr(vae, "working_dtypes", [torch.float32]))
+
+
+def agree_weights(patcher, dtype, shared: bool):
+    """Make the weights the CPU encode uses agree with its input's dtype; returns the undo.
+
+    A fresh copy (dynamic VRAM's reload) is ours: it is converted. The shared module is the VAE's
+    own and never converted in place: where its weights are of another dtype, the clone casts them
+    per operation (ComfyUI's set_model_compute_dtype), and the cast flags that loading leaves on the
+    module's layers are put back afterwards."""
+    module = patcher.model
+    if not shared:
+        module.to(dtype)
+        return lambda: None
+    if all(p.dtype == dtype for p in module.parameters() if p.dtype.is_floating_point):
+        return lambda: None
+    kept = [
+        (layer, {name: layer.__dict__[name] for name in CAST_FLAGS if name in layer.__dict__})
+        for layer in module.modules()
+        if hasattr(layer, "comfy_cast_weights")
+    ]
+    patcher.set_model_compute_dtype(dtype)
+
+    def restore():
+        for layer, flags in kept:
+            for name in CAST_FLAGS:
+                layer.__dict__.pop(name, None)
+            layer.__dict__.update(flags)
+
+    return restore
 
 
 def cpu_patcher(patcher):
-    """A clone of `patcher` that can load on the CPU. A dynamic-VRAM patcher (ModelPatcherDynamic)
-    keeps per-device state (`dynamic_pins[load_device]`) that has no CPU entry: a clone of it with
-    the CPU as load device raises KeyError on load. ComfyUI's own way out is
-    `clone(disable_dynamic=True)` (a plain ModelPatcher over a fresh copy of the weights, from the
-    loader); where that is refused (no loader to reload from) a plain ModelPatcher over the same
-    module, as ComfyUI builds for any CPU load device. An estimate-based patcher clones as always."""
+    """(a clone of `patcher` that can load on the CPU, whether it reloaded the weights from the file).
+
+    A dynamic-VRAM patcher (ModelPatcherDynamic) keeps per-device state (`dynamic_pins[load_device]`)
+    that has no CPU entry: a clone of it with the CPU as load device raises KeyError on load.
+    ComfyUI's own way out is `clone(disable_dynamic=True)`: a plain ModelPatcher over a fresh copy of
+    the weights from the loader. Where that is refused (no loader to reload from), the same call
+    over the patcher's own module (`model_override`): a plain ModelPatcher made by clone(), so that
+    no constructor default (0.38's `fast_disk`) is assumed. A ComfyUI without that keyword gets a
+    plain ModelPatcher built as ComfyUI builds one for a CPU load device. An estimate-based patcher
+    clones as always."""
     if memory_manager(patcher) != MEMORY_MANAGER_DYNAMIC:
-        return patcher.clone()
+        return patcher.clone(), False
     try:
-        return patcher.clone(disable_dynamic=True)
+        return patcher.clone(disable_dynamic=True), True
     except Exception as exc:
-        log.info("pipeline monitor: no non-dynamic clone of the VAE patcher (%s), using a plain one", exc)
+        log.info("pipeline monitor: no non-dynamic reload of the VAE (%s), encoding with its own weights", exc)
+    try:
+        return patcher.clone(disable_dynamic=True, model_override=patcher.get_clone_model_override()), False
+    except (AttributeError, TypeError) as exc:
+        log.info("pipeline monitor: no clone over the VAE's own weights (%s), using a plain patcher", exc)
     import comfy.model_patcher
 
     cpu = torch.device("cpu")
-    return comfy.model_patcher.ModelPatcher(
+    plain = comfy.model_patcher.ModelPatcher(
         patcher.model, load_device=cpu, offload_device=patcher.offload_device, size=patcher.model_size()
     )
+    return plain, False
 
 
-def unload_patcher(patcher, monitor_errors: list[str] | None = None) -> None:
-    """Remove a patcher from ComfyUI's loaded models and unload it (weights to its offload device).
-    A failed unload goes to `monitor_errors` (the step's), as the encode itself can go on."""
+def unload_patcher(patcher, monitor_errors: list[str] | None = None) -> bool:
+    """Remove a patcher from ComfyUI's loaded models and unload it (weights to its offload device);
+    whether it was loaded. A failed unload goes to `monitor_errors` (the step's), as the encode
+    itself can go on."""
     import comfy.model_management as mm
 
+    found = False
     for index in range(len(mm.current_loaded_models) - 1, -1, -1):
         loaded = mm.current_loaded_models[index]
         if loaded.model is patcher:
+            found = True
             mm.current_loaded_models.pop(index)
             try:
                 loaded.model_unload()
@@ -151,6 +229,7 @@ def unload_patcher(patcher, monitor_errors: list[str] | None = None) -> None:
                 log.warning("pipeline monitor: unloading a VAE patcher failed: %s", exc)
                 if monitor_errors is not None:
                     monitor_errors.append(f"unloading a VAE patcher: {type(exc).__name__}: {exc}")
+    return found
 
 
 def chain_options(

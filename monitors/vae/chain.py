@@ -57,12 +57,14 @@ from .outcomes import (
     Attempt,
     ChainOptions,
     ChainResult,
+    CpuEncoded,
     is_out_of_memory,
     strategy_plan,
 )
 from .tiles import comfy_retry_tiles, usable_tiles
 
 log = logging.getLogger(__name__)
+CPU_FACTS = ("compute_dtype", "weights_reload_s", "weights_detached")  # CpuEncoded -> the attempt's row
 
 
 def _peaks(result: SpanResult | None, device: str | None) -> dict:
@@ -293,9 +295,13 @@ class VAEChain:
         span = Span(f"vae_encode {strategy}", probes=self.options.probes, detail=DETAIL_LIGHT).start()
         started = time.monotonic()
         samples, error_type, error_message, outcome, snapshot = None, None, None, OK, None
+        cpu_facts = {}
         try:
             with watch:
                 samples = self._encode(strategy)
+            if isinstance(samples, CpuEncoded):
+                cpu_facts = {name: getattr(samples, name) for name in CPU_FACTS}
+                samples = samples.samples
             if samples is None:
                 raise RuntimeError(f"{strategy} encode returned no latent")
         except Exception as exc:
@@ -321,6 +327,7 @@ class VAEChain:
             prediction=prediction,
             prediction_held=_held(prediction, OOM if retried else outcome, watch.notes),
             notes=watch.notes,
+            **cpu_facts,
         )
         last = dict(error_type=error_type, error_message=error_message, memory_snapshot=snapshot)
         if retried:  # ComfyUI ran out inside direct and tiled by itself: two rows, the OOM counted

@@ -114,6 +114,30 @@ _ATTEMPT = DetailGroup(
             "ComfyUI's encode caught this out-of-memory and retried tiled itself",
             "boolean",
         ),
+        F(
+            "compute_dtype",
+            "CPU dtype",
+            None,
+            "the dtype the CPU encode ran in, its input and weights alike (ComfyUI's CPU VAE dtype); "
+            "null for the GPU strategies",
+            "string",
+        ),
+        F(
+            "weights_reload_s",
+            "weights reload",
+            "s",
+            "seconds the CPU encode spent reloading the VAE's weights from its file (dynamic VRAM keeps "
+            "no CPU copy); null when it used the loaded weights",
+            "number",
+        ),
+        F(
+            "weights_detached",
+            "weights detached",
+            None,
+            "the CPU encode took a dynamic-VRAM VAE off its GPU: its next GPU encode loads the weights "
+            "again; null for the GPU strategies",
+            "boolean",
+        ),
     ),
     repeated="list",
     nullable=False,

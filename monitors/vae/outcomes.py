@@ -100,12 +100,29 @@ class Attempt:
     notes: tuple[str, ...] = ()  # log lines seen during the attempt that matter (watch_log_messages)
     memory_snapshot: dict | None = None  # what was loaded when it ran out of memory (options.memory_snapshot)
     caught_by_comfyui: bool = False  # ComfyUI's encode caught this out-of-memory and retried tiled itself
+    # How a CPU encode got its weights (CpuEncoded): None for the GPU strategies.
+    compute_dtype: str | None = None  # the dtype the CPU encode ran in (input and weights agree)
+    weights_reload_s: float | None = None  # reloading the weights from the VAE's file (dynamic VRAM)
+    weights_detached: bool | None = None  # a dynamic-VRAM VAE was taken off its GPU for this encode
 
     def to_dict(self) -> dict:
         data = dict(self.__dict__)
         data["prediction"] = None if self.prediction is None else self.prediction.to_dict()
         data["notes"] = list(self.notes)
         return data
+
+
+@dataclass(frozen=True)
+class CpuEncoded:
+    """What a `cpu_encode` may return instead of the bare latent: how the CPU copy of the VAE was
+    made, for the attempt's row. `weights_reload_s` is None when the encode used the loaded weights
+    (no reload from the file); `weights_detached` is true when the VAE was under dynamic VRAM and
+    loaded on its GPU, so that its next GPU encode loads the weights again."""
+
+    samples: Any
+    compute_dtype: str | None = None
+    weights_reload_s: float | None = None
+    weights_detached: bool = False
 
 
 @dataclass
@@ -117,7 +134,8 @@ class ChainOptions:
     # device name -> free bytes, or a free_memory.FreeMemory saying how they were counted
     free_memory: Callable[[str], int | FreeMemory | None] = read_free_memory
     cleanup: Callable[[], None] = release_memory
-    cpu_encode: Callable[[Any, Any], Any] | None = None  # (vae, pixels) -> latent, run on the CPU
+    # (vae, pixels) -> latent or CpuEncoded, run on the CPU
+    cpu_encode: Callable[[Any, Any], Any] | None = None
     watch_log_messages: tuple[str, ...] = ()  # e.g. ComfyUI's "retrying with tiled" warning
     # VAE methods its own encode calls to retry tiled after an out-of-memory (comfy_retry.py); a call
     # during direct counts that attempt as out of memory even where the log hides the warning

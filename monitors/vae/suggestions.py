@@ -118,6 +118,7 @@ def _fallback_findings(result: ChainResult, tiles: TileSettings) -> list[Finding
             why = "; ".join(f"{a.strategy} {a.outcome}: {a.reason or a.error_message}" for a in gpu_attempts)
             message = f"Encoded on the CPU (slow): {why or 'no GPU strategy ran'}."
         found.append(Finding("warning", message, "cpu_fallback"))
+    found.extend(_cpu_weights_findings(attempt_of(result, "cpu")))
     tiled = attempt_of(result, "tiled")
     shape = (result.pixels_info or {}).get("shape") or []
     if tiled and tiled.outcome != SKIPPED and len(shape) == 4 and tiles.tile_size >= max(shape[1], shape[2]):
@@ -127,6 +128,32 @@ def _fallback_findings(result: ChainResult, tiles: TileSettings) -> list[Finding
                 f"tile_size {tiles.tile_size} covers the whole {shape[2]}x{shape[1]} image: tiled needs about "
                 "as much memory as direct; lower tile_size.",
                 "tile_covers_image",
+            )
+        )
+    return found
+
+
+def _cpu_weights_findings(cpu) -> list[Finding]:
+    """Where the CPU encode's weights came from, when that cost something (dynamic VRAM)."""
+    found: list[Finding] = []
+    if cpu is None:
+        return found
+    if cpu.weights_reload_s is not None:
+        found.append(
+            Finding(
+                "info",
+                f"The CPU encode reloaded the VAE's weights from its file ({cpu.weights_reload_s:.2f} s): "
+                "under dynamic VRAM ComfyUI keeps no CPU copy of them to encode with.",
+                "cpu_weights_reloaded",
+            )
+        )
+    if cpu.weights_detached:
+        found.append(
+            Finding(
+                "info",
+                "The CPU encode took the VAE off its GPU (dynamic VRAM): its next GPU encode loads the "
+                "weights again.",
+                "dynamic_vram_weights_detached",
             )
         )
     return found

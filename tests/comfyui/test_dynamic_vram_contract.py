@@ -111,9 +111,9 @@ def test_what_the_fakes_mirror_of_the_dynamic_patcher(dynamic_class):
 
 def test_the_cpu_rung_patcher_of_a_real_patcher(comfy, tiny):
     node_module = comfy.pack_module("nodes.vae_encode_node")
-    patcher = node_module.cpu_patcher(tiny.vae.patcher)
+    patcher, reloaded = node_module.cpu_patcher(tiny.vae.patcher)
     assert type(patcher) is type(tiny.vae.patcher) and patcher.model is tiny.vae.patcher.model
-    assert patcher.parent is tiny.vae.patcher
+    assert patcher.parent is tiny.vae.patcher and not reloaded
 
 
 def test_comfyui_hands_a_vae_that_tiles_by_itself_the_whole_input(comfy):

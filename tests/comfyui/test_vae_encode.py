@@ -7,7 +7,14 @@ import types
 
 import pytest
 import torch
-from vae_encode_support import core_encode, core_encode_tiled, load_tiny_wan_vae, noise_image, run_node
+from vae_encode_support import (
+    core_encode,
+    core_encode_tiled,
+    load_tiny_wan_vae,
+    noise_image,
+    run_node,
+    vae_state,
+)
 
 from monitors.probes.fake import fake_probes
 from monitors.vae.comfy_retry import COMFY_RETRY_TILERS
@@ -117,25 +124,6 @@ def test_tiled_video_equals_core_tiled_and_one_tile_equals_direct(comfy, wan_vae
 # -- the CPU strategy -----------------------------------------------------------------------------
 
 
-def vae_state(vae):
-    import comfy.model_management as mm
-
-    return {
-        "device": vae.device,
-        "patcher": vae.patcher,
-        "load_device": vae.patcher.load_device,
-        "offload_device": vae.patcher.offload_device,
-        "module": vae.first_stage_model,
-        "dtype": vae.vae_dtype,
-        "params": [(p.data_ptr(), p.device, p.dtype) for p in vae.first_stage_model.parameters()],
-        "clones_loaded": [
-            m
-            for m in mm.current_loaded_models
-            if m.model is not None and m.model is not vae.patcher and m.model.is_clone(vae.patcher)
-        ],
-    }
-
-
 @pytest.mark.parametrize("which", ["kl", "wan"])
 def test_cpu_strategy_leaves_the_vae_unmoved_and_not_duplicated(
     comfy, tiny, wan_vae, pack_runtime, monkeypatch, which
@@ -163,7 +151,7 @@ def test_cpu_strategy_leaves_the_vae_unmoved_and_not_duplicated(
     assert torch.equal(latent_of(output), expected)
     after = vae_state(vae)
     assert after["clones_loaded"] == [], "the temporary CPU patcher must not stay loaded"
-    for key in ("device", "load_device", "offload_device", "dtype", "params"):
+    for key in ("device", "load_device", "offload_device", "dtype", "params", "cast_flags"):
         assert after[key] == before[key], key
     assert after["patcher"] is before["patcher"] and after["module"] is before["module"]
     assert torch.equal(core_encode(comfy, vae, pixels), expected), "the VAE still encodes as before"

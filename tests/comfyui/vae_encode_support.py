@@ -50,3 +50,29 @@ def core_encode(comfy, vae, pixels):
 def core_encode_tiled(comfy, vae, pixels, tile_size=512, overlap=64, temporal_size=64, temporal_overlap=8):
     node = comfy.nodes.NODE_CLASS_MAPPINGS["VAEEncodeTiled"]()
     return node.encode(vae, pixels, tile_size, overlap, temporal_size, temporal_overlap)[0]["samples"]
+
+
+def vae_state(vae):
+    """What the CPU strategy must leave as it found it: devices, patcher, module, dtype, the weights
+    (address, device, dtype), the per-operation cast flags of its layers, and no clone left loaded."""
+    import comfy.model_management as mm
+
+    return {
+        "device": vae.device,
+        "patcher": vae.patcher,
+        "load_device": vae.patcher.load_device,
+        "offload_device": vae.patcher.offload_device,
+        "module": vae.first_stage_model,
+        "dtype": vae.vae_dtype,
+        "params": [(p.data_ptr(), p.device, p.dtype) for p in vae.first_stage_model.parameters()],
+        "cast_flags": [
+            (name, layer.__dict__.get("comfy_cast_weights"), "prev_comfy_cast_weights" in layer.__dict__)
+            for name, layer in vae.first_stage_model.named_modules()
+            if hasattr(layer, "comfy_cast_weights")
+        ],
+        "clones_loaded": [
+            m
+            for m in mm.current_loaded_models
+            if m.model is not None and m.model is not vae.patcher and m.model.is_clone(vae.patcher)
+        ],
+    }

@@ -9,8 +9,9 @@ dynamic VRAM needs CUDA (comfy-aimdo) and cannot run on a CPU machine:
   `<param>_lowvram_function` and writes nothing, yet sets current_weight_patches_uuid; weights live
   in a virtual allocation (the vbar) that loaded_size() adds to model_loaded_weight_memory.
   clone(disable_dynamic=True) gives an estimate-based patcher over a fresh copy of the weights from
-  the loader (`cached_patcher_init`), and raises RuntimeError without one. A CPU load device gives a
-  plain patcher (ModelPatcherDynamic.__new__ reroutes it).
+  the loader (`cached_patcher_init`), and raises RuntimeError without one; with
+  `model_override=get_clone_model_override()` an estimate-based patcher over the same module. A CPU
+  load device gives a plain patcher (ModelPatcherDynamic.__new__ reroutes it).
 The real classes are checked against these where they run on a CPU: tests/comfyui/test_dynamic_vram_contract.py.
 """
 
@@ -119,15 +120,19 @@ class FakeModelPatcherDynamic(FakeModelPatcher):
     def loaded_ram_size(self):
         return len(self.model.dynamic_pins[self.load_device]["weights"])
 
-    def clone(self, disable_dynamic=False):
+    def get_clone_model_override(self):
+        return self.model, self.backup
+
+    def clone(self, disable_dynamic=False, model_override=None):
         if not disable_dynamic:
             other = super().clone()
             other.vbar_loaded_bytes = self.vbar_loaded_bytes
             return other
-        if self.cached_patcher_init is None:
-            raise RuntimeError("Cannot create non-dynamic delegate: cached_patcher_init is not initialized.")
-        fresh = self.cached_patcher_init()
-        other = FakeModelPatcher(fresh, self.load_device, self.offload_device, self.size)
+        if model_override is None:
+            if self.cached_patcher_init is None:
+                raise RuntimeError("Cannot create non-dynamic delegate: cached_patcher_init is not initialized.")
+            model_override = (self.cached_patcher_init(), {})
+        other = FakeModelPatcher(model_override[0], self.load_device, self.offload_device, self.size)
         other.patches = {k: list(v) for k, v in self.patches.items()}
         other.patches_uuid, other.parent = self.patches_uuid, self
         return other

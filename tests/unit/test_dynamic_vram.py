@@ -160,6 +160,7 @@ def vae_node(monkeypatch):
     latest.io = io
     mm = types.ModuleType("comfy.model_management")
     mm.current_loaded_models = []
+    mm.vae_dtype = lambda device, allowed_dtypes: torch.float32
     model_patcher = types.ModuleType("comfy.model_patcher")
     model_patcher.ModelPatcher = FakeModelPatcher
     comfy = types.ModuleType("comfy")
@@ -190,30 +191,67 @@ def test_cpu_rung_uses_a_non_dynamic_clone_from_the_loader(vae_node):
     patcher = FakeModelPatcherDynamic(tiny_module(), CUDA, CPU)
     patcher.cached_patcher_init = loader_of(patcher.model)
     vae = FakeVAE(patcher)
-    samples = vae_node.encode_on_cpu(vae, torch.ones(1, 4))
+    encoded = vae_node.encode_on_cpu(vae, torch.ones(1, 4))
     [module] = vae.encoded_with
-    assert samples.shape == (1, 4) and module is not patcher.model  # the fresh copy the clone loaded
+    assert encoded.samples.shape == (1, 4) and module is not patcher.model  # the fresh copy the clone loaded
+    assert encoded.weights_reload_s is not None and encoded.weights_reload_s >= 0
+    assert encoded.weights_detached is False  # the VAE was not loaded: nothing taken off its GPU
     assert vae.first_stage_model is patcher.model
     assert vae.patcher is patcher and vae.device == CUDA and patcher.n_loads == 0  # the VAE is untouched
-    view_patcher = vae_node.cpu_patcher(patcher)
-    assert type(view_patcher) is FakeModelPatcher and view_patcher.model is not patcher.model
+    view_patcher, reloaded = vae_node.cpu_patcher(patcher)
+    assert type(view_patcher) is FakeModelPatcher and view_patcher.model is not patcher.model and reloaded
     assert view_patcher.parent is patcher
 
 
-def test_cpu_rung_without_a_loader_uses_a_plain_patcher_on_the_same_weights(vae_node):
+def test_cpu_rung_converts_a_fresh_copy_to_the_cpu_dtype_and_leaves_the_vae_as_it_was(vae_node):
+    """Dynamic VRAM's reload keeps the file's dtype (bf16 here) while the GPU works in another: the
+    fresh copy is converted to ComfyUI's CPU VAE dtype, the VAE's own module is not."""
+    patcher = FakeModelPatcherDynamic(tiny_module().to(torch.bfloat16), CUDA, CPU)
+    patcher.cached_patcher_init = loader_of(patcher.model)
+    vae = FakeVAE(patcher)
+    encoded = vae_node.encode_on_cpu(vae, torch.ones(1, 4))
+    [module] = vae.encoded_with
+    assert {p.dtype for p in module.parameters()} == {torch.float32} and encoded.compute_dtype == "float32"
+    assert {p.dtype for p in patcher.model.parameters()} == {torch.bfloat16}
+
+
+def test_cpu_rung_without_a_loader_clones_over_the_same_weights(vae_node):
     patcher = FakeModelPatcherDynamic(tiny_module(), CUDA, CPU)
     vae = FakeVAE(patcher)
-    assert vae_node.encode_on_cpu(vae, torch.ones(1, 4)).shape == (1, 4)
+    encoded = vae_node.encode_on_cpu(vae, torch.ones(1, 4))
+    assert encoded.samples.shape == (1, 4) and encoded.weights_reload_s is None
     assert vae.encoded_with == [patcher.model]
-    plain = vae_node.cpu_patcher(patcher)
-    assert type(plain) is FakeModelPatcher and plain.model is patcher.model and plain.load_device == CPU
+    plain, reloaded = vae_node.cpu_patcher(patcher)
+    assert type(plain) is FakeModelPatcher and plain.model is patcher.model and not reloaded
+    assert plain.parent is patcher  # made by clone(): no constructor defaults assumed
     assert plain.offload_device == CPU and plain.model_size() == patcher.model_size()
+
+
+def test_cpu_rung_without_clone_over_its_own_weights_builds_a_plain_patcher(vae_node, monkeypatch):
+    """A ComfyUI whose clone() takes no model_override: a plain patcher on the CPU, built directly."""
+    patcher = FakeModelPatcherDynamic(tiny_module(), CUDA, CPU)
+    monkeypatch.delattr(FakeModelPatcherDynamic, "get_clone_model_override")
+    plain, reloaded = vae_node.cpu_patcher(patcher)
+    assert type(plain) is FakeModelPatcher and plain.model is patcher.model and not reloaded
+    assert plain.load_device == CPU and plain.offload_device == CPU and plain.parent is None
+
+
+@pytest.mark.parametrize("patcher_class, detached", [(FakeModelPatcherDynamic, True), (FakeModelPatcher, False)])
+def test_cpu_rung_says_when_it_took_a_dynamic_vae_off_its_gpu(vae_node, patcher_class, detached):
+    patcher = patcher_class(tiny_module(), CUDA, CPU)
+    unloaded = []
+    loaded = types.SimpleNamespace(model=patcher, model_unload=lambda: unloaded.append(patcher))
+    sys.modules["comfy.model_management"].current_loaded_models[:] = [loaded]
+    encoded = vae_node.encode_on_cpu(FakeVAE(patcher), torch.ones(1, 4))
+    assert unloaded == [patcher] and encoded.weights_detached is detached
+    assert sys.modules["comfy.model_management"].current_loaded_models == []
 
 
 def test_cpu_rung_clones_an_estimate_based_patcher_as_before(vae_node):
     patcher = FakeModelPatcher(tiny_module(), CPU, CPU)
-    clone = vae_node.cpu_patcher(patcher)
+    clone, reloaded = vae_node.cpu_patcher(patcher)
     assert type(clone) is FakeModelPatcher and clone.model is patcher.model and clone.parent is patcher
+    assert not reloaded
 
 
 def test_object_patches_are_named_config_keys_included():

@@ -13,7 +13,7 @@ from monitors.probes.fake import GiB, fake_probes
 from monitors.report import RunReport, to_jsonable
 from monitors.vae.chain import run_chain
 from monitors.vae.geometry import TileSettings, encode_input_shape, latent_shape, tile_input_shape
-from monitors.vae.outcomes import ChainOptions
+from monitors.vae.outcomes import ChainOptions, CpuEncoded
 from monitors.vae.report import STEP_KIND, build_step
 from monitors.vocabulary.headline import step_text
 from tests.unit.test_vae_chain import CUDA_OOM, FakeMemory, FakeVAE, cpu_encode, options, pixels
@@ -230,3 +230,27 @@ def test_step_is_plain_json_within_the_run_report_schema():
     jsonschema.validate(data, SCHEMA)
     text = json.dumps(data, allow_nan=False)
     assert json.loads(text)["steps"][0]["summary"]["latent_shape"] == [1, 16, 3, 8, 8]
+
+
+def test_a_cpu_encode_that_reloaded_and_detached_the_weights_says_so_in_its_row_and_findings():
+    """Dynamic VRAM: the CPU rung reloads the VAE's weights from its file and takes the VAE off its
+    GPU; the bare latent of other CPU encoders leaves those figures null."""
+
+    def reloading_cpu_encode(vae, image):
+        return CpuEncoded(cpu_encode(vae, image), "float32", weights_reload_s=1.25, weights_detached=True)
+
+    fail = {"direct": CUDA_OOM("CUDA out of memory"), "tiled": CUDA_OOM("CUDA out of memory")}
+    result, step = step_for(FakeVAE(fail=fail), pixels(), cpu_encode=reloading_cpu_encode)
+    assert result.strategy_used == "cpu" and torch.is_tensor(result.samples)
+    cpu = step.details["attempts"][-1]
+    assert (cpu["compute_dtype"], cpu["weights_reload_s"], cpu["weights_detached"]) == ("float32", 1.25, True)
+    assert step.details["attempts"][0]["weights_reload_s"] is None
+    messages = {f.code: f.message for f in step.findings}
+    assert messages["cpu_weights_reloaded"] == (
+        "The CPU encode reloaded the VAE's weights from its file (1.25 s): under dynamic VRAM ComfyUI "
+        "keeps no CPU copy of them to encode with."
+    )
+    assert "next GPU encode loads the weights again" in messages["dynamic_vram_weights_detached"]
+    _, plain = step_for(FakeVAE(fail=fail), pixels())
+    assert plain.details["attempts"][-1]["compute_dtype"] is None
+    assert not {"cpu_weights_reloaded", "dynamic_vram_weights_detached"} & set(codes(plain))

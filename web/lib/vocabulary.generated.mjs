@@ -3102,6 +3102,21 @@ export const DETAILS = {
       "label": "caught by ComfyUI",
       "unit": null,
       "description": "ComfyUI's encode caught this out-of-memory and retried tiled itself"
+     },
+     "compute_dtype": {
+      "label": "CPU dtype",
+      "unit": null,
+      "description": "the dtype the CPU encode ran in, its input and weights alike (ComfyUI's CPU VAE dtype); null for the GPU strategies"
+     },
+     "weights_reload_s": {
+      "label": "weights reload",
+      "unit": "s",
+      "description": "seconds the CPU encode spent reloading the VAE's weights from its file (dynamic VRAM keeps no CPU copy); null when it used the loaded weights"
+     },
+     "weights_detached": {
+      "label": "weights detached",
+      "unit": null,
+      "description": "the CPU encode took a dynamic-VRAM VAE off its GPU: its next GPU encode loads the weights again; null for the GPU strategies"
      }
     }
    },
