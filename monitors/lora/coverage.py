@@ -192,14 +192,14 @@ def coverage_from_patches(
     """Key coverage from what ComfyUI's load_lora made of a file.
 
     `origin`: id(tensor) -> file key, taken before conversion (conversions keep tensor identities
-    but may rename keys in place); `converted`: the converted state dict; `key_map` and
+    or hand views of them, but may rename keys in place; file_key_of); `converted`: the converted state dict; `key_map` and
     `patch_dict`: ComfyUI's key map and load_lora's result for the modules checked.
     """
     adapter_keys = set()
     for value in patch_dict.values():
         adapter_keys.update(getattr(value, "loaded_keys", ()) or ())
     consumed = consumed_keys(converted.keys(), key_map.keys(), adapter_keys)
-    consumed_in_file = {origin.get(id(converted[k])) for k in consumed} - {None}
+    consumed_in_file = {file_key_of(converted[k], origin) for k in consumed} - {None}
     coverage = key_coverage(file_keys, consumed_in_file)
     targets = {k if isinstance(k, str) else k[0] for k in patch_dict}
     model_keys, clip_keys = _state_keys(model_module), _state_keys(clip_module)
@@ -216,6 +216,18 @@ def coverage_from_patches(
         **slice_targets(patch_dict, model_module, clip_module),
     )
     return coverage
+
+
+def file_key_of(tensor, origin: Mapping[int, str]) -> str | None:
+    """The file key a converted tensor came from: the tensor itself, or the file's tensor it is a
+    view of. A conversion that splits a fused adapter (ComfyUI 0.38's Krea2 `to_qkv` into q, k and
+    v) hands slices of the file's tensor: each counts for its file key, so the fused key is
+    matched. A tensor the conversion made anew (its `.row_offset` entries) has no file key."""
+    key = origin.get(id(tensor))
+    if key is None:
+        base = getattr(tensor, "_base", None)
+        key = None if base is None else origin.get(id(base))
+    return key
 
 
 def _slice_of(target) -> tuple[str, tuple[int, int, int]] | None:

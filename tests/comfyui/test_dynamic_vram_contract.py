@@ -140,3 +140,25 @@ def test_the_packs_calculate_weight_gives_comfyuis_model_as_lora_its_original_we
     ]
     patched = lora_keys.calculate_weight(entries, base.clone(), "w")
     assert torch.allclose(patched, base + 0.5 * (target - base) + 1.0)
+
+
+
+def test_the_cpu_rung_clones_a_dynamic_patcher_over_its_own_weights_without_building_one(comfy, dynamic_class):
+    """Without a loader to reload from, the CPU rung's patcher is made by ComfyUI's clone()
+    (`disable_dynamic=True, model_override=get_clone_model_override()`), never by the ModelPatcher
+    constructor, whose keywords change (0.38 adds `fast_disk`, which every core loader passes)."""
+    import comfy.model_patcher as model_patcher
+
+    parameters = inspect.signature(model_patcher.ModelPatcher.clone).parameters
+    assert {"disable_dynamic", "model_override"} <= set(parameters)
+
+    class DynamicLikePatcher(model_patcher.ModelPatcher):
+        def is_dynamic(self):
+            return True
+
+    module = small_patcher().model
+    patcher = DynamicLikePatcher(module, load_device=torch.device("cuda", 0), offload_device=CPU)
+    assert patcher.cached_patcher_init is None
+    made, reloaded = comfy.pack_module("nodes.vae_encode_node").cpu_patcher(patcher)
+    assert type(made) is model_patcher.ModelPatcher and made.model is module and not reloaded
+    assert made.parent is patcher  # clone() made it: no constructor default assumed

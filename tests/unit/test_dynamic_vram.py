@@ -262,3 +262,27 @@ def test_object_patches_are_named_config_keys_included():
     assert info["object_patch_names"] == ["a/1", "config/sampling_settings", "model_sampling"]
     del clone.object_patches
     assert describe_model(clone)["n_object_patches"] is None and describe_model(clone)["object_patch_names"] is None
+
+
+def test_cpu_rung_never_builds_a_patcher_whose_constructor_wants_more(vae_node, monkeypatch):
+    """ComfyUI 0.38: every core loader passes ModelPatcher(..., fast_disk=...). A clone over the
+    VAE's own weights needs no constructor call, whatever keywords it grows."""
+
+    class NewerModelPatcher(FakeModelPatcher):
+        def __init__(self, model, load_device, offload_device, size=0, *, fast_disk):
+            super().__init__(model, load_device, offload_device, size)
+
+    monkeypatch.setattr(sys.modules["comfy.model_patcher"], "ModelPatcher", NewerModelPatcher)
+    patcher = FakeModelPatcherDynamic(tiny_module(), CUDA, CPU)
+    made, reloaded = vae_node.cpu_patcher(patcher)
+    assert made.model is patcher.model and made.parent is patcher and not reloaded
+
+
+@pytest.mark.parametrize("device", ["cuda:0", "xpu:0"])  # ROCm's torch calls its GPUs cuda too
+def test_the_memory_manager_is_the_patchers_word_whatever_the_device(vae_node, device):
+    patcher = FakeModelPatcherDynamic(tiny_module(), torch.device(device), CPU)
+    patcher.get_free_memory = lambda dev: 7 * 1024**2
+    assert memory_manager(patcher) == "dynamic" and describe_model(patcher)["memory_manager"] == "dynamic"
+    mm = sys.modules["comfy.model_management"]
+    free, manager, source = vae_node.comfy_free_memory(mm, patcher, torch.device(device))
+    assert (free, manager) == (7 * 1024**2, "dynamic") and "ModelPatcher.get_free_memory" in source

@@ -256,3 +256,32 @@ def test_findings_for_coverage_boundaries():
     assert checked.level == "error" and "60 of 100 keys unmatched" in checked.message
     (none,) = loader_findings(LOADER, None, coverage(100, 0, text=100))
     assert none.code == "lora_no_key_matched"
+
+
+def test_a_fused_qkv_adapter_split_by_the_conversion_counts_as_matched():
+    """ComfyUI 0.38's convert_lora splits a Krea2 fused `to_qkv` adapter into q, k and v (slices of
+    the fused up weight, the down weight and alpha shared) and adds `.row_offset` entries of its
+    own: every file key is matched, and nothing the conversion made is counted as a file key."""
+    fused = "diffusion_model.blocks.0.attn.to_qkv"
+    up, down, alpha = torch.zeros(3 * 8, 4, device="meta"), torch.zeros(4, 8, device="meta"), torch.tensor(4.0)
+    file = {f"{fused}.lora_B.weight": up, f"{fused}.lora_A.weight": down, f"{fused}.alpha": alpha}
+    origin = {id(t): k for k, t in file.items()}
+    converted, key_map, patch_dict = {}, {}, {}
+    for index, (name, part) in enumerate(zip("qkv", up.chunk(3), strict=True)):
+        split = f"diffusion_model.blocks.0.attn.to_{name}"
+        converted |= {
+            f"{split}.lora_B.weight": part,
+            f"{split}.lora_A.weight": down,
+            f"{split}.alpha": alpha,
+            f"{split}.row_offset": torch.tensor(8 * index),
+        }
+        key_map[split] = ("blocks.0.attn.qkv.weight", (0, 8 * index, 8))
+        patch_dict[key_map[split]] = SimpleNamespace(
+            loaded_keys={f"{split}.lora_B.weight", f"{split}.lora_A.weight", f"{split}.row_offset"}
+        )
+    coverage = coverage_from_patches(file, origin, converted, key_map, patch_dict)
+    assert (coverage["n_file_keys"], coverage["n_matched_keys"], coverage["n_unmatched_keys"]) == (3, 3, 0)
+    assert coverage["unmatched_keys"] == [] and coverage["n_slice_targets"] == 3
+    copies = {k: (v.clone() if k.endswith("lora_B.weight") else v) for k, v in converted.items()}
+    unrelated = coverage_from_patches(file, origin, copies, key_map, patch_dict)
+    assert unrelated["unmatched_keys"] == [f"{fused}.lora_B.weight"]  # no view of it: not its key
