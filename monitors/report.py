@@ -120,6 +120,13 @@ class GpuPeak:
     reserved_change_bytes: int | None = None
     peak_allocated_at_s: float | None = None
     peak_reserved_at_s: float | None = None
+    # This process's device memory beside torch's counters (monitors/probes/aimdo.py, nvml.py): the
+    # driver's per-process figure and dynamic VRAM's own, highest reading while the node ran (its
+    # start and end and the sampler's ticks); None with the reason.
+    peak_process_used_bytes: int | None = None
+    process_used_unknown_reason: str | None = None
+    peak_aimdo_used_bytes: int | None = None
+    aimdo_used_unknown_reason: str | None = None
 
     def to_dict(self) -> dict:
         return _fields_dict(self)

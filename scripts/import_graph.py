@@ -28,6 +28,7 @@ ROOM_LAYERS: dict[str, int] = {
     "report": 0,
     "summary_fields": 0,
     "detail_fields": 0,
+    "node_fields": 0,
     "lazy": 0,
     "background": 0,
     # 1: every backend read; the numeric kernels

@@ -4,7 +4,8 @@ its prompt texts with the figures the panel, the HTML report and the metrics ref
 
 from __future__ import annotations
 
-from ..detail_fields import MEMORY_DETAILS, NODE_ROW, DetailGroup, details_of
+from ..detail_fields import MEMORY_DETAILS, DetailGroup, details_of
+from ..node_fields import NODE_ROW
 from ..summary_fields import SummaryField as F
 
 _TEXT = DetailGroup(

@@ -3,16 +3,25 @@ session), and what a node row says the node itself needed."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..report import GpuPeak, NodeProfile
 
 
 def node_profile_from_span(
-    node_id, class_type, title, status, result, run_started_unix_s, gpu_time_unknown_reason=None
+    node_id,
+    class_type,
+    title,
+    status,
+    result,
+    run_started_unix_s,
+    gpu_time_unknown_reason=None,
+    device_memory_reasons: Callable[[int], Mapping[str, str | None]] | None = None,
 ) -> NodeProfile:
-    """A per-node (or per-stage) row from a closed span (a monitors.engine.span.SpanResult)."""
+    """A per-node (or per-stage) row from a closed span (a monitors.engine.span.SpanResult).
+    `device_memory_reasons`: device index -> why each process device memory figure is unknown
+    (Probes.device_memory_unknown_reasons)."""
     rss_change = result.changes.get("process_rss_bytes")
     devices = sorted({metric.split(".")[0] for metric in result.peaks if metric.startswith("cuda:")})
     return NodeProfile(
@@ -26,7 +35,7 @@ def node_profile_from_span(
         peak_rss_bytes=result.peak_rss_bytes,
         peak_rss_method=result.peak_rss_method,
         rss_change_bytes=None if rss_change is None else rss_change.delta,
-        gpu_peaks=tuple(_gpu_peak(result, d) for d in devices),
+        gpu_peaks=tuple(_gpu_peak(result, d, device_memory_reasons) for d in devices),
         peak_rss_above_start_bytes=_int_or_none(result.above_start("process_rss_bytes")),
         rss_start_bytes=None if rss_change is None else _int_or_none(rss_change.before),
         rss_end_bytes=None if rss_change is None else _int_or_none(rss_change.after),
@@ -40,7 +49,7 @@ def _peak_at_s(result, metric: str) -> float | None:
     return None if peak is None else peak.at_s
 
 
-def _gpu_peak(result, device: str) -> GpuPeak:
+def _gpu_peak(result, device: str, device_memory_reasons=None) -> GpuPeak:
     changes = {c: result.changes.get(f"{device}.{c}") for c in ("allocated_bytes", "reserved_bytes")}
 
     def part(counter: str, name: str):
@@ -61,7 +70,36 @@ def _gpu_peak(result, device: str) -> GpuPeak:
         reserved_change_bytes=part("reserved_bytes", "delta"),
         peak_allocated_at_s=_peak_at_s(result, f"{device}.allocated_bytes"),
         peak_reserved_at_s=_peak_at_s(result, f"{device}.reserved_bytes"),
+        **_device_memory(result, device, device_memory_reasons),
     )
+
+
+def _device_memory(result, device: str, device_memory_reasons) -> dict:
+    """The process device memory peaks of one device, each None with its reason where unknown."""
+    figures = {}
+    reasons = None
+    for name in ("process_used", "aimdo_used"):
+        peak = _int_or_none(result.peak(f"{device}.{name}_bytes"))
+        reason = None
+        if peak is None:
+            if reasons is None:
+                reasons = _reasons_of(device, device_memory_reasons)
+            reason = reasons.get(f"{name}_bytes") or "not read while the node ran"
+        figures[f"peak_{name}_bytes"], figures[f"{name}_unknown_reason"] = peak, reason
+    return figures
+
+
+def _reasons_of(device: str, device_memory_reasons) -> Mapping[str, str | None]:
+    if device_memory_reasons is None:
+        return {}
+    try:
+        return device_memory_reasons(_device_index(device))
+    except Exception as exc:
+        return dict.fromkeys(("process_used_bytes", "aimdo_used_bytes"), f"{type(exc).__name__}: {exc}")
+
+
+def _device_index(device: str) -> int:
+    return int(device.rsplit(":", 1)[-1]) if ":" in device else 0
 
 
 def _int_or_none(value) -> int | None:

@@ -272,7 +272,14 @@ class RunRecorder:
                 gpu_time_unknown_reason=gpu_time_unknown_reason,
             )
         return node_profile_from_span(
-            node_id, class_type, title, status, result, run.started_unix_s, gpu_time_unknown_reason
+            node_id,
+            class_type,
+            title,
+            status,
+            result,
+            run.started_unix_s,
+            gpu_time_unknown_reason,
+            self.probes.device_memory_unknown_reasons,
         )
 
     def _append_node(self, run: RunRecord, profile: NodeProfile) -> bool:

@@ -19,9 +19,9 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..detail_fields import gpu_peak_key, node_key
+from ..node_fields import gpu_peak_key, node_key
 
-# Each name read through the node rows' declaration (monitors/detail_fields.py): a renamed figure
+# Each name read through the node rows' declaration (monitors/node_fields.py): a renamed figure
 # fails at import instead of leaving an empty column.
 NODE_COLUMNS = tuple(
     node_key(name)

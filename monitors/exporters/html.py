@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..detail_fields import node_gpu_peak
+from ..node_fields import node_gpu_peak
 from ..report import GPU_BUSY_CAVEAT, GPU_TIME_CAVEAT
 from ..vocabulary import formatting, registry
 from ..vocabulary.formatting import format_bytes, format_seconds

@@ -25,7 +25,7 @@ except ImportError as exc:  # pragma: no cover - installed with the pack's depen
 else:
     PROMETHEUS_MISSING = None
 
-from ..detail_fields import node_gpu_peak
+from ..node_fields import node_gpu_peak
 from ..probes import DETAIL_FULL
 from ..vocabulary.registry import key
 

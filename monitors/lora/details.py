@@ -6,7 +6,8 @@ patch hops and weights with the figures the panel, the HTML report and the metri
 
 from __future__ import annotations
 
-from ..detail_fields import MEMORY_DETAILS, NODE_ROW, DetailGroup, details_of
+from ..detail_fields import MEMORY_DETAILS, DetailGroup, details_of
+from ..node_fields import NODE_ROW
 from ..summary_fields import SummaryField as F
 
 _FILE = DetailGroup(

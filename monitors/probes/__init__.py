@@ -7,12 +7,14 @@ Tests replace the backends with fakes (see `fake.py`) through `set_probes`.
 from __future__ import annotations
 
 import logging
+import os
 import platform
 import sys
 import threading
 import time
 
 from ..lazy import Lazy
+from .aimdo import AimdoBackend
 from .host import HostBackend
 from .nvml import NvmlBackend
 from .readings import GpuReading, Snapshot
@@ -27,10 +29,11 @@ DETAIL_FULL = "full"  # plus system RAM, CPU and NVML
 
 
 class Probes:
-    def __init__(self, host=None, torch_alloc=None, nvml=None):
+    def __init__(self, host=None, torch_alloc=None, nvml=None, aimdo=None):
         self.host = host if host is not None else HostBackend()
         self.torch = torch_alloc if torch_alloc is not None else TorchAllocatorBackend()
         self.nvml = nvml if nvml is not None else NvmlBackend()
+        self.aimdo = aimdo if aimdo is not None else AimdoBackend()
         self._failures: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -126,6 +129,32 @@ class Probes:
         samples = self.call("nvml.utilization_samples", self.nvml.utilization_samples, index, since_unix_s)
         return None if samples is None else sorted(samples)
 
+    # -- this process's device memory beyond torch -------------------------------------------
+    def process_device_memory(self, index: int) -> dict[str, int | None]:
+        """{process_used_bytes, aimdo_used_bytes} of device `index`: NVML's per-process figure
+        (where NVML sees the device) and comfy-aimdo's (where ComfyUI initialised it); None where
+        unknown, the reason from device_memory_unknown_reasons."""
+        values: dict[str, int | None] = {"process_used_bytes": None, "aimdo_used_bytes": None}
+        read = getattr(self.nvml, "process_used_bytes", None)  # a backend without it reads nothing
+        if read is not None and index < self.nvml_device_count():
+            values["process_used_bytes"] = self.call("nvml.process_used_bytes", read, index, os.getpid())
+        if self.aimdo.unavailable_reason() is None:
+            values["aimdo_used_bytes"] = self.call("aimdo.used_bytes", self.aimdo.used_bytes, index)
+        return values
+
+    def device_memory_unknown_reasons(self, index: int) -> dict[str, str | None]:
+        """Why each figure of process_device_memory(index) would be None (None: it is read)."""
+        failures = self.failures()
+        if not hasattr(self.nvml, "process_used_bytes"):
+            process = f"the {getattr(self.nvml, 'name', 'NVML')} backend reads no per-process memory"
+        elif index < self.nvml_device_count():
+            process = failures.get("nvml.process_used_bytes")
+        else:
+            why = getattr(self.nvml, "unavailable_reason", None)
+            process = f"NVML unavailable ({why})" if why else f"NVML does not see device {index}"
+        aimdo = self.aimdo.unavailable_reason() or failures.get("aimdo.used_bytes")
+        return {"process_used_bytes": process, "aimdo_used_bytes": aimdo}
+
     # -- snapshots ----------------------------------------------------------------------------
     def snapshot(self, detail: str = DETAIL_FULL) -> Snapshot:
         full = detail == DETAIL_FULL
@@ -149,6 +178,7 @@ class Probes:
     def _gpu_reading(self, index: int, full: bool) -> GpuReading:
         torch_mem = (self.torch_memory(index) if index < self.torch_device_count() else None) or {}
         values = dict(torch_mem)
+        values.update(self.process_device_memory(index))
         if full and index < self.nvml_device_count():
             nvml_mem = self.call("nvml.memory", self.nvml.memory, index) or {}
             values.update(

@@ -149,6 +149,8 @@ class FakeNvml:
                 "utilization_pct": 0.0,
                 "temperature_c": 40.0,
                 "power_w": 60.0,
+                # this process's memory as the driver counts it; None: not in NVML's process list
+                "process_used_bytes": 512 * 1024**2,
             }
             for _ in range(n_devices)
         ]
@@ -177,6 +179,12 @@ class FakeNvml:
         dev = self.devices[index]
         return {"used_bytes": dev["used_bytes"], "total_bytes": dev["total_bytes"]}
 
+    def process_used_bytes(self, index, pid):
+        used = self.devices[index]["process_used_bytes"]
+        if used is None:
+            raise LookupError(f"this process (pid {pid}) is not among the 0 NVML lists on device {index}")
+        return used
+
     def utilization_pct(self, index):
         return self.devices[index]["utilization_pct"]
 
@@ -187,6 +195,22 @@ class FakeNvml:
         return self.devices[index]["power_w"]
 
 
+class FakeAimdo:
+    """comfy-aimdo's VRAM figure: `loaded` false is a process without dynamic VRAM."""
+
+    name = "fake-aimdo"
+
+    def __init__(self, n_devices: int = 0, loaded: bool = False):
+        self.loaded = loaded
+        self.used = [0] * n_devices
+
+    def unavailable_reason(self):
+        return None if self.loaded else "comfy-aimdo is not loaded in this process (no dynamic VRAM)"
+
+    def used_bytes(self, index):
+        return self.used[index]
+
+
 SCENARIOS = {
     "no GPU": dict(gpus=0),
     "1 GPU": dict(gpus=1),
@@ -194,6 +218,7 @@ SCENARIOS = {
     "NVML missing": dict(gpus=1, nvml_missing=True),
     "cudaMallocAsync": dict(gpus=1, allocator="cudaMallocAsync"),
     "no clear_refs": dict(gpus=0, hwm_allowed=False),
+    "dynamic VRAM": dict(gpus=1, aimdo=True),
 }
 
 
@@ -207,4 +232,5 @@ def fake_probes(scenario: str = "no GPU"):
         host=FakeHost(hwm_allowed=spec.get("hwm_allowed", True)),
         torch_alloc=FakeTorchAllocator(gpus, backend=spec.get("allocator", "native")),
         nvml=FakeNvml(gpus, missing=spec.get("nvml_missing", False)),
+        aimdo=FakeAimdo(gpus, loaded=spec.get("aimdo", False)),
     )

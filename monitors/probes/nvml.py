@@ -56,6 +56,25 @@ class NvmlBackend:
         info = self._lib().nvmlDeviceGetMemoryInfo(self._handle(index))
         return {"used_bytes": int(info.used), "total_bytes": int(info.total)}
 
+    def process_used_bytes(self, index: int, pid: int) -> int:
+        """Device memory process `pid` holds on device `index`, as the driver counts it: every
+        allocation (torch's cached blocks, cuMem allocations outside torch, the CUDA context).
+        Raises where NVML cannot say: the process is not in its list (another PID namespace, or no
+        CUDA context on that device yet) or the driver reports no per-process figure."""
+        lib = self._lib()
+        handle = self._handle(index)
+        processes = list(lib.nvmlDeviceGetComputeRunningProcesses(handle))
+        processes += list(lib.nvmlDeviceGetGraphicsRunningProcesses(handle))
+        mine = {int(p.usedGpuMemory) if p.usedGpuMemory is not None else None for p in processes if p.pid == pid}
+        if not mine:
+            raise LookupError(
+                f"this process (pid {pid}) is not among the {len(processes)} NVML lists on device {index}: "
+                "another PID namespace (a container), or no CUDA context there yet"
+            )
+        if None in mine:
+            raise ValueError("the driver reports no per-process memory here (usedGpuMemory not available)")
+        return max(mine)  # a process listed as compute and graphics is one context
+
     def utilization_pct(self, index: int) -> float:
         return float(self._lib().nvmlDeviceGetUtilizationRates(self._handle(index)).gpu)
 

@@ -15,6 +15,11 @@ class GpuReading:
     peak_reserved_bytes: int | None = None
     nvml_used_bytes: int | None = None
     nvml_total_bytes: int | None = None
+    # This process's device memory beyond torch's counters: as the driver counts it (NVML, per
+    # process: every allocation, cuMem and the CUDA context included), and comfy-aimdo's own figure
+    # (dynamic VRAM's vbars and cast buffers). Read by light snapshots too (Probes.process_device_memory).
+    process_used_bytes: int | None = None
+    aimdo_used_bytes: int | None = None
     utilization_pct: float | None = None
     temperature_c: float | None = None
     power_w: float | None = None
@@ -33,6 +38,8 @@ GPU_METRICS = (
     "allocated_bytes",
     "reserved_bytes",
     "nvml_used_bytes",
+    "process_used_bytes",
+    "aimdo_used_bytes",
     "utilization_pct",
     "temperature_c",
     "power_w",

@@ -211,7 +211,13 @@ class ProfileSession:
             self.note(f"stage {record.stage}: span failed to stop: {type(exc).__name__}: {exc}")
             return None
         row = node_profile_from_span(
-            record.node_id, record.stage, title or record.stage, status, result, self.started_unix_s
+            record.node_id,
+            record.stage,
+            title or record.stage,
+            status,
+            result,
+            self.started_unix_s,
+            device_memory_reasons=self.probes.device_memory_unknown_reasons,
         )
         gpu_values = [p.peak_allocated_bytes for p in row.gpu_peaks if p.peak_allocated_bytes is not None]
         self.phases.add(

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..detail_fields import node_gpu_peak
+from ..node_fields import node_gpu_peak
 
 
 @dataclass

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from ..detail_fields import GPU_PEAK, NODE_ROW
+from ..node_fields import GPU_PEAK, NODE_ROW
 from ..report import SCHEMA_VERSION
 from ..summary_fields import StepKindVocabulary
 from .memory_rows import MEMORY_NOT_READ_REASON, MEMORY_ROWS, NODE_GPU_FIGURES
@@ -124,7 +124,7 @@ def js_text() -> str:
         "/** Each kind's declared details (monitors/<kind>/details.py): labels of the card's rows and columns. "
         "@type {Record<string, DetailInfo>} */\n"
         f"export const DETAILS = {dump(details_js())};\n\n"
-        "/** A node row's declared figures (monitors/detail_fields.py), its GPU peaks under gpu_peaks. "
+        "/** A node row's declared figures (monitors/node_fields.py), its GPU peaks under gpu_peaks. "
         "@type {DetailInfo} */\n"
         f"export const NODE_FIELDS = {dump(NODE_ROW.js())};\n\n"
         "/** A node row's GPU figures: column label and what each measures (monitors/vocabulary/memory_rows.py "

@@ -2,7 +2,7 @@
 report (JSON path), its unit and how it is measured.
 
 The rows are derived from the declarations: the step summaries' (monitors/<kind>/summary.py), the
-declared details' (monitors/<kind>/details.py), the node rows' (monitors/detail_fields.py) and the
+declared details' (monitors/<kind>/details.py), the node rows' (monitors/node_fields.py) and the
 deep profile's; the memory pictures' from their layout (reference_figure.py). Only the run's own
 figures (reference_run_rows.py), the findings (reference_detail_rows.py), the profiling session's
 and the usage statistics (reference_session_rows.py) are hand-written rows. `python -m
@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import os
 
-from ..detail_fields import NODE_ROW, TRACEBACK
+from ..detail_fields import TRACEBACK
+from ..node_fields import NODE_ROW
 from .reference_detail_rows import DETAIL_FIGURES
 from .reference_figure import SPECS, Figure
 from .reference_run_rows import RUN_FIGURES
@@ -86,7 +87,7 @@ def _declared_rows(group, base: str, spec: str, prefix: str = "") -> list[Figure
 
 
 def node_figures() -> list[Figure]:
-    """The node rows' figures, from their declaration (monitors/detail_fields.py)."""
+    """The node rows' figures, from their declaration (monitors/node_fields.py)."""
     return _declared_rows(NODE_ROW, "nodes[]", "PROF", "node ")
 
 

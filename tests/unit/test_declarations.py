@@ -12,13 +12,11 @@ from monitors.detail_fields import (
     TRACEBACK,
     DetailGroup,
     details_of,
-    gpu_peak_key,
     key_js,
     key_schema,
-    node_gpu_peak,
-    node_key,
     undeclared_keys,
 )
+from monitors.node_fields import gpu_peak_key, node_gpu_peak, node_key
 from monitors.summary_fields import StepKindVocabulary, SummaryField, sided
 
 
@@ -205,7 +203,7 @@ def test_node_keys_and_the_highest_gpu_peak():
 def test_a_kinds_vocabulary_and_the_node_rows_are_fixed_declarations():
     """A step kind's vocabulary is shared by every report: it cannot be changed in place. The
     node rows are a list in every run report, never null."""
-    from monitors.detail_fields import NODE_ROW
+    from monitors.node_fields import NODE_ROW
 
     kind = StepKindVocabulary("k", "K", (field("a_bytes"),))
     with pytest.raises(dataclasses.FrozenInstanceError):

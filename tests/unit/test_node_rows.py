@@ -23,6 +23,9 @@ def span_result(peaks, changes, method="sampled"):
     )
 
 
+UNREAD = dict.fromkeys(("process_used_unknown_reason", "aimdo_used_unknown_reason"), "not read while the node ran")
+
+
 def test_a_row_holds_every_figure_of_its_span():
     result = span_result(
         peaks={
@@ -54,7 +57,7 @@ def test_a_row_holds_every_figure_of_its_span():
     assert row.peak_rss_at_s == 0.5
     assert row.gpu_time_unknown_reason == "why no GPU time"
     assert row.gpu_peaks == (
-        GpuPeak("cuda:0", 70, None, None, None, peak_allocated_at_s=0.1),
+        GpuPeak("cuda:0", 70, None, None, None, peak_allocated_at_s=0.1, **UNREAD),
         GpuPeak(
             "cuda:1",
             700,
@@ -69,6 +72,7 @@ def test_a_row_holds_every_figure_of_its_span():
             reserved_change_bytes=-50,
             peak_allocated_at_s=0.25,
             peak_reserved_at_s=0.75,
+            **UNREAD,
         ),
     )
     assert all(
@@ -125,3 +129,36 @@ def test_what_a_node_needed_is_its_largest_gpu_rise_else_its_rss_rise():
     assert node_memory_above_start({"peak_rss_above_start_bytes": "7"}) is None
     assert node_memory_above_start({"gpu_peaks": [{"peak_allocated_above_start_bytes": "3"}]}) is None
     assert node_memory_above_start({}) is None
+
+
+def test_a_row_holds_the_process_device_memory_beside_torchs_and_says_why_one_is_unknown():
+    """The driver's per-process figure and dynamic VRAM's own, each its highest reading; where one
+    was never read, the probes' reason for that device."""
+    result = span_result(
+        peaks={
+            "cuda:0.allocated_bytes": Peak(100.0, 0.1, "allocator"),
+            "cuda:0.process_used_bytes": Peak(900.0, 0.2, "sampled"),
+            "cuda:1.allocated_bytes": Peak(5.0, 0.1, "allocator"),
+            "cuda:1.aimdo_used_bytes": Peak(300.0, 0.3, "sampled"),
+        },
+        changes={},
+    )
+    asked = []
+
+    def reasons(index):
+        asked.append(index)
+        return {"process_used_bytes": f"not in NVML's list on {index}", "aimdo_used_bytes": "dynamic VRAM is off"}
+
+    row = node_profile_from_span("7", "VAEDecode", None, "executed", result, 1000.0, None, reasons)
+    first, second = row.gpu_peaks
+    assert (first.peak_process_used_bytes, first.process_used_unknown_reason) == (900, None)
+    assert (first.peak_aimdo_used_bytes, first.aimdo_used_unknown_reason) == (None, "dynamic VRAM is off")
+    assert (second.peak_process_used_bytes, second.process_used_unknown_reason) == (None, "not in NVML's list on 1")
+    assert (second.peak_aimdo_used_bytes, second.aimdo_used_unknown_reason) == (300, None)
+    assert type(first.peak_process_used_bytes) is int and asked == [0, 1]
+
+    def broken(index):
+        raise RuntimeError("no probes")
+
+    row = node_profile_from_span("7", "VAEDecode", None, "executed", result, 1000.0, None, broken)
+    assert row.gpu_peaks[0].aimdo_used_unknown_reason == "RuntimeError: no probes"

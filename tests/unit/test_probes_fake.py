@@ -253,7 +253,7 @@ def test_each_scenario_builds_its_devices(scenario, n_torch, n_nvml, backend, hw
 
 def test_the_default_scenario_has_no_gpu_and_every_scenario_is_listed():
     assert fake_probes().torch.device_count() == 0
-    assert set(SCENARIOS) == {"no GPU", "1 GPU", "2 GPUs", "NVML missing", "cudaMallocAsync", "no clear_refs"}
+    assert set(SCENARIOS) == {"no GPU", "1 GPU", "2 GPUs", "NVML missing", "cudaMallocAsync", "no clear_refs", "dynamic VRAM"}
 
 
 def test_nvml_built_without_arguments_has_no_device_and_is_present():

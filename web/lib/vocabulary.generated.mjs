@@ -1855,6 +1855,26 @@ export const DETAILS = {
           "label": "GPU reserved peak time",
           "unit": "s",
           "description": "seconds after the node's start"
+         },
+         "peak_process_used_bytes": {
+          "label": "process device memory peak",
+          "unit": "bytes",
+          "description": "this process's device memory as the driver counts it (NVML, per process): torch's reserved blocks, allocations outside torch (dynamic VRAM's, cuMem) and the CUDA context; the highest reading at the node's start, end and the sampler's ticks"
+         },
+         "process_used_unknown_reason": {
+          "label": "process device memory unknown",
+          "unit": null,
+          "description": "why peak_process_used_bytes is null (no NVML, the process not in NVML's list: another PID namespace)"
+         },
+         "peak_aimdo_used_bytes": {
+          "label": "dynamic VRAM peak",
+          "unit": "bytes",
+          "description": "VRAM comfy-aimdo holds (dynamic VRAM's weights and cast buffers, outside torch's counters), by its own count; the highest reading while the node ran"
+         },
+         "aimdo_used_unknown_reason": {
+          "label": "dynamic VRAM unknown",
+          "unit": null,
+          "description": "why peak_aimdo_used_bytes is null (dynamic VRAM off, comfy-aimdo without the figure)"
          }
         }
        },
@@ -2445,6 +2465,26 @@ export const DETAILS = {
             "label": "GPU reserved peak time",
             "unit": "s",
             "description": "seconds after the node's start"
+           },
+           "peak_process_used_bytes": {
+            "label": "process device memory peak",
+            "unit": "bytes",
+            "description": "this process's device memory as the driver counts it (NVML, per process): torch's reserved blocks, allocations outside torch (dynamic VRAM's, cuMem) and the CUDA context; the highest reading at the node's start, end and the sampler's ticks"
+           },
+           "process_used_unknown_reason": {
+            "label": "process device memory unknown",
+            "unit": null,
+            "description": "why peak_process_used_bytes is null (no NVML, the process not in NVML's list: another PID namespace)"
+           },
+           "peak_aimdo_used_bytes": {
+            "label": "dynamic VRAM peak",
+            "unit": "bytes",
+            "description": "VRAM comfy-aimdo holds (dynamic VRAM's weights and cast buffers, outside torch's counters), by its own count; the highest reading while the node ran"
+           },
+           "aimdo_used_unknown_reason": {
+            "label": "dynamic VRAM unknown",
+            "unit": null,
+            "description": "why peak_aimdo_used_bytes is null (dynamic VRAM off, comfy-aimdo without the figure)"
            }
           }
          },
@@ -2735,6 +2775,26 @@ export const DETAILS = {
             "label": "GPU reserved peak time",
             "unit": "s",
             "description": "seconds after the node's start"
+           },
+           "peak_process_used_bytes": {
+            "label": "process device memory peak",
+            "unit": "bytes",
+            "description": "this process's device memory as the driver counts it (NVML, per process): torch's reserved blocks, allocations outside torch (dynamic VRAM's, cuMem) and the CUDA context; the highest reading at the node's start, end and the sampler's ticks"
+           },
+           "process_used_unknown_reason": {
+            "label": "process device memory unknown",
+            "unit": null,
+            "description": "why peak_process_used_bytes is null (no NVML, the process not in NVML's list: another PID namespace)"
+           },
+           "peak_aimdo_used_bytes": {
+            "label": "dynamic VRAM peak",
+            "unit": "bytes",
+            "description": "VRAM comfy-aimdo holds (dynamic VRAM's weights and cast buffers, outside torch's counters), by its own count; the highest reading while the node ran"
+           },
+           "aimdo_used_unknown_reason": {
+            "label": "dynamic VRAM unknown",
+            "unit": null,
+            "description": "why peak_aimdo_used_bytes is null (dynamic VRAM off, comfy-aimdo without the figure)"
            }
           }
          },
@@ -3380,7 +3440,7 @@ export const DETAILS = {
  }
 };
 
-/** A node row's declared figures (monitors/detail_fields.py), its GPU peaks under gpu_peaks. @type {DetailInfo} */
+/** A node row's declared figures (monitors/node_fields.py), its GPU peaks under gpu_peaks. @type {DetailInfo} */
 export const NODE_FIELDS = {
  "label": "node row",
  "description": "one row per node the prompt ran or took from the cache: cheap figures only (process RSS and torch allocator counters)",
@@ -3500,6 +3560,26 @@ export const NODE_FIELDS = {
      "label": "GPU reserved peak time",
      "unit": "s",
      "description": "seconds after the node's start"
+    },
+    "peak_process_used_bytes": {
+     "label": "process device memory peak",
+     "unit": "bytes",
+     "description": "this process's device memory as the driver counts it (NVML, per process): torch's reserved blocks, allocations outside torch (dynamic VRAM's, cuMem) and the CUDA context; the highest reading at the node's start, end and the sampler's ticks"
+    },
+    "process_used_unknown_reason": {
+     "label": "process device memory unknown",
+     "unit": null,
+     "description": "why peak_process_used_bytes is null (no NVML, the process not in NVML's list: another PID namespace)"
+    },
+    "peak_aimdo_used_bytes": {
+     "label": "dynamic VRAM peak",
+     "unit": "bytes",
+     "description": "VRAM comfy-aimdo holds (dynamic VRAM's weights and cast buffers, outside torch's counters), by its own count; the highest reading while the node ran"
+    },
+    "aimdo_used_unknown_reason": {
+     "label": "dynamic VRAM unknown",
+     "unit": null,
+     "description": "why peak_aimdo_used_bytes is null (dynamic VRAM off, comfy-aimdo without the figure)"
     }
    }
   },
