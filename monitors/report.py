@@ -238,12 +238,15 @@ def run_summary(report: Mapping[str, Any]) -> dict:
     """The run-list row of a report dict (a new report, or one read back from disk)."""
     nodes = [n for n in report.get("nodes") or () if isinstance(n, Mapping)]
     steps = [s for s in report.get("steps") or () if isinstance(s, Mapping)]
-    gpu = [
-        p.get("peak_allocated_bytes")
-        for n in nodes
-        for p in n.get("gpu_peaks") or ()
-        if isinstance(p, Mapping) and isinstance(p.get("peak_allocated_bytes"), (int, float))
-    ]
+    def highest(figure: str):
+        values = [
+            p.get(figure)
+            for n in nodes
+            for p in n.get("gpu_peaks") or ()
+            if isinstance(p, Mapping) and isinstance(p.get(figure), (int, float))
+        ]
+        return max(values) if values else None
+
     levels = [f.get("level") for s in steps for f in s.get("findings") or () if isinstance(f, Mapping)]
     n_monitor_problems = sum(len(s.get("monitor_errors") or ()) for s in steps)
     span = report.get("span") if isinstance(report.get("span"), Mapping) else {}
@@ -255,7 +258,10 @@ def run_summary(report: Mapping[str, Any]) -> dict:
         "started_unix_s": report.get("started_unix_s"),
         "duration_s": report.get("duration_s"),
         "peak_rss_bytes": span.get("peak_rss_bytes"),
-        "peak_gpu_allocated_bytes": max(gpu) if gpu else None,
+        "peak_gpu_allocated_bytes": highest("peak_allocated_bytes"),
+        # this process's device memory beside torch's (GpuPeak): what a card must hold for the run
+        "peak_process_used_bytes": highest("peak_process_used_bytes"),
+        "peak_aimdo_used_bytes": highest("peak_aimdo_used_bytes"),
         "n_nodes": len(nodes),
         "n_cached": sum(1 for n in nodes if n.get("cached")),
         "step_kinds": sorted({str(s.get("kind")) for s in steps}),

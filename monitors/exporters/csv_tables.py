@@ -58,6 +58,8 @@ NODE_GPU_COLUMNS = tuple(
         "peak_reserved_bytes",
         "peak_reserved_above_start_bytes",
         "peak_reserved_at_s",
+        "peak_process_used_bytes",
+        "peak_aimdo_used_bytes",
     )
 )
 GENERATION_COLUMNS = (

@@ -19,6 +19,7 @@ from ..node_fields import node_gpu_peak
 from ..report import GPU_BUSY_CAVEAT, GPU_TIME_CAVEAT
 from ..vocabulary import formatting, registry
 from ..vocabulary.formatting import format_bytes, format_seconds
+from ..vocabulary.memory_rows import NODE_GPU_FIGURES
 from ..vocabulary.upgrade import upgrade_report
 from .deep_profile_html import STYLE as DEEP_PROFILE_STYLE
 from .deep_profile_html import deep_profile_html
@@ -209,8 +210,14 @@ def nodes_table(report: Mapping) -> str:
         f'<th class=num title="{esc(GPU_TIME_CAVEAT)}">GPU span</th>'
         f'<th class=num title="{esc(GPU_BUSY_CAVEAT)}">GPU busy</th>'
         "<th class=num>peak RSS</th><th class=num>RSS added</th><th class=num>RSS change</th>"
-        "<th class=num>peak GPU</th><th class=num>GPU added</th></tr>"
+        "<th class=num>peak GPU</th><th class=num>GPU added</th>"
     )
+    device = _device_memory_columns(nodes)
+    head += "".join(
+        f'<th class=num title="{esc(NODE_GPU_FIGURES[name]["description"])}">{esc(NODE_GPU_FIGURES[name]["label"])}</th>'
+        for name in device
+    )
+    head += "</tr>"
     rows = []
     for n in nodes:
         rows.append(
@@ -225,7 +232,9 @@ def nodes_table(report: Mapping) -> str:
             f"<td class=num>{esc(format_value('peak_bytes', n.get('peak_rss_above_start_bytes')))}</td>"
             f"<td class=num>{esc(format_value('rss_change_bytes', n.get('rss_change_bytes')))}</td>"
             f"<td class=num>{esc(format_value('peak_bytes', node_gpu_peak(n)))}</td>"
-            f"<td class=num>{esc(format_value('peak_bytes', node_gpu_peak(n, 'peak_allocated_above_start_bytes')))}</td></tr>"
+            f"<td class=num>{esc(format_value('peak_bytes', node_gpu_peak(n, 'peak_allocated_above_start_bytes')))}</td>"
+            + "".join(_device_memory_cell(n, name) for name in device)
+            + "</tr>"
         )
     caveat = (
         f'<p class="muted">{esc(GPU_TIME_CAVEAT)} {esc(GPU_BUSY_CAVEAT)}</p>'
@@ -308,6 +317,26 @@ def input_changes_html(report: Mapping) -> str:
     )
 
 
+def _device_memory_head(nodes) -> str:
+    """' · peak device memory X' where the node rows measured it (the process's, outside torch too)."""
+    values = [v for v in (node_gpu_peak(n, "peak_process_used_bytes") for n in nodes) if v is not None]
+    return f" · peak device memory {esc(format_value('peak_bytes', max(values)))}" if values else ""
+
+
+def _device_memory_columns(nodes) -> list[str]:
+    """The process device memory figures some node row has (none on a machine without NVML)."""
+    names = ("peak_process_used_bytes", "peak_aimdo_used_bytes")
+    return [name for name in names if any(node_gpu_peak(n, name) is not None for n in nodes)]
+
+
+def _device_memory_cell(node: Mapping, name: str) -> str:
+    value = node_gpu_peak(node, name)
+    reason_key = name.removeprefix("peak_").removesuffix("_bytes") + "_unknown_reason"
+    reasons = [p.get(reason_key) for p in node.get("gpu_peaks") or () if isinstance(p, Mapping)]
+    reason = next((r for r in reasons if isinstance(r, str)), "") if value is None else ""
+    return f'<td class=num title="{esc(reason)}">{esc(format_value("peak_bytes", value))}</td>'
+
+
 def render_html(report: Mapping) -> str:
     report = upgrade_report(report)  # a version 1 report shows version 2 labels
     prompt_id = report.get("prompt_id")
@@ -319,7 +348,7 @@ def render_html(report: Mapping) -> str:
     head = (
         f'<p><span class="{esc(status)}"><b>{esc(status)}</b></span> · started {esc(_utc(report.get("started_unix_s")))}'
         f" · {esc(format_seconds(report.get('duration_s')))} · peak RSS {esc(format_value('peak_bytes', peak_rss))}"
-        f" · peak GPU {esc(format_value('peak_bytes', gpu))} · {len(nodes)} nodes"
+        f" · peak GPU {esc(format_value('peak_bytes', gpu))}{_device_memory_head(nodes)} · {len(nodes)} nodes"
         f" ({sum(1 for n in nodes if n.get('cached'))} cached)</p>"
     )
     workflow = report.get("workflow") if isinstance(report.get("workflow"), Mapping) else {}

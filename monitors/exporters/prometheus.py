@@ -69,6 +69,8 @@ SAMPLE_GPU = (
     ("gpu_allocated_bytes", "allocated_bytes", "Torch allocator: bytes allocated"),
     ("gpu_reserved_bytes", "reserved_bytes", "Torch allocator: bytes reserved"),
     ("gpu_used_bytes", "nvml_used_bytes", "NVML: device memory in use"),
+    ("gpu_process_used_bytes", "process_used_bytes", "NVML: this process's device memory, outside torch too"),
+    ("gpu_dynamic_vram_used_bytes", "aimdo_used_bytes", "comfy-aimdo: VRAM held by dynamic VRAM"),
     ("gpu_utilization_pct", "utilization_pct", "NVML: GPU utilisation in percent"),
     ("gpu_temperature_celsius", "temperature_c", "NVML: GPU temperature"),
     ("gpu_power_watts", "power_w", "NVML: GPU power draw"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import report as run_report
+from ..node_fields import GPU_PEAK
 
 # The rows a step's "Memory" table shows, in order: where each figure sits in `details.memory`
 # (`group` None: at the top; "system_ram": under it; "gpu": in each entry of `gpus`, one row per
@@ -32,4 +33,13 @@ MEMORY_NOT_READ_REASON = "not read by this span"
 NODE_GPU_FIGURES = {
     "gpu_time_s": {"label": "GPU span", "description": run_report.GPU_TIME_CAVEAT},
     "gpu_busy_s": {"label": "GPU busy", "description": run_report.GPU_BUSY_CAVEAT},
+    # short column labels for the sidebar; what each measures from the GPU peaks' declaration
+    "peak_process_used_bytes": {
+        "label": "Device",
+        "description": GPU_PEAK.key("peak_process_used_bytes").description,
+    },
+    "peak_aimdo_used_bytes": {
+        "label": "Dyn VRAM",
+        "description": GPU_PEAK.key("peak_aimdo_used_bytes").description,
+    },
 }

@@ -66,6 +66,22 @@ test("GPU peaks decide memory-hungry when any node has one", () => {
   assert.equal(nodeRows(report).some((r) => r.hungriest), false, "44 KiB earns no 'most memory'");
 });
 
+test("a node row carries the process's device memory over its devices, or why it is unknown", () => {
+  const report = makeReport();
+  report.nodes[1].gpu_peaks = [
+    { device: "cuda:0", peak_allocated_bytes: 5, peak_reserved_bytes: 6, peak_process_used_bytes: 700 * MiB,
+      peak_aimdo_used_bytes: null, aimdo_used_unknown_reason: "comfy-aimdo is loaded but not initialised (dynamic VRAM is off)" },
+    { device: "cuda:1", peak_allocated_bytes: 5, peak_reserved_bytes: 6, peak_process_used_bytes: 900 * MiB,
+      peak_aimdo_used_bytes: null, aimdo_used_unknown_reason: null },
+  ];
+  const row = nodeRows(report)[1];
+  assert.equal(row.deviceBytes, 900 * MiB);
+  assert.equal(row.deviceUnknownReason, null);
+  assert.equal(row.aimdoBytes, null);
+  assert.match(String(row.aimdoUnknownReason), /dynamic VRAM is off/);
+  assert.equal(nodeRows(report)[0].deviceBytes, null, "a node without GPU peaks has no device figure");
+});
+
 test("reports without the figures a node added flag no memory-hungry node", () => {
   const report = makeReport();
   for (const n of report.nodes) delete n.peak_rss_above_start_bytes;

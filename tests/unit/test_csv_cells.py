@@ -89,3 +89,9 @@ def test_usage_without_generations_has_no_gpu_columns():
     from monitors.exporters.csv_tables import GENERATION_COLUMNS, usage_generations_csv
 
     assert usage_generations_csv({}) == ",".join(GENERATION_COLUMNS) + "\n"
+
+
+def test_nodes_carry_the_processs_device_memory_per_device():
+    report = {"nodes": [{"node_id": "1", "gpu_peaks": [{"device": "cuda:0", "peak_process_used_bytes": 9, "peak_aimdo_used_bytes": 4}]}]}
+    (row,) = table(nodes_csv(report))
+    assert (row["cuda:0.peak_process_used_bytes"], row["cuda:0.peak_aimdo_used_bytes"]) == ("9", "4")

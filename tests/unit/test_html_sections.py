@@ -327,3 +327,25 @@ def test_the_page_has_every_section_in_order():
                      "Monitor steps", "Nodes", "System"]
     assert f">{format_seconds(1.0)}</text>" in page and f">{format_bytes(1024)}</text>" in page
     assert '<section class="card" data-kind="lora">' in page
+
+
+def test_the_node_table_shows_the_processs_device_memory_only_where_measured():
+    """A column per device-memory figure some node has, its cell titled with the reason where
+    unknown; the head line names the run's highest; a run without the figures has no such column."""
+    mib = 1024**2
+    measured = {"device": "cuda:0", "peak_allocated_bytes": 1, "peak_process_used_bytes": 900 * mib}
+    unread = {
+        "device": "cuda:0",
+        "peak_allocated_bytes": 1,
+        "peak_process_used_bytes": None,
+        "process_used_unknown_reason": "not among the processes NVML lists",
+    }
+    rows = [node("1", 0, 1, gpu_peaks=[measured]), node("2", 1, 1, gpu_peaks=[unread])]
+    table = nodes_table({"nodes": rows})
+    assert table.count(">Device</th>") == 1 and "Dyn VRAM" not in table
+    assert f">{format_bytes(900 * mib)}</td>" in table
+    assert 'title="not among the processes NVML lists">–</td>' in table
+    page = render_html({"prompt_id": "p", "status": "success", "nodes": rows})
+    assert f"peak device memory {format_bytes(900 * mib)}" in page
+    plain = nodes_table({"nodes": [node("1", 0, 1, gpu_peaks=[{"device": "cuda:0", "peak_allocated_bytes": 1}])]})
+    assert "Device" not in plain and "peak device memory" not in render_html({"prompt_id": "p", "nodes": []})

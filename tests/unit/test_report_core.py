@@ -143,8 +143,8 @@ def test_the_run_peak_comes_from_its_span():
 
 def test_run_summary_counts_and_peaks():
     nodes = [
-        {"cached": True, "gpu_peaks": [{"peak_allocated_bytes": 30}, {"peak_allocated_bytes": None}]},
-        {"cached": False, "gpu_peaks": [{"peak_allocated_bytes": 70}, "not a peak", {"peak_allocated_bytes": "9"}]},
+        {"cached": True, "gpu_peaks": [{"peak_allocated_bytes": 30, "peak_process_used_bytes": 900}, {"peak_allocated_bytes": None}]},
+        {"cached": False, "gpu_peaks": [{"peak_allocated_bytes": 70, "peak_process_used_bytes": 500}, "not a peak", {"peak_allocated_bytes": "9"}]},
         {"cached": False},
         "not a node",
     ]
@@ -163,6 +163,8 @@ def test_run_summary_counts_and_peaks():
     assert run_summary(report) == {
         "schema_version": 3, "prompt_id": "p", "status": "success", "started_unix_s": 10.0, "duration_s": 2.0,
         "peak_rss_bytes": 99, "peak_gpu_allocated_bytes": 70, "n_nodes": 3, "n_cached": 1,
+        # each peak its own highest, whichever node has it (not the node with the highest allocation)
+        "peak_process_used_bytes": 900, "peak_aimdo_used_bytes": None,
         "step_kinds": ["lora", "models"], "workflow_name": "wf", "workflow_id": "w1",
         "n_errors": 1, "n_warnings": 4,  # two warnings and two monitoring problems
         "input_changes": {"first_run": False, "n_changes": 6, "changes": ["a", "b", "c", "d"], "unknown_reason": None},

@@ -24,6 +24,9 @@ const NODE_COLUMNS = [
   { key: "gpuAddedBytes", label: "GPU +", num: true, gpu: true, few: true, title: "GPU added: peak GPU allocated above the node's start" },
   { key: "peakRssBytes", label: "Peak RSS", num: true, title: "the process's peak RSS while the node ran, everything before included" },
   { key: "peakGpuBytes", label: "Peak GPU", num: true, gpu: true, title: "peak GPU allocated while the node ran" },
+  // This process's device memory beside torch's counters, where measured (NVML, dynamic VRAM).
+  { key: "deviceBytes", label: NODE_GPU_FIGURES.peak_process_used_bytes.label, num: true, present: "deviceBytes", reason: "deviceUnknownReason", title: NODE_GPU_FIGURES.peak_process_used_bytes.description },
+  { key: "aimdoBytes", label: NODE_GPU_FIGURES.peak_aimdo_used_bytes.label, num: true, present: "aimdoBytes", reason: "aimdoUnknownReason", title: NODE_GPU_FIGURES.peak_aimdo_used_bytes.description },
 ];
 
 /** @param {any} r @param {string} key */
@@ -89,7 +92,14 @@ export function nodesTable(report, sort, actions, trends = new Map()) {
             r.status === "error" ? badge("failed", "error") : r.status === "interrupted" ? badge("interrupted", "neutral") : null,
             r.cached ? badge("cached", "neutral", "served from ComfyUI's cache: it did not run") : null,
             sparks(trends.get(trendKey(r.nodeId, r.classType))))
-          : h("td", { class: "pm-num", text: nodeCellText(r, c.key), title: c.key === "gpuTimeS" ? r.gpuTimeUnknownReason : c.key === "gpuBusyS" ? r.gpuBusyUnknownReason : null }))))))));
+          : h("td", { class: "pm-num", text: nodeCellText(r, c.key), title: cellReason(r, c) }))))))));
+}
+
+/** Why a cell's figure is unknown, as its title. @param {any} r @param {any} c */
+function cellReason(r, c) {
+  if (c.key === "gpuTimeS") return r.gpuTimeUnknownReason;
+  if (c.key === "gpuBusyS") return r.gpuBusyUnknownReason;
+  return c.reason && r[c.key] === null ? r[c.reason] : null;
 }
 
 /**
@@ -97,8 +107,8 @@ export function nodesTable(report, sort, actions, trends = new Map()) {
  * @param {any[]} rows
  */
 export function nodeTableCsv(rows) {
-  const keys = ["nodeId", "classType", "label", "status", "cached", "durationS", "gpuBusyS", "gpuTimeS", "rssAddedBytes", "peakRssBytes", "gpuAddedBytes", "peakGpuBytes"];
-  const heads = ["node_id", "class_type", "title", "status", "cached", "duration_s", "gpu_busy_s", "gpu_time_s", "rss_added_bytes", "peak_rss_bytes", "gpu_added_bytes", "peak_gpu_bytes"];
+  const keys = ["nodeId", "classType", "label", "status", "cached", "durationS", "gpuBusyS", "gpuTimeS", "rssAddedBytes", "peakRssBytes", "gpuAddedBytes", "peakGpuBytes", "deviceBytes", "aimdoBytes"];
+  const heads = ["node_id", "class_type", "title", "status", "cached", "duration_s", "gpu_busy_s", "gpu_time_s", "rss_added_bytes", "peak_rss_bytes", "gpu_added_bytes", "peak_gpu_bytes", "peak_process_used_bytes", "peak_aimdo_used_bytes"];
   const quote = (/** @type {unknown} */ v) => {
     if (v === null || v === undefined) return "";
     const text = String(v);

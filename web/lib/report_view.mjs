@@ -6,7 +6,9 @@ import { kindInfo } from "./step_kinds.mjs";
 /**
  * @typedef {{level: string, message: string, code?: string | null}} Finding
  * @typedef {{device: string, peak_allocated_bytes: number | null, peak_reserved_bytes: number | null,
- *   peak_allocated_above_start_bytes?: number | null, peak_reserved_above_start_bytes?: number | null}} GpuPeak
+ *   peak_allocated_above_start_bytes?: number | null, peak_reserved_above_start_bytes?: number | null,
+ *   peak_process_used_bytes?: number | null, process_used_unknown_reason?: string | null,
+ *   peak_aimdo_used_bytes?: number | null, aimdo_used_unknown_reason?: string | null}} GpuPeak
  * @typedef {{node_id: string, class_type: string | null, title?: string | null, status: string, cached: boolean,
  *   start_offset_s?: number | null, duration_s?: number | null, peak_rss_bytes?: number | null,
  *   peak_rss_method?: string | null, rss_change_bytes?: number | null, gpu_peaks?: GpuPeak[],
@@ -25,7 +27,8 @@ import { kindInfo } from "./step_kinds.mjs";
  *   n_changes: number | null, n_inputs_added?: number | null, n_inputs_removed?: number | null,
  *   unknown_reason: string | null}} InputChanges
  * @typedef {{prompt_id: string, status: string, started_unix_s: number, duration_s?: number | null,
- *   peak_rss_bytes?: number | null, peak_gpu_allocated_bytes?: number | null, n_nodes?: number, n_cached?: number,
+ *   peak_rss_bytes?: number | null, peak_gpu_allocated_bytes?: number | null,
+ *   peak_process_used_bytes?: number | null, peak_aimdo_used_bytes?: number | null, n_nodes?: number, n_cached?: number,
  *   step_kinds?: string[], workflow_name?: string | null, workflow_id?: string | null, n_errors?: number, n_warnings?: number,
  *   input_changes?: InputChanges | null}} RunSummary
  */
@@ -141,6 +144,21 @@ export function nodeGpuPeak(node) {
   return values.length ? Math.max(...values) : null;
 }
 
+/**
+ * A node's highest reading of one of the process's device-memory figures over its devices
+ * (peak_process_used_bytes: the driver's per-process count; peak_aimdo_used_bytes: dynamic VRAM's),
+ * and why it is unknown where no device has it.
+ * @param {NodeProfile} node @param {"process_used" | "aimdo_used"} figure
+ * @returns {{bytes: number | null, reason: string | null}}
+ */
+export function nodeDeviceMemory(node, figure) {
+  const peaks = node.gpu_peaks ?? [];
+  const values = peaks.map((p) => p[`peak_${figure}_bytes`]).filter(isNumber);
+  if (values.length) return { bytes: Math.max(...values), reason: null };
+  const reason = peaks.map((p) => p[`${figure}_unknown_reason`]).find((r) => typeof r === "string");
+  return { bytes: null, reason: reason ?? null };
+}
+
 /** The most GPU memory the node allocated above its own start, over its devices. @param {NodeProfile} node */
 export function nodeGpuAdded(node) {
   const values = (node.gpu_peaks ?? []).map((p) => p.peak_allocated_above_start_bytes).filter(isNumber);
@@ -157,8 +175,16 @@ export function nodeRssAdded(node) {
  *   durationS: number | null, gpuTimeS: number | null, gpuTimeUnknownReason: string | null,
  *   gpuBusyS: number | null, gpuBusyUnknownReason: string | null, peakRssBytes: number | null, peakGpuBytes: number | null,
  *   rssAddedBytes: number | null, gpuAddedBytes: number | null,
+ *   deviceBytes: number | null, deviceUnknownReason: string | null, aimdoBytes: number | null, aimdoUnknownReason: string | null,
  *   rssChangeBytes: number | null, slowest: boolean, hungriest: boolean}} NodeRow
  */
+
+/** @param {NodeProfile} n */
+function deviceMemoryFields(n) {
+  const device = nodeDeviceMemory(n, "process_used");
+  const aimdo = nodeDeviceMemory(n, "aimdo_used");
+  return { deviceBytes: device.bytes, deviceUnknownReason: device.reason, aimdoBytes: aimdo.bytes, aimdoUnknownReason: aimdo.reason };
+}
 
 /** The least a node must add to be badged "most memory". */
 export const MOST_MEMORY_MIN_BYTES = 16 * 1024 * 1024;
@@ -187,6 +213,7 @@ export function nodeRows(report) {
     peakGpuBytes: nodeGpuPeak(n),
     rssAddedBytes: nodeRssAdded(n),
     gpuAddedBytes: nodeGpuAdded(n),
+    ...deviceMemoryFields(n),
     rssChangeBytes: isNumber(n.rss_change_bytes) ? n.rss_change_bytes : null,
     slowest: false,
     hungriest: false,

@@ -61,6 +61,7 @@ export function runsListView(runs, actions, runningSlot = null) {
     const status = runStatus(r);
     const figures = [formatTime(r.started_unix_s), formatSeconds(r.duration_s), `peak ${formatBytes(r.peak_rss_bytes)}`];
     if (r.peak_gpu_allocated_bytes != null) figures.push(`GPU ${formatBytes(r.peak_gpu_allocated_bytes)}`);
+    if (r.peak_process_used_bytes != null) figures.push(`device ${formatBytes(r.peak_process_used_bytes)}`);
     const changed = inputChangesLine(r.input_changes);
     return h("div", { class: "pm-run-row", role: "button", tabindex: "0", dataset: { promptId: r.prompt_id, status: r.status },
       title: `prompt ${r.prompt_id}${r.step_kinds?.length ? `\nmonitors: ${r.step_kinds.join(", ")}` : ""}`,

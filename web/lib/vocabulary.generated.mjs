@@ -3640,5 +3640,13 @@ export const NODE_GPU_FIGURES = {
  "gpu_busy_s": {
   "label": "GPU busy",
   "description": "GPU busy (gpu_busy_s) is the time a kernel ran on that device within the node's window, from NVML's utilization samples: an idle node shows about 0. It counts other processes' kernels on the same GPU, is good to about one sampling period (1/6 s to 1 s) at each end, and is unknown for a node shorter than that period."
+ },
+ "peak_process_used_bytes": {
+  "label": "Device",
+  "description": "this process's device memory as the driver counts it (NVML, per process): torch's reserved blocks, allocations outside torch (dynamic VRAM's, cuMem) and the CUDA context; the highest reading at the node's start, end and the sampler's ticks"
+ },
+ "peak_aimdo_used_bytes": {
+  "label": "Dyn VRAM",
+  "description": "VRAM comfy-aimdo holds (dynamic VRAM's weights and cast buffers, outside torch's counters), by its own count; the highest reading while the node ran"
  }
 };
