@@ -288,7 +288,38 @@ def check_vae_cpu(run: ModeRun) -> str:
     assert used == ("cpu", "cpu"), f"requested/used {used}, attempts {found['details'].get('attempts')}"
     errors = [f["message"] for f in found["findings"] if f["level"] == "error"]
     assert not errors and not found["monitor_errors"], (errors, found["monitor_errors"])
-    return f"strategy_used=cpu latent_shape={summary.get('latent_shape')}"
+    cpu = found["details"]["attempts"][-1]
+    assert cpu["compute_dtype"] == "float32", cpu  # ComfyUI's CPU VAE dtype, weights and input alike
+    # dynamic VRAM: the weights come from a reload of the VAE's file; otherwise the loaded module
+    assert (cpu["weights_reload_s"] is not None) is (run.mode.memory_manager == "dynamic"), cpu
+    return (
+        f"strategy_used=cpu latent_shape={summary.get('latent_shape')} compute_dtype={cpu['compute_dtype']} "
+        f"weights_reload_s={cpu['weights_reload_s']} weights_detached={cpu['weights_detached']}"
+    )
+
+
+def check_device_memory(run: ModeRun) -> str:
+    """Node rows carry the process's device memory beside torch's peaks: on a GPU NVML's
+    per-process figure, and comfy-aimdo's own exactly under dynamic VRAM; on the CPU no GPU rows."""
+    step(run, "demo", DEMO_MODELS_NODE, "models")  # the demo ran, or why not
+    peaks = [p for n in run.reports["demo"]["nodes"] for p in n.get("gpu_peaks") or []]
+    if "--cpu" not in run.mode.device_args:
+        assert peaks, "no GPU peaks in the demo run's node rows"
+        device = [p["peak_process_used_bytes"] for p in peaks if p["peak_process_used_bytes"] is not None]
+        reasons = {p["process_used_unknown_reason"] for p in peaks} - {None}
+        assert device, f"no node has the process's device memory: {reasons}"
+        torch_peak = max(p["peak_reserved_bytes"] or 0 for p in peaks)
+        assert max(device) >= torch_peak, (max(device), torch_peak)  # the driver counts torch's too
+        aimdo = [p["peak_aimdo_used_bytes"] for p in peaks if p["peak_aimdo_used_bytes"] is not None]
+        assert bool(aimdo) is (run.mode.memory_manager == "dynamic"), (
+            aimdo, {p["aimdo_used_unknown_reason"] for p in peaks}
+        )
+        return (
+            f"peak process device memory {max(device)} bytes, torch reserved peak {torch_peak}, "
+            f"comfy-aimdo peak {max(aimdo) if aimdo else None}"
+        )
+    assert not peaks, peaks
+    return "no GPU: no device memory in the node rows"
 
 
 def check_lora(run: ModeRun) -> str:
@@ -332,6 +363,7 @@ CHECKS: dict[str, Callable[[ModeRun], str]] = {
     "vae-cpu": check_vae_cpu,
     "lora-patches": check_lora,
     "loaded-size": check_loaded_size,
+    "device-memory": check_device_memory,
 }
 
 

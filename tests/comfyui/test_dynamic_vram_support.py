@@ -186,3 +186,41 @@ def test_a_failed_prompt_says_which_node_failed_and_why_not_its_inputs():
     assert text.startswith("node 8 PipelineMonitorVAEEncode: KeyError: 'weight'\n")
     assert 'File "x.py", line 1' in text and "0.5020" not in text
     assert support.failure_text({"status_str": "error", "messages": []}).endswith("[]}")
+
+
+def demo_run(mode: support.Mode, peaks: list[dict]) -> support.ModeRun:
+    """A server run as the demo prompt would leave it, its node rows' GPU peaks given."""
+    step = {"node_id": support.DEMO_MODELS_NODE, "kind": "models"}
+    nodes = [{"node_id": "1", "gpu_peaks": peaks}]
+    return support.ModeRun(
+        mode,
+        histories={"demo": {"status": {"status_str": "success", "messages": []}}},
+        reports={"demo": {"steps": [step], "nodes": nodes}},
+    )
+
+
+def gpu_peak(process=None, aimdo=None, reserved=800):
+    return {
+        "device": "cuda:0",
+        "peak_reserved_bytes": reserved,
+        "peak_process_used_bytes": process,
+        "process_used_unknown_reason": None if process is not None else "not in NVML's list",
+        "peak_aimdo_used_bytes": aimdo,
+        "aimdo_used_unknown_reason": None if aimdo is not None else "dynamic VRAM is off",
+    }
+
+
+def test_the_device_memory_check_wants_aimdos_figure_exactly_under_dynamic_vram():
+    line = support.check_device_memory(demo_run(support.GPU_DYNAMIC, [gpu_peak(5000, 3000)]))
+    assert line == "peak process device memory 5000 bytes, torch reserved peak 800, comfy-aimdo peak 3000"
+    support.check_device_memory(demo_run(support.GPU_ESTIMATE, [gpu_peak(5000)]))
+    for mode, peak in (
+        (support.GPU_DYNAMIC, gpu_peak(5000)),  # dynamic VRAM's own figure missing
+        (support.GPU_ESTIMATE, gpu_peak(5000, 3000)),  # an aimdo figure without dynamic VRAM
+        (support.GPU_DYNAMIC, gpu_peak(None, 3000)),  # no per-process figure: its reason is shown
+        (support.GPU_ESTIMATE, gpu_peak(500)),  # less than torch's own reserved: not the driver's count
+    ):
+        with pytest.raises(AssertionError):
+            support.check_device_memory(demo_run(mode, [peak]))
+    with pytest.raises(AssertionError, match="not in NVML's list"):
+        support.check_device_memory(demo_run(support.GPU_ESTIMATE, [gpu_peak()]))
