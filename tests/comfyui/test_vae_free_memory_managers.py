@@ -31,12 +31,13 @@ DRIVER_FREE, AIMDO_HEADROOM = 40 * MiB, 64 * MiB
 
 @pytest.fixture
 def mm(comfy, monkeypatch):
-    import comfy.memory_management
     import comfy.model_management as mm
-    import comfy.model_patcher
 
     if "for_dynamic" not in inspect.signature(mm.free_memory).parameters:
         pytest.skip("this ComfyUI has no dynamic VRAM (free_memory(for_dynamic=...)): 0.33 or later")
+    import comfy.memory_management
+    import comfy.model_patcher
+
     monkeypatch.setattr(mm, "current_loaded_models", [])
     monkeypatch.setattr(mm, "get_free_memory", lambda device=None, torch_free_too=False: DRIVER_FREE)
     monkeypatch.setattr(mm, "extra_reserved_memory", lambda: 0)
