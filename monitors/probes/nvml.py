@@ -61,10 +61,8 @@ class NvmlBackend:
         allocation (torch's cached blocks, cuMem allocations outside torch, the CUDA context).
         Raises where NVML cannot say: the process is not in its list (another PID namespace, or no
         CUDA context on that device yet) or the driver reports no per-process figure."""
-        lib = self._lib()
-        handle = self._handle(index)
-        processes = list(lib.nvmlDeviceGetComputeRunningProcesses(handle))
-        processes += list(lib.nvmlDeviceGetGraphicsRunningProcesses(handle))
+        # One call: a CUDA context is a compute process (a light snapshot reads this at every node).
+        processes = list(self._lib().nvmlDeviceGetComputeRunningProcesses(self._handle(index)))
         mine = {int(p.usedGpuMemory) if p.usedGpuMemory is not None else None for p in processes if p.pid == pid}
         if not mine:
             raise LookupError(
@@ -73,7 +71,7 @@ class NvmlBackend:
             )
         if None in mine:
             raise ValueError("the driver reports no per-process memory here (usedGpuMemory not available)")
-        return max(mine)  # a process listed as compute and graphics is one context
+        return max(mine)
 
     def utilization_pct(self, index: int) -> float:
         return float(self._lib().nvmlDeviceGetUtilizationRates(self._handle(index)).gpu)

@@ -110,3 +110,22 @@ def test_without_dynamic_vram_the_row_says_why_its_figure_is_unknown(tmp_path):
     (peak,) = row.gpu_peaks
     assert peak.peak_process_used_bytes == 512 * MiB and peak.peak_aimdo_used_bytes is None
     assert peak.aimdo_used_unknown_reason == "comfy-aimdo is not loaded in this process (no dynamic VRAM)"
+
+
+def test_nvml_reads_this_processs_entry_and_says_why_it_cannot(monkeypatch):
+    from monitors.probes.nvml import NvmlBackend
+
+    listed = []
+    pynvml = types.ModuleType("pynvml")  # nvidia-ml-py's module, as the backend imports it
+    pynvml.nvmlInit = lambda: None
+    pynvml.nvmlDeviceGetHandleByIndex = lambda index: f"handle {index}"
+    pynvml.nvmlDeviceGetComputeRunningProcesses = lambda handle: list(listed)
+    monkeypatch.setitem(sys.modules, "pynvml", pynvml)
+    backend = NvmlBackend()
+    listed[:] = [types.SimpleNamespace(pid=7, usedGpuMemory=100), types.SimpleNamespace(pid=42, usedGpuMemory=3 * GiB)]
+    assert backend.process_used_bytes(0, 42) == 3 * GiB
+    with pytest.raises(LookupError, match="pid 9.*not among the 2 NVML lists on device 0"):
+        backend.process_used_bytes(0, 9)
+    listed[:] = [types.SimpleNamespace(pid=42, usedGpuMemory=None)]
+    with pytest.raises(ValueError, match="no per-process memory"):
+        backend.process_used_bytes(0, 42)
