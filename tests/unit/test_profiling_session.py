@@ -189,7 +189,7 @@ def test_finish_closes_open_stages_as_interrupted(tmp_path):
             report = session.finish("success")
         finally:
             session_module.time = real_time
-        assert report.duration_s == 3.0 and [step.kind for step in report.steps] == ["profiling"]
+        assert report.duration_s == pytest.approx(3.0) and [step.kind for step in report.steps] == ["profiling"]
         assert report.profile_enabled is True and report.status == "success"
         assert [(n.class_type, n.status) for n in report.nodes] == [("left_open", "interrupted")]
         assert session.paths == {"json": str(tmp_path / f"{session.run_id}.json")}
