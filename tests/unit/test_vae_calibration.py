@@ -419,3 +419,36 @@ def test_samples_and_calibrations_handed_out_cannot_be_changed():
         sample.ratio = 0.1
     with pytest.raises(dataclasses.FrozenInstanceError):
         calibration.lower_bound_ratio = 0.1
+
+
+def test_a_failed_free_memory_reading_never_skips_direct_even_with_a_calibration():
+    """Unknown free memory is no prediction: auto tries direct, calibrated or not, and says why."""
+    probes, table = fake_probes("1 GPU"), CalibrationTable()
+    table.record(KEY, 0.5, "direct")
+
+    def unreadable(device):
+        raise RuntimeError("mem_get_info failed")
+
+    options = ChainOptions(
+        free_memory=unreadable, cpu_encode=cpu_encode, probes=probes, tiles=TILES, calibration=table
+    )
+    result = run_chain(MeasuredVAE(probes, {"direct": 1 * GiB}), pixels(1, 256, 256), options)
+    assert outcomes(result) == [("direct", OK)]
+    direct = result.attempts[0].prediction
+    assert direct.fits is None and direct.free_bytes is None
+    assert "mem_get_info failed" in direct.free_bytes_unknown_reason
+    assert direct.calibration_ratio == pytest.approx(0.5)  # calibrated, yet nothing to hold it against
+
+
+def test_a_cpu_fallback_reads_its_peaks_from_the_process_not_the_gpu():
+    """The CPU attempt's peaks are the process's RSS: the GPU's allocations (held by the model
+    the GPU attempts left) are no part of it."""
+    probes, table = fake_probes("1 GPU"), CalibrationTable()
+    probes.torch.allocate(0, 3 * GiB)  # resident on the GPU throughout
+    fail = {"direct": CUDA_OOM("CUDA out of memory"), "tiled": CUDA_OOM("CUDA out of memory")}
+    vae = MeasuredVAE(probes, {}, fail=fail)
+    result = chain(vae, probes, 64 * GiB, table)
+    assert outcomes(result)[-1] == ("cpu", OK)
+    cpu_peaks = result.attempts[-1].peaks
+    assert cpu_peaks and all(not peak["metric"].startswith("cuda") for peak in cpu_peaks.values()), cpu_peaks
+    assert any(peak["metric"].startswith("cuda") for peak in result.attempts[0].peaks.values())
