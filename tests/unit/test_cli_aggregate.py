@@ -374,3 +374,9 @@ def test_a_throughput_drop_needs_no_absolute_minimum():
     a = run("a", 1.0, summary={"steps_per_s": 2.0})
     b = run("b", 1.0, summary={"steps_per_s": 1.0})  # one step a second fewer: half the rate
     assert agg.compare(a, b, threshold_pct=10)["run"]["steps_per_s"]["regression"] is True
+
+
+def test_the_history_rule_rests_on_the_median_not_the_mean():
+    """A skewed history (median 10, mean 10.07): the relative threshold is put on the median."""
+    verdict = agg.history_limit([10.0, 10.2, 10.0], 10.0, 0.05)
+    assert verdict["median"] == 10.0 and verdict["limit"] == pytest.approx(11.0)

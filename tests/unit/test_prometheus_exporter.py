@@ -111,6 +111,16 @@ def test_byte_histograms_have_their_bounds_and_put_a_peak_in_the_right_bucket(fl
     assert value(samples, "pipeline_monitor_last_prompt_peak_rss_bytes") == 600 * MiB
 
 
+def test_the_last_prompts_gpu_peak_is_its_highest_node_not_its_last(fleet):
+    metrics, *_ = fleet
+    nodes = [
+        node("KSampler", gpu_peaks=[{"device": "cuda:0", "peak_allocated_bytes": 5 * GiB}]),
+        node("VAEDecode", gpu_peaks=[{"device": "cuda:0", "peak_allocated_bytes": 2 * GiB}]),
+    ]
+    metrics.observe(report("p", nodes=nodes))
+    assert value(scrape(metrics), "pipeline_monitor_last_prompt_peak_gpu_allocated_bytes") == 5 * GiB
+
+
 def test_time_histograms_have_their_bounds(fleet):
     metrics, *_ = fleet
     metrics.observe(report("p", duration_s=7.0, nodes=[node("KSampler", duration_s=0.003)]))
