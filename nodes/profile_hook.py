@@ -136,7 +136,17 @@ def on_prompt_end(executor, extra_data=None) -> None:
     status, error = run_outcome(messages)
     workflow = workflow_from_extra_data(extra_data)
     deep_profile_call("prompt_finished", runtime.recorder, (workflow or {}).get("name"))
-    runtime.recorder.end_run(status, error, cached_node_ids=cached_node_ids(messages), workflow=workflow)
+    runtime.recorder.end_run(
+        status, error, cached_node_ids=cached_node_ids(messages), workflow=workflow, workflow_graph=ui_workflow(extra_data)
+    )
+
+
+def ui_workflow(extra_data) -> Mapping | None:
+    """The UI workflow the frontend sends along with a prompt (its subgraph definitions name the
+    report's subgraph roll-ups); None for a prompt queued without one."""
+    pnginfo = extra_data.get("extra_pnginfo") if isinstance(extra_data, Mapping) else None
+    graph = pnginfo.get("workflow") if isinstance(pnginfo, Mapping) else None
+    return graph if isinstance(graph, Mapping) else None
 
 
 def announce_run(report: Mapping) -> None:

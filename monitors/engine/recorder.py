@@ -23,6 +23,7 @@ from .prompt_info import node_info_from_prompt, upstream_node_ids
 from .run_record import RunRecord, resolve_gpu_times
 from .span import Span
 from .store import RunStore
+from .subgraphs import subgraph_rollups
 from .upstream_memory import (
     NO_RUN_REASON,
     PROFILE_OFF_REASON,
@@ -132,9 +133,11 @@ class RunRecorder:
         reason: str | None = None,
         cached_node_ids=(),
         workflow: Mapping | None = None,
+        workflow_graph: Mapping | None = None,
     ) -> RunReport | None:
         """Close the run; `cached_node_ids` adds cached rows for nodes the handler never saw;
-        `workflow` ({name, id, ...}, see workflow_from_extra_data) names what was queued."""
+        `workflow` ({name, id, ...}, see workflow_from_extra_data) names what was queued;
+        `workflow_graph` (the UI workflow, read here and not kept) names its subgraphs."""
         with self._lock:
             run, self._run = self._run, None
         if run is None:
@@ -167,6 +170,11 @@ class RunRecorder:
             self._note_once(run, f"reading {what} unavailable: {why}")
         finished = time.time()
         input_changes = self._input_changes(run, workflow)
+        try:
+            subgraphs = subgraph_rollups(run.nodes, workflow_graph)
+        except Exception as exc:
+            subgraphs = ()
+            self._note(run, f"subgraphs not rolled up: {type(exc).__name__}: {exc}")
         report = RunReport(
             prompt_id=run.prompt_id,
             status=status,
@@ -183,6 +191,7 @@ class RunRecorder:
             workflow=dict(workflow) if workflow else None,
             input_changes=input_changes,
             missing_seams=tuple(self.missing_seams),
+            subgraphs=subgraphs,
         )
         try:
             self.store.add(report)
