@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 
 from ..deep_profile.trace_ops import read_ops
-from ..exporters.csv_tables import TABLES, nodes_csv, steps_csv, write_text
+from ..exporters.csv_tables import TABLES, nodes_csv, steps_csv, subgraphs_csv, write_text
 from ..exporters.trace import reports_to_trace
 from ..report import format_bytes, write_json_atomic
 from .aggregate import (
@@ -238,10 +238,10 @@ def cmd_table(args) -> int:
         _err(f"error: {exc}")
         return EXIT_NO_INPUT
     if args.format == "json":
-        rows = report.get("nodes") if args.table == "nodes" else report.get("steps")
+        rows = report.get(args.table)
         text = json.dumps(rows or [], indent=1, allow_nan=False) + "\n"
     else:
-        text = nodes_csv(report) if args.table == "nodes" else steps_csv(report)
+        text = {"nodes": nodes_csv, "steps": steps_csv, "subgraphs": subgraphs_csv}[args.table](report)
     if args.output:
         write_text(args.output, text)
     else:
