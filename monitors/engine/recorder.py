@@ -317,10 +317,18 @@ class RunRecorder:
         return (node_id, self._node_info(run, node_id)[0], kind)
 
     def _repeat_cached_step(self, run: RunRecord, node_id: str) -> None:
-        for (step_node_id, class_type, _kind), step in list(self._last_steps.items()):
-            if step_node_id == node_id and class_type == self._node_info(run, node_id)[0]:
-                if len(run.steps) < MAX_STEPS_PER_RUN:
-                    run.steps.append(dataclasses.replace(step, cached=True))
+        # A node moved into or out of a subgraph keeps its id after the last ":" ("5" -> "9:5")
+        # and ComfyUI's cache entry: without a step of its own id, its latest of each kind is its.
+        local = node_id.rpartition(":")[2]
+        candidates = [(k, s) for k, s in self._last_steps.items() if k[0].rpartition(":")[2] == local]
+        if not candidates:
+            return
+        class_type = self._node_info(run, node_id)[0]
+        same = [(k[0], s) for k, s in candidates if k[1] == class_type]
+        steps = [s for step_node_id, s in same if step_node_id == node_id] or list({s.kind: s for _, s in same}.values())
+        for step in steps:
+            if len(run.steps) < MAX_STEPS_PER_RUN:
+                run.steps.append(dataclasses.replace(step, cached=True, node_id=node_id))
 
     def executing_node(self) -> tuple[str, str | None, str | None] | None:
         """(node id, class_type, title) of the node running now, or None (live view)."""

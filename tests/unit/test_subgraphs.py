@@ -23,7 +23,7 @@ from monitors.engine.subgraphs import (
     subgraph_rollups,
 )
 from monitors.probes.fake import GiB, fake_probes
-from monitors.report import GpuPeak, NodeProfile
+from monitors.report import GpuPeak, NodeProfile, StepReport
 from monitors.vocabulary.subgraph_fields import SUBGRAPH_GPU_PEAK, SUBGRAPH_ROW
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "run_report.schema.json").read_text())
@@ -157,3 +157,21 @@ def test_a_malformed_workflow_leaves_names_unknown_not_the_run(tmp_path):
     recorder.node_finished("5:1")
     report = recorder.end_run("success", workflow_graph={"nodes": "not a list", "definitions": []})
     assert report.status == "success" and report.subgraphs[0].name is None
+
+
+def test_a_monitor_moved_into_a_subgraph_and_cached_shows_its_step(tmp_path):
+    """Converting nodes to a subgraph keeps their own ids after the last ":" and ComfyUI serves
+    them from its cache: the cached monitor's card is its last step, under its new id."""
+    recorder = RunRecorder(RunStore(str(tmp_path)), probes=fake_probes())
+    monitor = {"class_type": "PipelineMonitorLatent", "inputs": {}}
+    recorder.begin_run("before", {"5": monitor, "7": monitor})
+    recorder.node_started("5")
+    assert recorder.add_step(StepReport("latent", "5", summary={"n_channels": 4}))
+    recorder.node_finished("5")
+    recorder.end_run("success")
+    recorder.begin_run("after", {"9:5": monitor, "3": {"class_type": "EmptyImage", "inputs": {}}})
+    recorder.node_finished("9:5")  # a finish without a start: cached
+    recorder.node_finished("3")
+    report = recorder.end_run("success")
+    (step,) = report.steps
+    assert (step.node_id, step.cached, step.summary) == ("9:5", True, {"n_channels": 4})

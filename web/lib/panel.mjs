@@ -31,7 +31,7 @@ export class MonitorPanel {
     this.deepProfile = new DeepProfileToggle(host); // "Deep-profile next prompt" in the title bar
     /** @type {{name: "runs"} | {name: "run", id: string} | {name: "compare", a: string, b: string}} */
     this.view = { name: "runs" };
-    /** @type {{key: string, dir: "asc" | "desc", allColumns?: boolean}} */
+    /** @type {{key: string, dir: "asc" | "desc", allColumns?: boolean, collapsed?: Set<string>}} */
     this.sort = { key: "durationS", dir: "desc" };
     /** @type {HTMLElement | null} */
     this.root = null;
@@ -76,6 +76,12 @@ export class MonitorPanel {
       refresh: () => void this.loadRuns(),
       toggleColumns: () => {
         this.sort = { ...this.sort, allColumns: !this.sort.allColumns };
+        this.renderMain();
+      },
+      toggleSubgraph: (id) => {
+        const collapsed = new Set(this.sort.collapsed ?? []);
+        if (!collapsed.delete(id)) collapsed.add(id);
+        this.sort = { ...this.sort, collapsed };
         this.renderMain();
       },
       downloadCsv: (id, csv) => saveBlob(new Blob([csv], { type: "text/csv" }), `pipeline_monitor_${safeFileName(id)}_nodes.csv`),
