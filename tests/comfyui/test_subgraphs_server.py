@@ -109,8 +109,8 @@ def test_each_subgraph_rolls_up_its_node_rows(runs):
         check_rollup_against_rows(rollup, rows)
         assert rollup["wall_s"] > 0 and rollup["n_cached"] == 0
     # wall-clock: the nested instance lies inside the outer one
-    assert outer["start_offset_s"] <= inner["start_offset_s"]
-    assert inner["start_offset_s"] + inner["wall_s"] <= outer["start_offset_s"] + outer["wall_s"] + 1e-9
+    assert outer["start_offset_s"] <= inner["start_offset_s"]  # one clock: the inner nodes are outer nodes
+    assert inner["start_offset_s"] + inner["wall_s"] <= outer["start_offset_s"] + outer["wall_s"] + 1e-9  # one clock: as above
 
 
 def test_a_cached_run_rolls_up_cached_nodes_without_a_wall_time(runs):

@@ -78,12 +78,7 @@ export class MonitorPanel {
         this.sort = { ...this.sort, allColumns: !this.sort.allColumns };
         this.renderMain();
       },
-      toggleSubgraph: (id) => {
-        const collapsed = new Set(this.sort.collapsed ?? []);
-        if (!collapsed.delete(id)) collapsed.add(id);
-        this.sort = { ...this.sort, collapsed };
-        this.renderMain();
-      },
+      toggleSubgraph: (id) => { const c = new Set(this.sort.collapsed); if (!c.delete(id)) c.add(id); this.sort = { ...this.sort, collapsed: c }; this.renderMain(); },
       downloadCsv: (id, csv) => saveBlob(new Blob([csv], { type: "text/csv" }), `pipeline_monitor_${safeFileName(id)}_nodes.csv`),
       focusNode: (id) => {
         if (this.host.focusNode && !this.host.focusNode(id)) this.host.toast("info", "Pipeline Monitor", `Node #${id} is not in the workflow on the canvas.`);
