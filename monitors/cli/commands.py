@@ -4,7 +4,7 @@
     python -m monitors aggregate --reports_dir reports/ --output job.json   # every report in a folder
     python -m monitors compare before.json after.json --threshold-pct 10 [--history earlier_reports/]
     python -m monitors trace rank0.json rank1.json -o job.trace.json
-    python -m monitors table run.json --table nodes --format csv -o nodes.csv   # or steps; or json
+    python -m monitors table run.json --table nodes --format csv -o nodes.csv   # or steps, subgraphs; or json
 
 Exit codes:
     0  done, every input used, no regression
@@ -286,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-o", "--output", help="write the comparison as JSON here")
     p.set_defaults(func=cmd_compare)
-    p = sub.add_parser("table", help="a report's per-node or step table as CSV (or JSON)")
+    p = sub.add_parser("table", help="a report's per-node, step or subgraph table as CSV (or JSON)")
     p.add_argument("report", help="run report JSON file")
     p.add_argument("--table", choices=TABLES, default="nodes", help="which table (default: nodes)")
     p.add_argument("--format", choices=("csv", "json"), default="csv", help="default: csv")
