@@ -221,6 +221,8 @@ class RunReport:
     # The ComfyUI symbols the pack uses that this ComfyUI lacks (the start-up self-check,
     # nodes/seams.py): the monitors using them report less or fail. Empty when all were found.
     missing_seams: tuple[str, ...] = ()
+    # One roll-up per subgraph instance that ran (monitors/engine/subgraphs.py SubgraphRollup).
+    subgraphs: tuple = ()
 
     @property
     def peak_rss_bytes(self) -> int | None:

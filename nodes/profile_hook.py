@@ -30,7 +30,7 @@ from ..monitors.engine.prompt_info import cached_node_ids, run_outcome, workflow
 from ..monitors.lora.upstream import upstream_node_ids as lora_upstream
 from ..monitors.models.upstream import upstream_node_ids as models_upstream
 from ..monitors.report import run_summary
-from . import seams
+from . import headless, seams
 from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
@@ -114,6 +114,7 @@ def on_prompt_start(progress, *args, **kwargs) -> None:
     # Sampled peaks (NVML, and RSS where the kernel refuses exact peaks) need the sampler.
     runtime.sampler.ensure_started()
     runtime.store.add_listener(announce_run)
+    runtime.store.add_listener(headless.send_digest)
     attach_metrics(runtime)
 
 
@@ -136,7 +137,18 @@ def on_prompt_end(executor, extra_data=None) -> None:
     status, error = run_outcome(messages)
     workflow = workflow_from_extra_data(extra_data)
     deep_profile_call("prompt_finished", runtime.recorder, (workflow or {}).get("name"))
-    runtime.recorder.end_run(status, error, cached_node_ids=cached_node_ids(messages), workflow=workflow)
+    headless.remember_client(runtime.recorder.active_prompt_id, extra_data)
+    runtime.recorder.end_run(
+        status, error, cached_node_ids=cached_node_ids(messages), workflow=workflow, workflow_graph=ui_workflow(extra_data)
+    )
+
+
+def ui_workflow(extra_data) -> Mapping | None:
+    """The UI workflow the frontend sends along with a prompt (its subgraph definitions name the
+    report's subgraph roll-ups); None for a prompt queued without one."""
+    pnginfo = extra_data.get("extra_pnginfo") if isinstance(extra_data, Mapping) else None
+    graph = pnginfo.get("workflow") if isinstance(pnginfo, Mapping) else None
+    return graph if isinstance(graph, Mapping) else None
 
 
 def announce_run(report: Mapping) -> None:

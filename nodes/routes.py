@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
+import time
 
 from aiohttp import web
 
@@ -30,6 +32,8 @@ ROUTE_PREFIX = "/pipeline_monitor"
 SECURITY_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
 MAX_LIST_LIMIT = 1000
 METRICS_WAIT_FOR_RUNS_S = 2.0
+MAX_WAIT_S = 600.0  # GET /runs/{prompt_id}?wait_s=: the longest a request waits for its run
+WAIT_POLL_S = 0.1
 # The HTML report needs no load at all (inline SVG and CSS): even a string that escaped escaping
 # could not fetch or run anything.
 HTML_HEADERS = {
@@ -65,10 +69,24 @@ async def list_runs(request: web.Request) -> web.Response:
 
 
 async def get_run(request: web.Request) -> web.Response:
+    """One run's report; `?wait_s=N` (at most MAX_WAIT_S) waits for a run that has not finished
+    yet (a headless client that just queued it), then answers 404 if it still has not."""
     run_id = request.match_info.get("prompt_id", "")
     if not is_valid_run_id(run_id):
         return error_response(404, "unknown run id")
-    report = get_runtime().store.get(run_id)
+    try:
+        wait_s = float(request.query.get("wait_s", "0"))
+    except ValueError:
+        wait_s = math.nan
+    if not math.isfinite(wait_s):
+        return error_response(400, "wait_s must be a number of seconds")
+    wait_s = min(max(wait_s, 0.0), MAX_WAIT_S)
+    store = get_runtime().store
+    deadline = time.monotonic() + wait_s
+    report = store.get(run_id)
+    while report is None and time.monotonic() < deadline:
+        await asyncio.sleep(WAIT_POLL_S)
+        report = store.get(run_id)
     if report is None:
         return error_response(404, "unknown run id")
     return json_response(report)

@@ -30,7 +30,7 @@ async function tieCanvasToRun(summary) {
   if (!summary?.prompt_id || summary.status === "running") return;
   try {
     const report = await panel.report(summary.prompt_id);
-    const graph = /** @type {any} */ (app.graph);
+    const graph = /** @type {any} */ (app).rootGraph ?? app.graph; // the root, whatever subgraph is open
     // A run of another workflow (its graph id differs) leaves this canvas as it is; without an id
     // the badges still match nodes by id and class, but no summary is called stale.
     const sameGraph = report.workflow?.id ? report.workflow.id === graph?.id : null;

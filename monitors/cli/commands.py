@@ -4,7 +4,7 @@
     python -m monitors aggregate --reports_dir reports/ --output job.json   # every report in a folder
     python -m monitors compare before.json after.json --threshold-pct 10 [--history earlier_reports/]
     python -m monitors trace rank0.json rank1.json -o job.trace.json
-    python -m monitors table run.json --table nodes --format csv -o nodes.csv   # or steps; or json
+    python -m monitors table run.json --table nodes --format csv -o nodes.csv   # or steps, subgraphs; or json
 
 Exit codes:
     0  done, every input used, no regression
@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 
 from ..deep_profile.trace_ops import read_ops
-from ..exporters.csv_tables import TABLES, nodes_csv, steps_csv, write_text
+from ..exporters.csv_tables import TABLES, nodes_csv, steps_csv, subgraphs_csv, write_text
 from ..exporters.trace import reports_to_trace
 from ..report import format_bytes, write_json_atomic
 from .aggregate import (
@@ -238,10 +238,10 @@ def cmd_table(args) -> int:
         _err(f"error: {exc}")
         return EXIT_NO_INPUT
     if args.format == "json":
-        rows = report.get("nodes") if args.table == "nodes" else report.get("steps")
+        rows = report.get(args.table)
         text = json.dumps(rows or [], indent=1, allow_nan=False) + "\n"
     else:
-        text = nodes_csv(report) if args.table == "nodes" else steps_csv(report)
+        text = {"nodes": nodes_csv, "steps": steps_csv, "subgraphs": subgraphs_csv}[args.table](report)
     if args.output:
         write_text(args.output, text)
     else:
@@ -286,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-o", "--output", help="write the comparison as JSON here")
     p.set_defaults(func=cmd_compare)
-    p = sub.add_parser("table", help="a report's per-node or step table as CSV (or JSON)")
+    p = sub.add_parser("table", help="a report's per-node, step or subgraph table as CSV (or JSON)")
     p.add_argument("report", help="run report JSON file")
     p.add_argument("--table", choices=TABLES, default="nodes", help="which table (default: nodes)")
     p.add_argument("--format", choices=("csv", "json"), default="csv", help="default: csv")

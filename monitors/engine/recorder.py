@@ -23,6 +23,7 @@ from .prompt_info import node_info_from_prompt, upstream_node_ids
 from .run_record import RunRecord, resolve_gpu_times
 from .span import Span
 from .store import RunStore
+from .subgraphs import subgraph_rollups
 from .upstream_memory import (
     NO_RUN_REASON,
     PROFILE_OFF_REASON,
@@ -132,9 +133,11 @@ class RunRecorder:
         reason: str | None = None,
         cached_node_ids=(),
         workflow: Mapping | None = None,
+        workflow_graph: Mapping | None = None,
     ) -> RunReport | None:
         """Close the run; `cached_node_ids` adds cached rows for nodes the handler never saw;
-        `workflow` ({name, id, ...}, see workflow_from_extra_data) names what was queued."""
+        `workflow` ({name, id, ...}, see workflow_from_extra_data) names what was queued;
+        `workflow_graph` (the UI workflow, read here and not kept) names its subgraphs."""
         with self._lock:
             run, self._run = self._run, None
         if run is None:
@@ -167,6 +170,11 @@ class RunRecorder:
             self._note_once(run, f"reading {what} unavailable: {why}")
         finished = time.time()
         input_changes = self._input_changes(run, workflow)
+        try:
+            subgraphs = subgraph_rollups(run.nodes, workflow_graph)
+        except Exception as exc:
+            subgraphs = ()
+            self._note(run, f"subgraphs not rolled up: {type(exc).__name__}: {exc}")
         report = RunReport(
             prompt_id=run.prompt_id,
             status=status,
@@ -183,6 +191,7 @@ class RunRecorder:
             workflow=dict(workflow) if workflow else None,
             input_changes=input_changes,
             missing_seams=tuple(self.missing_seams),
+            subgraphs=subgraphs,
         )
         try:
             self.store.add(report)
@@ -315,10 +324,18 @@ class RunRecorder:
         return (node_id, self._node_info(run, node_id)[0], kind)
 
     def _repeat_cached_step(self, run: RunRecord, node_id: str) -> None:
-        for (step_node_id, class_type, _kind), step in list(self._last_steps.items()):
-            if step_node_id == node_id and class_type == self._node_info(run, node_id)[0]:
-                if len(run.steps) < MAX_STEPS_PER_RUN:
-                    run.steps.append(dataclasses.replace(step, cached=True))
+        # A node moved into or out of a subgraph keeps its id after the last ":" ("5" -> "9:5")
+        # and ComfyUI's cache entry: without a step of its own id, its latest of each kind is its.
+        local = node_id.rpartition(":")[2]
+        candidates = [(k, s) for k, s in self._last_steps.items() if k[0].rpartition(":")[2] == local]
+        if not candidates:
+            return
+        class_type = self._node_info(run, node_id)[0]
+        same = [(k[0], s) for k, s in candidates if k[1] == class_type]
+        steps = [s for step_node_id, s in same if step_node_id == node_id] or list({s.kind: s for _, s in same}.values())
+        for step in steps:
+            if len(run.steps) < MAX_STEPS_PER_RUN:
+                run.steps.append(dataclasses.replace(step, cached=True, node_id=node_id))
 
     def executing_node(self) -> tuple[str, str | None, str | None] | None:
         """(node id, class_type, title) of the node running now, or None (live view)."""

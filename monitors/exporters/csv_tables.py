@@ -3,6 +3,7 @@ the usage statistics (one row per generation, and the totals as name,value rows)
 
     python -m monitors.exporters.csv_tables report.json -o nodes.csv          # per-node table
     python -m monitors.exporters.csv_tables report.json --table steps -o s.csv
+    python -m monitors.exporters.csv_tables report.json --table subgraphs   # per subgraph roll-up
 
 Values are written as they are in the JSON (bytes as integers, seconds as numbers); unknown is an
 empty cell, never -1. Per-GPU figures get one column per GPU (`cuda:0.<name>`); any other nested
@@ -20,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..node_fields import gpu_peak_key, node_key
+from ..vocabulary.subgraph_fields import SUBGRAPH_GPU_PEAK, SUBGRAPH_ROW
 
 # Each name read through the node rows' declaration (monitors/node_fields.py): a renamed figure
 # fails at import instead of leaving an empty column.
@@ -74,7 +76,7 @@ GENERATION_COLUMNS = (
 # Per-GPU lists of a generation row (index = device index), one column per GPU
 # (`cuda:0.gpu_utilization_before_pct`): a cell holds a number, never a list's text.
 GENERATION_GPU_COLUMNS = ("gpu_utilization_before_pct", "gpu_utilization_after_pct")
-TABLES = ("nodes", "steps")
+TABLES = ("nodes", "steps", "subgraphs")
 
 
 def _cell(value: Any) -> Any:
@@ -110,6 +112,25 @@ def nodes_csv(report: Mapping[str, Any]) -> str:
                 row.update({f"{peak.get('device')}.{c}": peak.get(c) for c in NODE_GPU_COLUMNS})
         rows.append(row)
     return _write(columns, rows)
+
+
+def subgraphs_csv(report: Mapping[str, Any]) -> str:
+    """One row per subgraph roll-up, its columns from the declaration, GPU figures per device."""
+    subgraphs = [s for s in report.get("subgraphs") or () if isinstance(s, Mapping)]
+    per_gpu = [f.name for f in SUBGRAPH_GPU_PEAK.fields if f.name != "device"]
+    devices = sorted(
+        {p.get("device") for s in subgraphs for p in s.get(SUBGRAPH_GPU_PEAK.name) or () if isinstance(p, Mapping)},
+        key=str,
+    )
+    columns = [f.name for f in SUBGRAPH_ROW.fields if f is not SUBGRAPH_GPU_PEAK]
+    rows = []
+    for subgraph in subgraphs:
+        row = dict(subgraph)
+        for peak in subgraph.get(SUBGRAPH_GPU_PEAK.name) or ():
+            if isinstance(peak, Mapping):
+                row.update({f"{peak.get('device')}.{c}": peak.get(c) for c in per_gpu})
+        rows.append(row)
+    return _write([*columns, *(f"{d}.{c}" for d in devices for c in per_gpu)], rows)
 
 
 def steps_csv(report: Mapping[str, Any]) -> str:
@@ -174,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with open(args.report, encoding="utf-8") as f:
         report = json.load(f)
-    text = nodes_csv(report) if args.table == "nodes" else steps_csv(report)
+    text = {"nodes": nodes_csv, "steps": steps_csv, "subgraphs": subgraphs_csv}[args.table](report)
     if args.output:
         write_text(args.output, text)
     else:

@@ -24,6 +24,7 @@ from ..vocabulary.upgrade import upgrade_report
 from .deep_profile_html import STYLE as DEEP_PROFILE_STYLE
 from .deep_profile_html import deep_profile_html
 from .html_memory import memory_html, memory_scope_text  # noqa: F401 (memory_scope_text is imported from here)
+from .html_subgraphs import subgraphs_html
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 MAX_TIMELINE_ROWS = 200
@@ -372,7 +373,7 @@ def render_html(report: Mapping) -> str:
         # What each node added above its start: the process's peak would rank nodes by what ran before.
         f"<h2>RSS added per node (peak above its start)</h2>"
         f"{breakdown_svg(report, 'peak_rss_above_start_bytes', 'bar2', format_bytes)}"
-        f"<h2>Monitor steps</h2>{steps}"
+        f"{subgraphs_html(report)}<h2>Monitor steps</h2>{steps}"
         f"<h2>Nodes</h2>{nodes_table(report)}"
         f"<h2>System</h2>{system_html(report.get('system') or {})}"
         f'<p class="muted">schema version {esc(report.get("schema_version"))} · profile '

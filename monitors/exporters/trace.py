@@ -2,7 +2,8 @@
 
 - complete events (`"ph": "X"`, `ts`/`dur` in microseconds) for the run and every timed row (a
   ComfyUI node, or a stage of the profiling API); rows on one thread that overlap without nesting
-  go to separate lanes, so every lane nests properly;
+  go to separate lanes, so every lane nests properly; a subgraph roll-up is a span on the main
+  thread from its first node's start to its last node's end, so its nodes' spans nest inside it;
 - counter events (`"ph": "C"`) for the sampled memory, CPU and GPU readings: the profiling API's
   samples stored in its report, or sampler snapshots passed in;
 - instant events (`"ph": "i"`) for the profiling API's custom events;
@@ -37,16 +38,28 @@ def _process_label(report: Mapping) -> str:
     return label
 
 
+# A subgraph's span ends at its last node's end, computed from other sums of the same floats: a
+# nanosecond either way still nests.
+NEST_SLACK_S = 1e-9
+
+
+def _depth(row: Mapping) -> int:
+    """An enclosing subgraph before the ones inside it, and every subgraph before its nodes, when
+    they start and end together."""
+    subgraph = row.get("subgraph") if isinstance(row, Mapping) else None
+    return str(subgraph.get("id")).count(":") if isinstance(subgraph, Mapping) else 1_000_000
+
+
 def _lanes(rows: list[tuple[float, float, Mapping]]) -> list[list[tuple[float, float, Mapping]]]:
     """Split intervals into lanes in which they nest or follow each other, never half-overlap."""
     lanes: list[list] = []
     stacks: list[list[float]] = []  # per lane: end times of the open enclosing intervals
-    for row in sorted(rows, key=lambda r: (r[0], -r[1])):
+    for row in sorted(rows, key=lambda r: (round(r[0], 9), -round(r[1], 9), _depth(r[2]))):
         start, end = row[0], row[0] + row[1]
         for lane, stack in zip(lanes, stacks, strict=True):
-            while stack and stack[-1] <= start:
+            while stack and stack[-1] <= start + NEST_SLACK_S:
                 stack.pop()
-            if not stack or end <= stack[-1]:
+            if not stack or end <= stack[-1] + NEST_SLACK_S:
                 lane.append(row)
                 stack.append(end)
                 break
@@ -217,6 +230,10 @@ def _node_events(report: Mapping, pid: int, offset_us: float) -> tuple[list[dict
         if isinstance(begin, (int, float)) and isinstance(duration, (int, float)):
             thread = threads.get(str(node.get("node_id")), MAIN_THREAD)
             by_thread.setdefault(thread, []).append((float(begin), float(duration), node))
+    for subgraph in report.get("subgraphs") or []:
+        begin, duration = subgraph.get("start_offset_s"), subgraph.get("wall_s")
+        if isinstance(begin, (int, float)) and isinstance(duration, (int, float)):
+            by_thread.setdefault(MAIN_THREAD, []).append((float(begin), float(duration), {"subgraph": subgraph}))
     events: list[dict] = []
     tid = 0
     node_spans: dict[str, tuple[int, float, float, str]] = {}
@@ -227,6 +244,9 @@ def _node_events(report: Mapping, pid: int, offset_us: float) -> tuple[list[dict
             events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
             for begin, duration, node in lane:
                 ts = round(offset_us + begin * US, 3)
+                if "subgraph" in node:
+                    events.append(_subgraph_span(node["subgraph"], ts, _us(duration), pid, tid))
+                    continue
                 label = str(node.get("title") or node.get("class_type") or f"node {node.get('node_id')}")
                 node_spans.setdefault(str(node.get("node_id")), (tid, ts, ts + _us(duration), label))
                 events.append(_node_span(node, label, ts, _us(duration), pid, tid))
@@ -248,6 +268,26 @@ def _node_span(node: Mapping, label: str, ts: float, dur: float, pid: int, tid: 
             "peak_rss_bytes": node.get("peak_rss_bytes"),
             "rss_change_bytes": node.get("rss_change_bytes"),
             "gpu_peaks": node.get("gpu_peaks") or [],
+        },
+    }
+
+
+def _subgraph_span(subgraph: Mapping, ts: float, dur: float, pid: int, tid: int) -> dict:
+    name = subgraph.get("name") or f"subgraph {subgraph.get('id')}"
+    return {
+        "name": str(name),
+        "cat": "subgraph",
+        "ph": "X",
+        "ts": ts,
+        "dur": dur,
+        "pid": pid,
+        "tid": tid,
+        "args": {
+            "subgraph_id": subgraph.get("id"),
+            "node_time_sum_s": subgraph.get("node_time_sum_s"),
+            "n_nodes": len(subgraph.get("node_ids") or ()),
+            "n_cached": subgraph.get("n_cached"),
+            "peak_rss_bytes": subgraph.get("peak_rss_bytes"),
         },
     }
 

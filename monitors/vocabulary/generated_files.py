@@ -21,6 +21,7 @@ from ..summary_fields import StepKindVocabulary
 from .memory_rows import MEMORY_NOT_READ_REASON, MEMORY_ROWS, NODE_GPU_FIGURES
 from .metrics_reference import DOC_PATH, REPO_ROOT, document_text
 from .registry import details_registry, registry
+from .subgraph_fields import SUBGRAPH_ROW
 
 SCHEMA_PATH = os.path.join(REPO_ROOT, "schemas", "run_report.schema.json")
 JS_PATH = os.path.join(REPO_ROOT, "web", "lib", "vocabulary.generated.mjs")
@@ -55,6 +56,12 @@ def generated_schema(base: Mapping[str, Any]) -> dict:
     defs["node"] = declared_object(NODE_ROW, defs["node"].get("required", []))
     defs["node"]["properties"][GPU_PEAK.name] = {"type": "array", "items": {"$ref": "#/$defs/gpu_peak"}}
     defs["gpu_peak"] = declared_object(GPU_PEAK, defs["gpu_peak"].get("required", []))
+    defs["subgraph"] = declared_object(SUBGRAPH_ROW, ["id", "parent_id", "name", "node_ids", "wall_s"])
+    schema["properties"][SUBGRAPH_ROW.name] = {
+        "description": SUBGRAPH_ROW.description + "; absent in older reports",
+        "type": "array",
+        "items": {"$ref": "#/$defs/subgraph"},
+    }
     step = defs["step"]
     step["properties"]["summary"] = {"type": "object"}  # unknown kinds: any object
     step["properties"]["details"] = {"type": "object"}  # kinds that declare no details: any object
@@ -129,7 +136,9 @@ def js_text() -> str:
         f"export const NODE_FIELDS = {dump(NODE_ROW.js())};\n\n"
         "/** A node row's GPU figures: column label and what each measures (monitors/vocabulary/memory_rows.py "
         "NODE_GPU_FIGURES). @type {Record<string, {label: string, description: string}>} */\n"
-        f"export const NODE_GPU_FIGURES = {dump(NODE_GPU_FIGURES)};\n"
+        f"export const NODE_GPU_FIGURES = {dump(NODE_GPU_FIGURES)};\n\n"
+        "/** A run's subgraph roll-up figures (monitors/vocabulary/subgraph_fields.py). @type {DetailInfo} */\n"
+        f"export const SUBGRAPH_FIELDS = {dump(SUBGRAPH_ROW.js())};\n"
     )
 
 

@@ -25,6 +25,7 @@ from .reference_figure import SPECS, Figure
 from .reference_run_rows import RUN_FIGURES
 from .reference_session_rows import SESSION_AND_USAGE_FIGURES
 from .registry import details_registry, registry
+from .subgraph_fields import SUBGRAPH_ROW
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC_PATH = os.path.join(REPO_ROOT, "docs", "metrics-reference.md")
@@ -91,6 +92,11 @@ def node_figures() -> list[Figure]:
     return _declared_rows(NODE_ROW, "nodes[]", "PROF", "node ")
 
 
+def subgraph_figures() -> list[Figure]:
+    """The subgraph roll-ups' figures, from their declaration (subgraph_fields.py)."""
+    return _declared_rows(SUBGRAPH_ROW, "subgraphs[]", "PROF", "subgraph ")
+
+
 def detail_figures() -> dict[str, list[Figure]]:
     """kind -> the rows of its declared details (monitors/<kind>/details.py)."""
     return {
@@ -101,7 +107,7 @@ def detail_figures() -> dict[str, list[Figure]]:
 
 def all_figures() -> list[Figure]:
     details = [row for rows in detail_figures().values() for row in rows]
-    return [*summary_figures(), *deep_profile_figures(), *node_figures(), *details, *HAND_WRITTEN]
+    return [*summary_figures(), *deep_profile_figures(), *node_figures(), *subgraph_figures(), *details, *HAND_WRITTEN]
 
 
 def _cell(text) -> str:
@@ -154,6 +160,7 @@ def document_text() -> str:
         "",
     ]
     lines += ["## Node rows (from the declaration)", "", *_table(node_figures()), ""]
+    lines += ["## Subgraph roll-ups (from the declaration)", "", *_table(subgraph_figures()), ""]
     for kind, rows in detail_figures().items():
         lines += [f"## {registry()[kind].title} details (`{kind}`, from the declaration)", "", *_table(rows), ""]
     lines += ["## Run, memory pictures, profiling sessions and usage", "", *_table(list(HAND_WRITTEN)), ""]

@@ -46,6 +46,7 @@ SMOKE_MODULES = frozenset(
         "test_vae_encode.py",
         "test_comfyui_server.py",
         "test_lora_server.py",
+        "test_subgraphs_server.py",
     }
 )
 PORTS = range(8300, 8400)

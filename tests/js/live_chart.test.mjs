@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { SampleBuffer, niceBytesMax, nodeSegments, normalizeSample, presentSeries } from "../../web/lib/live_chart.mjs";
+import { segmentLabel } from "../../web/lib/live_samples.mjs";
 
 const sample = (t, extra = {}) => ({ unix_time_s: t, process_rss_bytes: 100 + t, ram_used_bytes: 1000, ram_total_bytes: 4000, gpus: [], node: null, ...extra });
 
@@ -28,10 +29,22 @@ test("executing nodes become segments on the time axis", () => {
   const buffer = new SampleBuffer();
   buffer.extend([sample(1), sample(2, { node: node("4") }), sample(3, { node: node("4") }), sample(4, { node: node("5") }), sample(5), sample(6, { node: node("4") })]);
   assert.deepEqual(nodeSegments(buffer.points), [
-    { start: 2, end: 4, id: "4", label: "C4" },
-    { start: 4, end: 5, id: "5", label: "C5" },
-    { start: 6, end: 6, id: "4", label: "C4" },
+    { start: 2, end: 4, id: "4", label: "C4", promptId: null },
+    { start: 4, end: 5, id: "5", label: "C5", promptId: null },
+    { start: 6, end: 6, id: "4", label: "C4", promptId: null },
   ]);
+});
+
+test("the same node id in two runs is two segments, labelled with its run when zoomed to the other", () => {
+  const node = { node_id: "6", class_type: "VAEDecode", title: "VAE Decode" };
+  const buffer = new SampleBuffer();
+  buffer.extend([sample(1, { node, prompt_id: "a" }), sample(2, { node, prompt_id: "b" }), sample(3, { node: { ...node, node_id: "9:6" }, prompt_id: "b" })]);
+  const segments = nodeSegments(buffer.points);
+  assert.deepEqual(segments.map((s) => [s.id, s.promptId]), [["6", "a"], ["6", "b"], ["9:6", "b"]]);
+  const zoom = { from: 0, to: 10, promptId: "b", runStart: 2 };
+  assert.deepEqual(segments.map((s) => segmentLabel(s, zoom)), ["#6 VAE Decode · earlier run", "#6 VAE Decode", "#9:6 VAE Decode"]);
+  assert.equal(segmentLabel(segments[2], { ...zoom, promptId: "a", runStart: 1 }), "#9:6 VAE Decode · later run");
+  assert.equal(segmentLabel(segments[0], null), "#6 VAE Decode");
 });
 
 test("GPU series appear only where a GPU reports", () => {

@@ -228,6 +228,10 @@ def test_table_as_json_to_stdout_or_a_file(tmp_path, capsys):
     assert capsys.readouterr().out == "kind,node_id,cached,n_errors,n_warnings\n"  # CSV, no step
     assert main(["table", path]) == EXIT_OK
     assert capsys.readouterr().out.splitlines()[0].startswith("node_id,")
+    assert main(["table", path, "--table", "subgraphs", "--format", "json"]) == EXIT_OK
+    assert capsys.readouterr().out == "[]\n"  # a report without subgraphs (or older than them)
+    assert main(["table", path, "--table", "subgraphs"]) == EXIT_OK
+    assert capsys.readouterr().out.startswith("id,parent_id,name,name_unknown_reason,node_ids,")
 
 
 def test_table_of_an_unusable_report(tmp_path, capsys):

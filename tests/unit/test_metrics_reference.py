@@ -112,7 +112,7 @@ def run_report(tmp_path):
     # node 9 as the LoRA monitor (LoRA loader 3 upstream), 19 as the conditioning monitor (encoder 4)
     graph = {**PROMPT, "19": {"class_type": "MonitorConditioning", "inputs": {"positive": ["4", 0]}}}
     recorder.begin_run("p1", graph, upstream_walks={"Monitor": lora_upstream, "MonitorConditioning": conditioning_upstream})
-    for node_id in ("1", "3", "4"):
+    for node_id in ("1", "3", "4", "7:8"):  # 7:8: node 8 inside the subgraph instance 7
         recorder.node_started(node_id)
         probes.torch.allocate(0, GiB)
         recorder.node_finished(node_id)

@@ -5,6 +5,7 @@
 // have refreshed them failed, and centring a node from the panel.
 import { formatBytes, formatSeconds, isNumber } from "./format.mjs";
 import { nodeGpuAdded, nodeRssAdded } from "./report_view.mjs";
+import { graphsWithPrefixes, isSubgraphNode, resolveNodePath, subgraphBadgeText, subgraphName } from "./subgraph_view.mjs";
 
 const BADGE_KEY = "__pipelineMonitorBadge";
 
@@ -123,18 +124,31 @@ class ProfileBadge {
 }
 
 /**
- * Put the run's badges on the graph's nodes (and clear them on nodes the run did not execute).
- * @param {any} graph the LGraph on screen
+ * Put the run's badges on the graph's nodes (and clear them on nodes the run did not execute), in
+ * the root graph and inside every subgraph, recursively: a node inside the instance 54 is the
+ * report's "54:<id>", and a subgraph node shows its roll-up (wall-clock time and peak).
+ * @param {any} graph the root LGraph of the workflow on screen
  * @param {import("./report_view.mjs").RunReport} report
  * @param {import("./report_view.mjs").RunReport | null} [previous] the last run of the same workflow
  * @returns {number} badges shown
  */
 export function applyRunBadges(graph, report, previous = null) {
-  const nodes = Array.isArray(graph?.nodes) ? graph.nodes : [];
-  const byId = new Map(nodes.map((/** @type {any} */ n) => [String(n.id), n]));
+  /** @type {Map<string, any>} */
+  const byId = new Map();
+  for (const { graph: shown, prefix } of graphsWithPrefixes(graph)) {
+    for (const node of Array.isArray(shown.nodes) ? shown.nodes : []) byId.set(`${prefix}${node.id}`, node);
+  }
   const badges = runBadges(report, (id) => byId.get(id)?.type ?? byId.get(id)?.comfyClass, previous);
-  for (const node of nodes) {
-    const info = badges.get(String(node.id));
+  const total = (report.nodes ?? []).reduce((sum, n) => sum + (profileBadgeText(n) !== null ? /** @type {number} */ (n.duration_s) : 0), 0) || 1;
+  for (const s of report.subgraphs ?? []) {
+    const text = subgraphBadgeText(s);
+    if (text && isSubgraphNode(byId.get(String(s.id)))) {
+      const share = isNumber(s.node_time_sum_s) ? s.node_time_sum_s / total : 0;
+      badges.set(String(s.id), { text, share, title: `${subgraphName(s)}: ${s.node_ids.length} nodes, ${formatSeconds(s.node_time_sum_s ?? null)} node time` });
+    }
+  }
+  for (const [id, node] of byId) {
+    const info = badges.get(id);
     const text = info?.text ?? "";
     let badge = node[BADGE_KEY];
     if (!badge && !text) continue;
@@ -149,7 +163,7 @@ export function applyRunBadges(graph, report, previous = null) {
     badge.title = info?.title ?? "";
   }
   graph?.setDirtyCanvas?.(true, true);
-  return badges.size;
+  return [...badges.keys()].filter((id) => byId.has(id)).length;
 }
 
 /**
@@ -165,14 +179,20 @@ export function staleMonitorIds(report, monitorNodeIds) {
 }
 
 /**
- * Centre the canvas on a node and select it; false when the graph on screen has no such node.
+ * Centre the canvas on a node and select it, opening the subgraph it is in ("54:73": node 73
+ * inside the instance 54); false when the workflow on screen has no such node.
  * @param {any} app ComfyUI's app
  * @param {string} nodeId
  */
 export function focusNode(app, nodeId) {
   const canvas = app?.canvas;
-  const node = app?.graph?.getNodeById?.(Number.isNaN(Number(nodeId)) ? nodeId : Number(nodeId)) ?? app?.graph?.getNodeById?.(nodeId);
-  if (!canvas || !node) return false;
+  const root = app?.rootGraph ?? app?.graph;
+  const path = resolveNodePath(root, nodeId);
+  if (!canvas || !path) return false;
+  const { instances, node } = path;
+  const inner = instances.length ? instances[instances.length - 1] : null;
+  if (inner && canvas.graph !== inner.subgraph && typeof canvas.openSubgraph === "function") canvas.openSubgraph(inner.subgraph, inner);
+  else if (!inner && canvas.graph && canvas.graph !== root && typeof canvas.setGraph === "function") canvas.setGraph(root);
   canvas.centerOnNode?.(node);
   canvas.selectNode?.(node, false);
   canvas.setDirty?.(true, true);

@@ -5,7 +5,7 @@
 // and a hover readout. Drawing happens only when asked (one requestAnimationFrame per new sample
 // or pointer move while the panel is open), never on a timer. The samples it draws (the buffer,
 // bands, node segments, series) are in live_samples.mjs.
-import { WINDOW_S, isGap, nodeSegments, presentSeries, runBands, seriesValue } from "./live_samples.mjs";
+import { WINDOW_S, isGap, nodeSegments, presentSeries, runBands, segmentLabel, seriesValue } from "./live_samples.mjs";
 
 // The samples' side, for the panel and the tests that read it through the chart.
 export {
@@ -210,8 +210,11 @@ function drawNodeStrip(f, points, colors) {
   segs.forEach((seg, i) => {
     const x0 = x(seg.start);
     const x1 = Math.max(x(seg.end), x0 + 3);
+    const ownRun = !f.zoom || seg.promptId === f.zoom.promptId;
+    ctx.globalAlpha = ownRun ? 1 : 0.35; // another run's nodes, faded like its band
     ctx.fillStyle = palette[i % palette.length];
     ctx.fillRect(x0, top + h + 2, x1 - x0, strip - 4);
+    ctx.globalAlpha = 1;
     ctx.strokeStyle = palette[i % palette.length];
     ctx.setLineDash([3, 3]);
     ctx.beginPath();
@@ -221,7 +224,7 @@ function drawNodeStrip(f, points, colors) {
     ctx.setLineDash([]);
     // A label only where the whole of it fits: clipped names ("#6 VA…") said nothing; the hover
     // readout names every node.
-    const text = `#${seg.id} ${seg.label}`;
+    const text = segmentLabel(seg, f.zoom);
     ctx.fillStyle = colors.fg;
     ctx.textAlign = "left";
     ctx.textBaseline = "top";

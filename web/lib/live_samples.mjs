@@ -180,24 +180,38 @@ export class SampleBuffer {
 }
 
 /**
- * Runs of consecutive points executing the same node: [{start, end, id, label}].
+ * Runs of consecutive points executing the same node in the same prompt: [{start, end, id, label,
+ * promptId}] (a node of an earlier run with the same id is a segment of its own).
  * @param {Point[]} points
  */
 export function nodeSegments(points) {
-  /** @type {{start: number, end: number, id: string, label: string}[]} */
+  /** @typedef {{start: number, end: number, id: string, label: string, promptId: string | null}} Segment */
+  /** @type {Segment[]} */
   const segments = [];
-  /** @type {{start: number, end: number, id: string, label: string} | null} */
+  /** @type {Segment | null} */
   let open = null;
   for (const p of points) {
-    if (p.node && open && open.id === p.node.id) {
+    if (p.node && open && open.id === p.node.id && open.promptId === (p.promptId ?? null)) {
       open.end = p.t;
       continue;
     }
     if (open) open.end = p.t; // the node ran until this tick at most
-    open = p.node ? { start: p.t, end: p.t, id: p.node.id, label: p.node.label } : null;
+    open = p.node ? { start: p.t, end: p.t, id: p.node.id, label: p.node.label, promptId: p.promptId ?? null } : null;
     if (open) segments.push(open);
   }
   return segments;
+}
+
+/**
+ * A node segment's label on the strip: "#9:6 VAE Decode", with the run it belongs to when the chart
+ * is zoomed to another run ("#6 VAE Decode · earlier run").
+ * @param {{start: number, id: string, label: string, promptId: string | null}} seg
+ * @param {ZoomRange | null} zoom
+ */
+export function segmentLabel(seg, zoom) {
+  const text = `#${seg.id} ${seg.label}`;
+  if (!zoom || seg.promptId === zoom.promptId) return text;
+  return `${text} · ${seg.start < zoom.runStart ? "earlier" : "later"} run`;
 }
 
 /** The series present in the points, with their colours; GPU series only where a GPU reports.

@@ -2,9 +2,10 @@
 // toggle that names them, sortable headers, the slowest and hungriest rows marked, a sparkline of
 // each node's time and memory over the workflow's last runs, and a CSV of every column.
 import { h } from "./dom.mjs";
-import { clip, formatBytes, formatSeconds } from "./format.mjs";
+import { clip, formatBytes, formatSeconds, isNumber } from "./format.mjs";
 import { nodeRows, sortRows } from "./report_view.mjs";
 import { sparklineSvg, trendKey } from "./sparkline.mjs";
+import { groupedLines, subgraphAdded, subgraphName } from "./subgraph_view.mjs";
 import { NODE_GPU_FIGURES } from "./vocabulary.generated.mjs";
 import { badge, breakable } from "./widgets.mjs";
 
@@ -59,7 +60,7 @@ function sparks(trend) {
 
 /**
  * @param {RunReport} report
- * @param {{key: string, dir: "asc" | "desc", allColumns?: boolean}} sort
+ * @param {{key: string, dir: "asc" | "desc", allColumns?: boolean, collapsed?: Set<string>}} sort
  * @param {Actions} actions
  * @param {Map<string, import("./sparkline.mjs").Trend>} [trends] per node, over the workflow's last runs
  */
@@ -82,17 +83,68 @@ export function nodesTable(report, sort, actions, trends = new Map()) {
         class: `pm-sortable${c.num ? " pm-num" : ""}${sort.key === c.key ? " pm-sorted" : ""}`,
         dataset: { key: c.key }, title: c.title ? `${c.title} (sort)` : "Sort", onclick: () => actions.sort(c.key),
         text: `${c.label}${sort.key === c.key ? (sort.dir === "desc" ? " ▾" : " ▴") : ""}` })))),
-      h("tbody", {}, rows.map((r) => h("tr", {
-        class: [r.slowest ? "pm-slowest" : "", r.hungriest ? "pm-hungriest" : "", r.cached ? "pm-cached" : ""].join(" ").trim(),
-        dataset: { nodeId: r.nodeId }, title: `Click to centre this node on the canvas\npeak RSS ${formatBytes(r.peakRssBytes)}${r.peakGpuBytes !== null ? ` · peak GPU ${formatBytes(r.peakGpuBytes)}` : ""}`,
-        onclick: () => actions.focusNode?.(r.nodeId) },
-        shown.map((c) => c.key === "nodeId"
-          ? h("td", { title: `${r.classType} (${r.status})` }, h("span", { class: "pm-muted", text: `#${r.nodeId} ` }), ...breakable(clip(r.label, 32)),
-            r.slowest ? badge("slowest", "warn") : null, r.hungriest ? badge("most memory", "warn") : null,
-            r.status === "error" ? badge("failed", "error") : r.status === "interrupted" ? badge("interrupted", "neutral") : null,
-            r.cached ? badge("cached", "neutral", "served from ComfyUI's cache: it did not run") : null,
-            sparks(trends.get(trendKey(r.nodeId, r.classType))))
-          : h("td", { class: "pm-num", text: nodeCellText(r, c.key), title: cellReason(r, c) }))))))));
+      h("tbody", {}, tableLines(report, rows, sort).map((line) => line.kind === "subgraph"
+        ? subgraphRow(line.subgraph, line.depth, line.collapsed, shown, actions)
+        : nodeRow(line.row, line.depth, shown, actions, trends))))));
+}
+
+/**
+ * The table's lines: the node rows as sorted, grouped under their subgraphs when the run has any.
+ * @param {RunReport} report @param {any[]} rows @param {{collapsed?: Set<string>}} sort
+ */
+function tableLines(report, rows, sort) {
+  const subgraphs = report.subgraphs ?? [];
+  if (!subgraphs.length) return rows.map((row) => ({ kind: /** @type {const} */ ("node"), row, depth: 0 }));
+  return groupedLines(rows, subgraphs, sort.collapsed ?? new Set());
+}
+
+/** @param {number} depth */
+function indent(depth) {
+  return depth ? h("span", { class: "pm-indent", text: "\u00a0\u00a0".repeat(depth) }) : null;
+}
+
+/**
+ * A subgraph's roll-up row: click to fold or unfold its nodes.
+ * @param {import("./subgraph_view.mjs").SubgraphRollup} s @param {number} depth @param {boolean} collapsed
+ * @param {{key: string}[]} shown @param {Actions} actions
+ */
+function subgraphRow(s, depth, collapsed, shown, actions) {
+  const added = subgraphAdded(s);
+  const gpuPeaks = (s.gpu_peaks ?? []).map((p) => p.peak_allocated_bytes).filter(isNumber);
+  /** @type {Record<string, string>} */
+  const cells = {
+    durationS: isNumber(s.wall_s) ? formatSeconds(s.wall_s) : "cached",
+    rssAddedBytes: formatBytes(s.peak_rss_above_start_bytes ?? null),
+    gpuAddedBytes: added?.gpu ? formatBytes(added.bytes) : "–",
+    peakRssBytes: formatBytes(s.peak_rss_bytes ?? null),
+    peakGpuBytes: gpuPeaks.length ? formatBytes(Math.max(...gpuPeaks)) : "–",
+  };
+  const title = `${subgraphName(s)}: wall-clock ${formatSeconds(s.wall_s ?? null)} (first node start to last node end), `
+    + `node time sum ${formatSeconds(s.node_time_sum_s ?? null)}, ${s.node_ids.length} nodes, ${s.n_cached} cached. Click to ${collapsed ? "unfold" : "fold"}.`;
+  return h("tr", { class: "pm-subgraph-row", dataset: { subgraphId: s.id }, title, onclick: () => actions.toggleSubgraph?.(s.id) },
+    shown.map((c) => c.key === "nodeId"
+      ? h("td", {}, indent(depth), h("span", { class: "pm-subgraph-toggle", text: collapsed ? "▸ " : "▾ " }),
+        h("span", { class: "pm-muted", text: `#${s.id} ` }), h("b", { text: clip(subgraphName(s), 28) }),
+        badge(`${s.node_ids.length} nodes`, "neutral"))
+      : h("td", { class: "pm-num", text: cells[c.key] ?? "" })));
+}
+
+/**
+ * @param {any} r @param {number} depth @param {{key: string}[]} shown @param {Actions} actions
+ * @param {Map<string, import("./sparkline.mjs").Trend>} trends
+ */
+function nodeRow(r, depth, shown, actions, trends) {
+  return h("tr", {
+    class: [r.slowest ? "pm-slowest" : "", r.hungriest ? "pm-hungriest" : "", r.cached ? "pm-cached" : ""].join(" ").trim(),
+    dataset: { nodeId: r.nodeId }, title: `Click to centre this node on the canvas\npeak RSS ${formatBytes(r.peakRssBytes)}${r.peakGpuBytes !== null ? ` · peak GPU ${formatBytes(r.peakGpuBytes)}` : ""}`,
+    onclick: () => actions.focusNode?.(r.nodeId) },
+  shown.map((c) => c.key === "nodeId"
+    ? h("td", { title: `${r.classType} (${r.status})` }, indent(depth), h("span", { class: "pm-muted", text: `#${r.nodeId} ` }), ...breakable(clip(r.label, 32)),
+      r.slowest ? badge("slowest", "warn") : null, r.hungriest ? badge("most memory", "warn") : null,
+      r.status === "error" ? badge("failed", "error") : r.status === "interrupted" ? badge("interrupted", "neutral") : null,
+      r.cached ? badge("cached", "neutral", "served from ComfyUI's cache: it did not run") : null,
+      sparks(trends.get(trendKey(r.nodeId, r.classType))))
+    : h("td", { class: "pm-num", text: nodeCellText(r, c.key), title: cellReason(r, c) })));
 }
 
 /** Why a cell's figure is unknown, as its title. @param {any} r @param {any} c */

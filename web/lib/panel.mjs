@@ -31,7 +31,7 @@ export class MonitorPanel {
     this.deepProfile = new DeepProfileToggle(host); // "Deep-profile next prompt" in the title bar
     /** @type {{name: "runs"} | {name: "run", id: string} | {name: "compare", a: string, b: string}} */
     this.view = { name: "runs" };
-    /** @type {{key: string, dir: "asc" | "desc", allColumns?: boolean}} */
+    /** @type {{key: string, dir: "asc" | "desc", allColumns?: boolean, collapsed?: Set<string>}} */
     this.sort = { key: "durationS", dir: "desc" };
     /** @type {HTMLElement | null} */
     this.root = null;
@@ -78,6 +78,7 @@ export class MonitorPanel {
         this.sort = { ...this.sort, allColumns: !this.sort.allColumns };
         this.renderMain();
       },
+      toggleSubgraph: (id) => { const c = new Set(this.sort.collapsed); if (!c.delete(id)) c.add(id); this.sort = { ...this.sort, collapsed: c }; this.renderMain(); },
       downloadCsv: (id, csv) => saveBlob(new Blob([csv], { type: "text/csv" }), `pipeline_monitor_${safeFileName(id)}_nodes.csv`),
       focusNode: (id) => {
         if (this.host.focusNode && !this.host.focusNode(id)) this.host.toast("info", "Pipeline Monitor", `Node #${id} is not in the workflow on the canvas.`);

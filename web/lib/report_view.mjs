@@ -21,7 +21,8 @@ import { kindInfo } from "./step_kinds.mjs";
  *   duration_s?: number | null, nodes?: NodeProfile[], steps?: StepReport[], span?: Record<string, any> | null,
  *   system?: Record<string, unknown>, error?: Record<string, any> | null, monitor_errors?: string[],
  *   profile_enabled?: boolean, schema_version?: number, workflow?: {name?: string | null, id?: string | null} | null,
- *   input_changes?: InputChanges | null, missing_seams?: string[]}} RunReport
+ *   input_changes?: InputChanges | null, missing_seams?: string[],
+ *   subgraphs?: import("./subgraph_view.mjs").SubgraphRollup[]}} RunReport
  * @typedef {{node_id: string, node_type: string | null, input: string, before: string, after: string}} InputChange
  * @typedef {{compared_with_prompt_id?: string | null, first_run: boolean | null, changes: InputChange[] | null,
  *   n_changes: number | null, n_inputs_added?: number | null, n_inputs_removed?: number | null,

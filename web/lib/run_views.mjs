@@ -17,7 +17,8 @@ export { nodeColumns, nodeTableCsv } from "./node_table.mjs";
  * @typedef {import("./report_view.mjs").RunSummary} RunSummary
  * @typedef {{openRun: (id: string) => void, back: () => void, compare: (a: string, b: string) => void,
  *   download: (id: string, format: "json" | "html") => void, sort: (key: string) => void, refresh: () => void,
- *   focusNode?: (nodeId: string) => void, toggleColumns?: () => void, downloadCsv?: (id: string, csv: string) => void}} Actions
+ *   focusNode?: (nodeId: string) => void, toggleColumns?: () => void, downloadCsv?: (id: string, csv: string) => void,
+ *   toggleSubgraph?: (id: string) => void}} Actions
  */
 
 /**

@@ -3650,3 +3650,104 @@ export const NODE_GPU_FIGURES = {
   "description": "VRAM comfy-aimdo holds (dynamic VRAM's weights and cast buffers, outside torch's counters), by its own count; the highest reading while the node ran"
  }
 };
+
+/** A run's subgraph roll-up figures (monitors/vocabulary/subgraph_fields.py). @type {DetailInfo} */
+export const SUBGRAPH_FIELDS = {
+ "label": "subgraph",
+ "description": "one roll-up per subgraph instance the prompt ran (compound node ids such as 54:73), nested ones included: wall-clock time from its first node's start to its last node's end, and its nodes' figures",
+ "repeated": "list",
+ "fields": {
+  "id": {
+   "label": "subgraph id",
+   "unit": null,
+   "description": "the compound id prefix of the instance (54, 54:62)"
+  },
+  "parent_id": {
+   "label": "parent subgraph",
+   "unit": null,
+   "description": "the enclosing instance's id; null at the top level"
+  },
+  "name": {
+   "label": "subgraph name",
+   "unit": null,
+   "description": "the instance's title in the UI workflow, else its definition's name"
+  },
+  "name_unknown_reason": {
+   "label": "name unknown",
+   "unit": null,
+   "description": "why name is null (no UI workflow with the prompt, the instance or definition not in it)"
+  },
+  "node_ids": {
+   "label": "nodes",
+   "unit": null,
+   "description": "every node below the instance that ran or was cached"
+  },
+  "n_cached": {
+   "label": "cached nodes",
+   "unit": null,
+   "description": "of node_ids, the nodes served from the cache"
+  },
+  "start_offset_s": {
+   "label": "start",
+   "unit": "s",
+   "description": "seconds after the prompt's start when its first node started"
+  },
+  "wall_s": {
+   "label": "subgraph wall time",
+   "unit": "s",
+   "description": "first node start to last node end (wall-clock, not a sum: nodes outside it that ran in between count)"
+  },
+  "wall_unknown_reason": {
+   "label": "wall time unknown",
+   "unit": null,
+   "description": "why wall_s is null (every node cached)"
+  },
+  "node_time_sum_s": {
+   "label": "node time sum",
+   "unit": "s",
+   "description": "the sum of its nodes' times"
+  },
+  "peak_rss_bytes": {
+   "label": "peak RSS",
+   "unit": "bytes",
+   "description": "highest node peak RSS over every node row below the instance, nested subgraphs included; absolute"
+  },
+  "peak_rss_above_start_bytes": {
+   "label": "peak RSS added",
+   "unit": "bytes",
+   "description": "highest RSS a node added above its start, over every node row below the instance, nested subgraphs included"
+  },
+  "gpu_peaks": {
+   "label": "subgraph GPU peaks",
+   "description": "per device: the highest torch allocator and process device memory figures over every node row below the instance, nested subgraphs included",
+   "repeated": "list",
+   "fields": {
+    "device": {
+     "label": "device",
+     "unit": null,
+     "description": "the torch device (cuda:0)"
+    },
+    "peak_allocated_bytes": {
+     "label": "GPU allocated peak",
+     "unit": "bytes",
+     "description": "highest node GPU allocated peak over every node row below the instance, nested subgraphs included; absolute"
+    },
+    "peak_allocated_above_start_bytes": {
+     "label": "GPU allocated added",
+     "unit": "bytes",
+     "description": "highest GPU allocated a node added above its start, over every node row below the instance, nested subgraphs included"
+    },
+    "peak_process_used_bytes": {
+     "label": "process device memory peak",
+     "unit": "bytes",
+     "description": "highest process device memory (NVML, per process: outside torch too) over every node row below the instance, nested subgraphs included; null where no node measured it"
+    },
+    "peak_aimdo_used_bytes": {
+     "label": "dynamic VRAM peak",
+     "unit": "bytes",
+     "description": "highest VRAM comfy-aimdo held over every node row below the instance, nested subgraphs included; null where no node measured it"
+    }
+   }
+  }
+ }
+};
