@@ -8,7 +8,7 @@ drives Debian's Chromium (/usr/bin/chromium, never downloaded) with Playwright, 
 (LoRA + conditioning + VAE chain, dump and compare, the demo as a user queues it, a failed and an
 interrupted run), and saves each state twice: the whole window at 1600 x 1000 with the sidebar at
 its default width (`<state>.png`) and the panel alone (`<state>_panel.png`). Thumbnails are real
-screenshots of each workflow in workflows/, saved next to it as `<name>.jpg`, which is where
+screenshots of each workflow in example_workflows/, saved next to it as `<name>.jpg`, which is where
 ComfyUI's template browser asks for them.
 """
 
@@ -268,7 +268,7 @@ def make_panel_states(page, server: Server, out: Path) -> None:
         rich.append(server.wait_new_run(known))
     # the example workflows as a user queues them: the open workflow's name travels with the prompt
     for stem in ("dump_and_compare", "models_profile_demo", "image_to_video_vae_chain"):
-        load_workflow(page, REPO / "workflows" / f"{stem}.json")
+        load_workflow(page, REPO / "example_workflows" / f"{stem}.json")
         page.evaluate("window.app.queuePrompt(0, 1)")
         server.wait_new_run(known)
     # the monitors' summaries on the canvas after that run: none covers another node
@@ -325,7 +325,7 @@ def make_panel_states(page, server: Server, out: Path) -> None:
     show(page, {"name": "run", "id": interrupted}, ".pm-run .pm-problems")
     shot(page, out, "07_interrupted_run")
     # the canvas after a run: badges on every node that finished, the monitor's summary
-    load_workflow(page, REPO / "workflows" / "models_profile_demo.json", "models_profile_demo again")
+    load_workflow(page, REPO / "example_workflows" / "models_profile_demo.json", "models_profile_demo again")
     page.evaluate("window.app.queuePrompt(0, 1)")
     server.wait_new_run(known)
     page.wait_for_timeout(1500)
@@ -344,7 +344,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(REPO / "docs" / "screenshots"))
-    parser.add_argument("--thumbnails", default=str(REPO / "workflows"))
+    parser.add_argument("--thumbnails", default=str(REPO / "example_workflows"))
     parser.add_argument("--only", choices=("thumbnails", "panel"))
     parser.add_argument("--port", type=int, default=8199)
     args = parser.parse_args()

@@ -11,13 +11,17 @@ import { markSummaryStale, showNodeSummary } from "./lib/node_summary.mjs";
 import { applyRunBadges, focusNode, staleMonitorIds } from "./lib/canvas_badges.mjs";
 import { nameQueuedWorkflows, noteQueuedPrompts } from "./lib/workflow_name.mjs";
 import { describeTemplateCards, packFolder } from "./lib/templates.mjs";
+import { showToast } from "./lib/toast.mjs";
+import { exampleFramer } from "./lib/template_view.mjs";
 
 const TAB_ID = "pipeline-monitor";
+/** @type {ReturnType<typeof exampleFramer> | null} */
+let framer = null;
 
 const panel = new MonitorPanel({
   fetchApi: (route, init) => api.fetchApi(route, init),
   clientId: () => api.clientId ?? undefined,
-  toast: (severity, summary, detail) => app.extensionManager?.toast?.add({ severity, summary, detail, life: 5000 }),
+  toast: (severity, summary, detail) => showToast(app.extensionManager?.toast, severity, summary, detail),
   focusNode: (nodeId) => focusNode(app, nodeId),
 });
 
@@ -48,7 +52,7 @@ async function tieCanvasToRun(summary) {
 /** @type {any} */ (window).__pipelineMonitor = panel;
 
 const pushSetting = settingsPusher((route, init) => api.fetchApi(route, init), (message) =>
-  app.extensionManager?.toast?.add({ severity: "warn", summary: "Pipeline Monitor settings", detail: message, life: 6000 }));
+  showToast(app.extensionManager?.toast, "warn", "Pipeline Monitor settings", message, 6000));
 
 function addStylesheet() {
   const href = new URL("./lib/panel.css", import.meta.url).href;
@@ -78,10 +82,14 @@ app.registerExtension({
     noteQueuedPrompts(api, (promptId, workflow) => panel.onQueued(promptId, workflow)); // the running row's workflow
     const folder = packFolder(import.meta.url);
     if (folder) {
+      /** @type {Promise<string[]> | null} */
+      let names = null;
+      const templateNames = () => (names ??= api.fetchApi("/workflow_templates").then((r) => r.json()).then((all) => all?.[folder] ?? []));
       // the template browser's cards show each example's extra.info, not its file name
-      describeTemplateCards(document,
-        async () => (await (await api.fetchApi("/workflow_templates")).json())?.[folder] ?? [],
+      describeTemplateCards(document, templateNames,
         async (name) => (await api.fetchApi(`/workflow_templates/${encodeURIComponent(folder)}/${encodeURIComponent(name)}.json`)).json());
+      // an example opened from its card is framed right of the open sidebar, titles readable
+      framer = exampleFramer(document, () => app, async (name) => (await templateNames().catch(() => [])).includes(name));
     }
     api.addEventListener("execution_start", (/** @type {any} */ event) => panel.onPromptStart(event.detail));
     // Listeners are registered once; with the tab closed the server sends no samples, and a run
@@ -100,6 +108,10 @@ app.registerExtension({
       render: (el) => panel.mount(el),
       destroy: () => panel.unmount(),
     });
+  },
+
+  afterConfigureGraph() {
+    framer?.afterLoad();
   },
 
   beforeRegisterNodeDef(nodeType, nodeData) {

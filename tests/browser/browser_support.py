@@ -100,8 +100,12 @@ def toggle_tab(page, tab_id: str = TAB_ID) -> None:
 
 
 def widen_sidebar(page, x: int = 640) -> None:
-    """Drag the splitter between the sidebar and the canvas, as a user would for a wider panel."""
-    gutter = page.locator(".p-splitter-gutter").first.bounding_box()
+    """Drag the splitter between the sidebar and the canvas, as a user would for a wider panel
+    (PrimeVue's `.p-splitter-gutter` up to 1.49, a `[role=separator]` handle in 1.58)."""
+    handles = page.locator(".p-splitter-gutter")
+    if handles.count() == 0:
+        handles = page.locator("[role=separator]:visible")
+    gutter = handles.first.bounding_box()
     if not gutter:
         return
     y = gutter["y"] + 300

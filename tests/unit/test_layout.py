@@ -9,4 +9,4 @@ COMFYUI_TEMPLATE_FOLDERS = ("example_workflows", "example", "examples", "workflo
 
 def test_workflows_is_the_only_template_folder():
     present = [name for name in COMFYUI_TEMPLATE_FOLDERS if os.path.isdir(os.path.join(REPO, name))]
-    assert present == ["workflows"]
+    assert present == ["example_workflows"]

@@ -1,7 +1,8 @@
 """The panel's live renewals follow what is shown, whatever the frontend calls (issue 38, 1):
 switching from the panel to another sidebar tab (which frontends 1.49 and 1.58 do without calling
 the tab's destroy) stops the POST /pipeline_monitor/live renewals, switching back resumes them,
-and open-then-switch cycles never leave more than one renewal interval behind."""
+and open-then-switch cycles never leave more than one renewal interval behind. Its messages use
+the frontend's current toast calls (issue 38, 3)."""
 
 from __future__ import annotations
 
@@ -78,4 +79,10 @@ def test_open_then_switch_cycles_leave_one_interval(page, server):
     page.wait_for_selector(PANEL, state="detached")
     wait_for_watchers(server, 0)
     assert live_intervals(page) == 0
+    assert page.errors == []
+
+
+def test_a_message_reaches_the_screen_through_the_frontends_toast(page):
+    page.evaluate("window.__pipelineMonitor.actions.focusNode('98765')")
+    page.get_by_text("Node #98765 is not in the workflow on the canvas.").first.wait_for(timeout=10_000)
     assert page.errors == []
