@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Pipeline Monitor demo: a ComfyUI server with this pack, tiny model files and one profiled run.
 #
-#   COMFYUI_PATH=/path/to/ComfyUI scripts/demo.sh [--exit-after-run] [--full-size]
+#   [COMFYUI_PATH=/path/to/ComfyUI] scripts/demo.sh [--exit-after-run] [--full-size]
+#
+# Without COMFYUI_PATH, a pinned ComfyUI (0.33.0) is fetched into .demo/comfyui first
+# (scripts/fetch_comfyui.sh: COMFYUI_SOURCE names another archive or folder to take it from).
 #
 # --full-size: also generates a real-size SD1.5-architecture checkpoint (~2 GB, random weights)
 #    and a rank-32 kohya LoRA into .demo/models (scripts/make_models.py, once, about a minute)
@@ -21,7 +24,7 @@
 #    server running until Ctrl-C. DEMO_EXIT_AFTER_RUN=1 (or --exit-after-run) stops it after the
 #    first report; the exit status is then 0 only if the run succeeded.
 #
-# Environment: COMFYUI_PATH (required), COMFYUI_PYTHON (optional, see 1.), PORT (8188),
+# Environment: COMFYUI_PATH (optional, see above), COMFYUI_SOURCE (see above), COMFYUI_PYTHON (optional, see 1.), PORT (8188),
 # PYTHON (python3, used to create the venv).
 # Re-runnable: every step keeps what is already there.
 set -euo pipefail
@@ -39,7 +42,7 @@ for arg in "$@"; do
     case "$arg" in
         --exit-after-run) EXIT_AFTER_RUN=1 ;;
         --full-size) FULL_SIZE=1; RUN_TIMEOUT_S=300; WORKFLOW_API=example_workflows/api/text_to_image_lora_monitor_full_size.json ;;
-        -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -47,7 +50,11 @@ done
 say() { echo "[demo] $*"; }
 die() { echo "[demo] error: $*" >&2; exit 1; }
 
-[ -n "${COMFYUI_PATH:-}" ] || die "set COMFYUI_PATH to a ComfyUI checkout (0.8.0 to 0.33.0)"
+if [ -z "${COMFYUI_PATH:-}" ]; then
+    say "no COMFYUI_PATH: using the pinned ComfyUI in .demo/comfyui (set COMFYUI_PATH to use your own)"
+    COMFYUI_PATH=$(bash "$REPO_ROOT/scripts/fetch_comfyui.sh" "$DEMO/comfyui" | tail -n 1) \
+        || die "could not fetch ComfyUI; set COMFYUI_PATH to a ComfyUI checkout (0.8.0 to 0.33.0)"
+fi
 [ -f "$COMFYUI_PATH/main.py" ] || die "no main.py in COMFYUI_PATH=$COMFYUI_PATH"
 COMFYUI_PATH=$(cd "$COMFYUI_PATH" && pwd)
 export COMFYUI_PATH
