@@ -13,6 +13,8 @@ import { nameQueuedWorkflows, noteQueuedPrompts } from "./lib/workflow_name.mjs"
 import { describeTemplateCards, packFolder } from "./lib/templates.mjs";
 import { showToast } from "./lib/toast.mjs";
 import { exampleFramer } from "./lib/template_view.mjs";
+import { READOUT_SETTING, TopBarReadout } from "./lib/topbar_readout.mjs";
+import { estimateProgress } from "./lib/running.mjs";
 
 const TAB_ID = "pipeline-monitor";
 /** @type {ReturnType<typeof exampleFramer> | null} */
@@ -48,6 +50,21 @@ async function tieCanvasToRun(summary) {
     console.warn("Pipeline Monitor: run badges not shown", error);
   }
 }
+// The top bar's live readout: a click opens the panel (when it is not open already).
+const readout = new TopBarReadout({
+  fetchApi: (route, init) => api.fetchApi(route, init),
+  toast: (severity, summary, detail) => showToast(app.extensionManager?.toast, severity, summary, detail),
+  openPanel: () => {
+    if (!panel.live.shown("panel")) void app.extensionManager?.command?.execute(`Workspace.ToggleSidebarTab.${TAB_ID}`);
+  },
+  live: panel.live,
+});
+const renderReadout = () => {
+  const running = panel.tracker.current;
+  readout.render(panel.buffer.latest(), running ? estimateProgress(running, panel.runs) : null);
+};
+/** @type {any} */ (window).__pipelineMonitorReadout = readout;
+
 // For the browser test and for curious users: the panel's counters (draws, samples, renewals).
 /** @type {any} */ (window).__pipelineMonitor = panel;
 
@@ -74,10 +91,20 @@ app.registerExtension({
     defaultValue: s.defaultValue,
     attrs: s.attrs,
     onChange: (/** @type {unknown} */ value, /** @type {unknown} */ old) => pushSetting(s, value, old),
-  })),
+  })).concat([{
+    id: READOUT_SETTING,
+    name: "Live readout in the top bar",
+    tooltip: "RAM, VRAM, GPU use and the running node beside the Run button; a click opens the panel.",
+    category: ["Pipeline Monitor", "Top bar", "Readout"],
+    type: "boolean",
+    defaultValue: true,
+    attrs: undefined,
+    onChange: (/** @type {unknown} */ value) => readout.enable(value !== false),
+  }]),
 
   setup() {
     addStylesheet();
+    readout.enable(app.extensionManager.setting.get(READOUT_SETTING) !== false);
     nameQueuedWorkflows(app); // runs are listed by their workflow's name
     noteQueuedPrompts(api, (promptId, workflow) => panel.onQueued(promptId, workflow)); // the running row's workflow
     const folder = packFolder(import.meta.url);
@@ -94,7 +121,10 @@ app.registerExtension({
     api.addEventListener("execution_start", (/** @type {any} */ event) => panel.onPromptStart(event.detail));
     // Listeners are registered once; with the tab closed the server sends no samples, and a run
     // event only updates the list in memory.
-    api.addEventListener(/** @type {any} */ ("pipeline_monitor.sample"), (/** @type {any} */ event) => panel.onSample(event.detail));
+    api.addEventListener(/** @type {any} */ ("pipeline_monitor.sample"), (/** @type {any} */ event) => {
+      panel.onSample(event.detail);
+      renderReadout();
+    });
     api.addEventListener(/** @type {any} */ ("pipeline_monitor.run"), (/** @type {any} */ event) => {
       panel.onRun(event.detail);
       void tieCanvasToRun(event.detail);

@@ -301,6 +301,9 @@ def test_downloads_and_the_html_report_renders_offline(page, browser, runs, shot
 
 
 def test_closed_tab_does_no_periodic_work(page, server, runs):
+    # the top bar's readout keeps the page watching while it is shown: off for this test
+    page.evaluate("window.app.extensionManager.setting.set('PipelineMonitor.TopBarReadout', false)")
+    page.wait_for_selector(".pm-topbar", state="detached")
     before_open = page.evaluate("window.__pmTimerCalls")
     time.sleep(1.5)
     assert page.evaluate("window.__pmTimerCalls") > before_open, "open: draws are scheduled per sample"
@@ -323,6 +326,7 @@ def test_closed_tab_does_no_periodic_work(page, server, runs):
     page.click(TAB_BUTTON)  # reopen: watching again, data kept
     page.wait_for_selector(PANEL)
     assert server.get_json("/pipeline_monitor/live")["n_watchers"] == 1
+    page.evaluate("window.app.extensionManager.setting.set('PipelineMonitor.TopBarReadout', true)")
 
 
 def test_monitor_nodes_show_their_summary_on_the_node(page, server, shots):

@@ -13,13 +13,18 @@ import pytest
 from .browser_support import COUNT_PACK_TIMERS, PANEL, TAB_BUTTON, TAB_ID, app_page, toggle_tab
 
 RENEW_MS = 200  # the panel's 10 s renewal, shortened for the test
+READOUT_SETTING = "PipelineMonitor.TopBarReadout"
 
 
 @pytest.fixture(scope="module")
 def page(server):
     with app_page(server, init_script=COUNT_PACK_TIMERS, open_panel=False) as page:
         page.evaluate(f"window.__pipelineMonitor.live.renewMs = {RENEW_MS}")
+        # the top bar's readout keeps the page watching while it is shown: off, to see the panel's part
+        page.evaluate(f"window.app.extensionManager.setting.set('{READOUT_SETTING}', false)")
+        page.wait_for_selector(".pm-topbar", state="detached")
         yield page
+        page.evaluate(f"window.app.extensionManager.setting.set('{READOUT_SETTING}', true)")
 
 
 def renewals(page) -> int:

@@ -1,8 +1,9 @@
-// The panel's live subscription: POST /pipeline_monitor/live {watching: true} when the panel is
-// shown and every `renewMs` while it stays shown, {watching: false} when it stops being shown.
+// The page's live subscription: POST /pipeline_monitor/live {watching: true} when something that
+// shows live figures is shown (the panel, the top-bar readout) and every `renewMs` while one stays
+// shown, {watching: false} when none is.
 // "Shown" is judged here, not from the frontend's tab callbacks: frontends 1.49 and 1.58 drop the
 // tab's element on a switch to another sidebar tab without calling its destroy(), and call
-// render() again on a new element when the tab comes back. So the panel's root is followed: it
+// render() again on a new element when the tab comes back. So each viewer's root is followed: it
 // leaving the document, becoming invisible (no box, scrolled out) or the browser tab being hidden
 // pauses; showing it again resumes (with a backfill of what the server kept meanwhile). One
 // renewal interval at most, whatever the frontend calls; the requests are sent one after another,
@@ -27,11 +28,8 @@ export class LiveWatch {
     this.renewMs = RENEW_MS;
     /** @type {ReturnType<typeof setInterval> | null} */
     this.timer = null;
-    /** @type {HTMLElement | null} */
-    this.root = null;
-    this.intersecting = true; // until the observer says otherwise
-    /** @type {(() => void) | null} */
-    this.disconnect = null;
+    /** @type {Map<string, {root: HTMLElement, intersecting: boolean, disconnect: () => void}>} by viewer */
+    this.viewers = new Map();
     this.session = 0; // bumps on every pause, so a late backfill of a paused session is dropped
     /** @type {Promise<void>} */
     this.sending = Promise.resolve();
@@ -43,43 +41,51 @@ export class LiveWatch {
   }
 
   /**
-   * Follow `root` (the panel's freshly rendered element): live while it is shown. Replaces the
-   * element followed before without a pause in between when that one was live.
-   * @param {HTMLElement} root
+   * Follow `root` (a viewer's freshly rendered element, e.g. "panel"): live while it is shown.
+   * Replaces the element that viewer had before without a pause in between when that one was live.
+   * @param {string} viewer @param {HTMLElement} root
    */
-  attach(root) {
-    this.disconnect?.();
-    this.root = root;
-    this.intersecting = true;
+  attach(viewer, root) {
+    this.viewers.get(viewer)?.disconnect();
+    const doc = root.ownerDocument;
     const update = () => this.update();
     const mutations = new MutationObserver(update);
-    mutations.observe(root.ownerDocument, { childList: true, subtree: true });
+    mutations.observe(doc, { childList: true, subtree: true });
+    const entry = {
+      root,
+      intersecting: true, // until the observer says otherwise
+      disconnect: () => {
+        mutations.disconnect();
+        intersection.disconnect();
+        doc.removeEventListener("visibilitychange", update);
+      },
+    };
     const intersection = new IntersectionObserver((entries) => {
-      this.intersecting = entries[entries.length - 1].isIntersecting;
+      entry.intersecting = entries[entries.length - 1].isIntersecting;
       update();
     });
     intersection.observe(root);
-    root.ownerDocument.addEventListener("visibilitychange", update);
-    this.disconnect = () => {
-      mutations.disconnect();
-      intersection.disconnect();
-      root.ownerDocument.removeEventListener("visibilitychange", update);
-    };
+    doc.addEventListener("visibilitychange", update);
+    this.viewers.set(viewer, entry);
     update();
   }
 
-  /** Stop following (the tab's destroy): no observer, no interval, the server told to stop. */
-  detach() {
-    this.disconnect?.();
-    this.disconnect = null;
-    this.root = null;
+  /** Stop following a viewer (the tab's destroy, the readout switched off). @param {string} viewer */
+  detach(viewer) {
+    this.viewers.get(viewer)?.disconnect();
+    this.viewers.delete(viewer);
     this.update();
   }
 
-  /** Whether the followed root can be seen now. */
-  shown() {
-    const root = this.root;
-    return Boolean(root && root.isConnected && this.intersecting && !root.ownerDocument.hidden);
+  /** Whether a viewer's root can be seen now. @param {string} [viewer] any viewer when not given */
+  shown(viewer) {
+    const seen = (/** @type {{root: HTMLElement, intersecting: boolean}} */ v) =>
+      v.root.isConnected && v.intersecting && !v.root.ownerDocument.hidden;
+    if (viewer !== undefined) {
+      const v = this.viewers.get(viewer);
+      return Boolean(v && seen(v));
+    }
+    return [...this.viewers.values()].some(seen);
   }
 
   update() {

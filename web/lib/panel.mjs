@@ -88,7 +88,7 @@ export class MonitorPanel {
   // -- events, registered once by the entry ----------------------------------------------------
   /** @param {unknown} detail */
   onSample(detail) {
-    if (!this.root || !this.live.active) return; // a push that was in flight when the panel was hidden
+    if (!this.live.active) return; // a push that was in flight when the last viewer was hidden
     this.stats.samples += 1;
     if (!this.buffer.push(detail)) return;
     this.follow(/** @type {import("./live_samples.mjs").Point} */ (this.buffer.latest()));
@@ -168,14 +168,14 @@ export class MonitorPanel {
     this.renderValues();
     this.renderZoomBar();
     this.renderMain();
-    this.live.attach(this.root);
+    this.live.attach("panel", this.root);
     void this.loadRuns();
   }
 
   /** The tab's destroy: the DOM gone, the server told to stop pushing. */
   unmount() {
     this.release();
-    this.live.detach();
+    this.live.detach("panel");
   }
 
   /** Drops the DOM and what draws into it; the live subscription is the caller's to end or hand on. */
@@ -191,7 +191,7 @@ export class MonitorPanel {
 
   /** Points the server kept while the panel was not shown (or before it opened). @param {unknown[]} points */
   backfill(points) {
-    if (!this.root || !this.buffer.extend(points)) return;
+    if (!this.buffer.extend(points)) return;
     const last = this.buffer.latest();
     if (last) this.follow(last); // a prompt already running when the tab opened
     this.scheduleDraw();
