@@ -1,13 +1,16 @@
 """Screenshots of the panel in every state, and the example workflows' template thumbnails.
 
-    COMFYUI_PATH=<ComfyUI 0.8 checkout> .venv/bin/python scripts/make_screenshots.py [--out docs/screenshots]
-        [--thumbnails workflows] [--only thumbnails|panel]
+    COMFYUI_PATH=<ComfyUI 0.33 checkout> "$(COMFYUI_PATH=... bash scripts/setup_frontend_venv.sh 1.58.1 | tail -n 1)" \
+        scripts/make_screenshots.py [--out docs/screenshots] [--thumbnails example_workflows] [--only thumbnails|panel]
+
+(the pictures show the newest frontend, 1.58.1, over ComfyUI 0.33.0; any supported pair works)
 
 Starts a headless ComfyUI (CPU) with this pack and the test pack on the tiny generated models,
 drives Debian's Chromium (/usr/bin/chromium, never downloaded) with Playwright, runs real prompts
 (LoRA + conditioning + VAE chain, dump and compare, the demo as a user queues it, a failed and an
 interrupted run), and saves each state twice: the whole window at 1600 x 1000 with the sidebar at
-its default width (`<state>.png`) and the panel alone (`<state>_panel.png`). Thumbnails are real
+its default width, 312 px (`<state>.png`), and the panel alone (`<state>_panel.png`); the top bar's
+readout while a prompt runs (`00_topbar_readout.png`). Thumbnails are real
 screenshots of each workflow in example_workflows/, saved next to it as `<name>.jpg`, which is where
 ComfyUI's template browser asks for them.
 """
@@ -256,6 +259,9 @@ def running_prompt(page, out: Path, server: Server, known: set[str], earlier_run
     if box:
         page.mouse.move(box["x"] + box["width"] * 0.8, box["y"] + box["height"] / 2)
     shot(page, out, "01_live_chart_running", keep_mouse=True)
+    # the top bar's readout while the prompt runs: the node and its progress beside the Run button
+    page.wait_for_function("document.querySelector('.pm-topbar-values')?.textContent.includes('running')", timeout=20_000)
+    page.locator(".pm-topbar").screenshot(path=str(out / "00_topbar_readout.png"))
 
 
 def make_panel_states(page, server: Server, out: Path) -> None:
@@ -350,7 +356,7 @@ def main() -> int:
     args = parser.parse_args()
     comfyui = os.environ.get("COMFYUI_PATH")
     if not comfyui or not Path(comfyui, "main.py").exists():
-        parser.error("COMFYUI_PATH must point to a ComfyUI 0.8 checkout")
+        parser.error("COMFYUI_PATH must point to a ComfyUI checkout (0.8.0 to 0.33.0)")
     if not Path(CHROMIUM).exists():
         parser.error(f"{CHROMIUM} is missing: apt-get install -y chromium fonts-dejavu-core")
     from playwright.sync_api import sync_playwright
