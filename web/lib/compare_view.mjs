@@ -92,7 +92,7 @@ function stepsSection(c) {
   if (!c.steps.length) return [h("p", { class: "pm-muted", text: "Neither run has monitor steps." })];
   return [
     ...changed.map((s) => h("article", { class: `pm-step pm-compare-step${s.regression ? " pm-regressed" : ""}`, dataset: { kind: s.kind } },
-      h("header", { class: "pm-step-head" }, h("span", { class: "pm-step-title", text: s.title }), h("span", { class: "pm-muted", text: ` #${s.nodeId ?? "?"} ${s.presence === "both" ? "" : `(${s.presence})`}` }),
+      h("header", { class: "pm-step-head" }, h("span", { class: "pm-step-title", text: s.title }), h("span", { class: "pm-muted", text: `${s.nodeId != null ? ` #${s.nodeId}` : ""} ${s.presence === "both" ? "" : `(${s.presence})`}` }),
         s.regression ? badge("regression", "error") : null),
       h("table", { class: "pm-table pm-stackable" }, h("tbody", {}, s.figures.map((f) => h("tr", { class: f.regression ? "pm-regressed" : "" },
         h("td", { text: labelFromKey(f.key, s.kind), title: f.key }),
@@ -100,7 +100,7 @@ function stepsSection(c) {
           ? cell("", h("span", { class: "pm-nowrap", text: `${formatValue(f.key, f.a, s.kind)} → ${formatValue(f.key, f.b, s.kind)}` }))
           : h("td", { class: "pm-compare-text", text: `${formatValue(f.key, f.a, s.kind)} → ${formatValue(f.key, f.b, s.kind)}` }),
         cell("Δ", f.delta !== null ? formatDelta(f.key, f.delta, s.kind) : MISSING))))))),
-    same.length ? h("p", { class: "pm-muted pm-compare-same", text: `No figure changed: ${same.map((s) => `${s.title} #${s.nodeId ?? "?"}`).join(", ")}` }) : null,
+    same.length ? h("p", { class: "pm-muted pm-compare-same", text: `No figure changed: ${same.map((s) => `${s.title}${s.nodeId != null ? ` #${s.nodeId}` : ""}`).join(", ")}` }) : null,
   ];
 }
 

@@ -231,7 +231,7 @@ export function stepCardView(step, options = {}) {
     : null;
   return h("article", { class: `pm-step pm-worst-${card.worst}`, dataset: { kind: card.kind, nodeId: card.nodeId ?? "" } },
     h("header", { class: "pm-step-head" }, h("span", { class: "pm-step-title", text: card.title }),
-      h("span", { class: "pm-muted", text: ` #${card.nodeId ?? "?"}` }),
+      card.nodeId != null ? h("span", { class: "pm-muted", text: ` #${card.nodeId}` }) : null, // a run-wide step (deep profile) has none
       card.badges.map((b) => badge(b.text, b.tone, b.title)),
       options.stale ? badge(`run ${options.stale}`, "neutral", `the run ${options.stale} after this step: what came after it did not run`) : null,
       h("button", { class: "pm-button pm-step-json", text: "JSON", title: "Download this step's JSON", onclick: () => downloadStepJson(step) })),

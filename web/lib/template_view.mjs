@@ -10,6 +10,7 @@
 export const READABLE_SCALE = 0.75; // over LiteGraph's low-quality threshold (about 0.6)
 const MARGIN = { left: 32, top: 96, right: 32, bottom: 96 }; // clear of the floating toolbars
 const CARD_SELECTOR = '[data-testid^="template-workflow-"]';
+const PENDING_MS = 30_000; // a template loads within this after its card's click
 
 /**
  * The scale and offset that put `bounds` (graph units) at the top left of `free` (canvas pixels).
@@ -62,17 +63,19 @@ function freeArea(doc, canvasEl) {
  * @param {(name: string) => Promise<boolean>} isPackTemplate
  */
 export function exampleFramer(doc, getApp, isPackTemplate) {
-  let pending = false;
+  let clickedAt = 0; // when one of the pack's cards was clicked; 0: none pending
   doc.addEventListener("click", (event) => {
     const card = /** @type {Element | null} */ (event.target instanceof Element ? event.target.closest(CARD_SELECTOR) : null);
     const name = card?.getAttribute("data-testid")?.slice("template-workflow-".length);
-    pending = false;
-    if (name) void isPackTemplate(name).then((ours) => { pending = ours; });
+    clickedAt = 0;
+    const at = Date.now();
+    if (name) void isPackTemplate(name).then((ours) => { clickedAt = ours ? at : 0; });
   }, true);
   return {
     afterLoad() {
-      if (!pending) return;
-      pending = false;
+      // a click that opened nothing (an error, the dialog closed) does not frame a later load
+      if (!clickedAt || Date.now() - clickedAt > PENDING_MS) return;
+      clickedAt = 0;
       const canvas = getApp()?.canvas;
       if (!canvas?.ds || !canvas.canvas) return;
       let last = "", still = 0, frames = 0;
