@@ -258,6 +258,7 @@ export function runView(report, runs, sort, actions, history = []) {
   const alike = others.filter((r) => isDeepProfiled(r) === isDeepProfiled(report));
   const chosen = defaultCompareTarget(summaryOf(report, runs), alike) ?? defaultCompareTarget(summaryOf(report, runs), others);
   const select = h("select", { class: "pm-compare-select", title: "Run to compare with (first choice: the last successful run of this workflow)" },
+    chosen ? null : h("option", { value: "", selected: true, text: "compare with… (no earlier run of this workflow)" }),
     others.map((r) => h("option", { value: r.prompt_id, selected: r.prompt_id === chosen,
       text: `${runName(r)} · ${formatTime(r.started_unix_s)} · ${formatSeconds(r.duration_s)} · ${runStatus(r).text}` })));
   const steps = report.steps ?? [];
