@@ -174,7 +174,7 @@ def test_runtime_failure_gives_an_error_report(server, pipeline_runs):
 
 def test_demo_workflow_runs_and_matches_its_ui_copy(server):
     """example_workflows/api/models_profile_demo.json (queued by scripts/demo.sh) runs, and the UI-format
-    copy in workflows/ describes the same graph: node types, links and widget values."""
+    copy in example_workflows/ describes the same graph: node types, links and widget values."""
     import json
     from pathlib import Path
 
