@@ -215,6 +215,8 @@ def test_run_list_run_view_and_step_cards(page, runs, shots):
 
 def test_compare_view(page, runs, shots):
     first, second = runs
+    # the Compare button's border holds its label
+    assert page.eval_on_selector("button.pm-compare", "b => b.scrollWidth <= b.clientWidth + 1")
     page.select_option(".pm-compare-select", second)
     page.click(".pm-compare")
     page.wait_for_selector(".pm-compare .pm-compare-nodes")
