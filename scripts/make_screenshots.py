@@ -126,7 +126,8 @@ def load_workflow(page, path: Path, name: str | None = None) -> None:
     page.evaluate(
         "([wf, name]) => window.app.loadGraphData(wf, true, true, name)", [workflow, name or path.stem]
     )
-    page.evaluate("window.app.extensionManager.command.execute('Comfy.Canvas.FitView')")
+    # the view the example is saved with: right of the open sidebar, titles drawn (a fit to the
+    # whole canvas would put its first nodes under the sidebar)
     page.wait_for_timeout(400)
 
 

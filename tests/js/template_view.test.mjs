@@ -6,6 +6,7 @@ test("the nodes' box includes their title bars", () => {
   const nodes = [{ pos: [40, 60], size: [320, 130] }, { pos: [400, 300], size: [200, 100] }];
   assert.deepEqual(nodeBounds(nodes, 30), { left: 40, top: 30, right: 600, bottom: 400 });
   assert.equal(nodeBounds([], 30), null);
+  assert.deepEqual(nodeBounds(nodes, 30, [[20, -20, 400, 200]]), { left: 20, top: -20, right: 600, bottom: 400 }, "a group above the nodes counts");
 });
 
 test("a graph that fits is shown at 1:1 from the free area's top left", () => {

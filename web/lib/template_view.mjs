@@ -25,17 +25,19 @@ export function frameBounds(bounds, free) {
 }
 
 /**
- * The graph's nodes' bounding box, their title bars included; null without nodes.
- * @param {any[]} nodes @param {number} titleHeight
+ * The graph's bounding box: its nodes, their title bars included, and its groups (each a
+ * [x, y, width, height] box); null without nodes.
+ * @param {any[]} nodes @param {number} titleHeight @param {number[][]} [groups]
  */
-export function nodeBounds(nodes, titleHeight) {
+export function nodeBounds(nodes, titleHeight, groups = []) {
   if (!nodes.length) return null;
+  const boxes = [...nodes.map((n) => [n.pos[0], n.pos[1] - titleHeight, n.size[0], n.size[1] + titleHeight]), ...groups];
   const box = { left: Infinity, top: Infinity, right: -Infinity, bottom: -Infinity };
-  for (const n of nodes) {
-    box.left = Math.min(box.left, n.pos[0]);
-    box.top = Math.min(box.top, n.pos[1] - titleHeight);
-    box.right = Math.max(box.right, n.pos[0] + n.size[0]);
-    box.bottom = Math.max(box.bottom, n.pos[1] + n.size[1]);
+  for (const [x, y, w, hgt] of boxes) {
+    box.left = Math.min(box.left, x);
+    box.top = Math.min(box.top, y);
+    box.right = Math.max(box.right, x + w);
+    box.bottom = Math.max(box.bottom, y + hgt);
   }
   return box;
 }
@@ -86,7 +88,8 @@ export function exampleFramer(doc, getApp, isPackTemplate) {
         frames += 1;
         if ((still < 3 || frames < 6) && frames < 60) return void requestAnimationFrame(step);
         const app = getApp();
-        const bounds = nodeBounds(app?.graph?.nodes ?? [], globalThis.LiteGraph?.NODE_TITLE_HEIGHT ?? 30);
+        const groups = (app?.graph?.groups ?? app?.graph?._groups ?? []).map((/** @type {any} */ g) => g.bounding ?? g._bounding).filter(Boolean);
+        const bounds = nodeBounds(app?.graph?.nodes ?? [], globalThis.LiteGraph?.NODE_TITLE_HEIGHT ?? 30, [...groups].map((b) => [...b]));
         if (!bounds) return;
         const { scale, offset } = frameBounds(bounds, freeArea(doc, canvas.canvas));
         canvas.ds.scale = scale;
