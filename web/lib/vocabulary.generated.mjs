@@ -625,7 +625,7 @@ export const VOCABULARY = {
     "description": "where the calibration came from, or why the raw estimate was used"
    },
    "direct_free_bytes": {
-    "label": "free for direct",
+    "label": "memory free for a direct encode",
     "unit": "bytes",
     "description": "memory this process could get on the device when direct was predicted: ComfyUI's free memory (cached blocks included) plus unloadable models less its reserve, capped by the per-process memory fraction",
     "processWide": true
