@@ -4,7 +4,7 @@
         [--device cpu|cuda|auto] [--comfyui-args "..."]
 
 The ~2 GB SD1.5-architecture checkpoint and its rank-32 kohya LoRA (scripts/make_models.py
---full-size, generated into BASE once) run workflows/api/text_to_image_lora_monitor_full_size.json
+--full-size, generated into BASE once) run example_workflows/api/text_to_image_lora_monitor_full_size.json
 and the same graph without the monitor nodes, in interleaved pairs. On the CPU (`--device cpu`,
 ComfyUI started with --cpu): 64x64, 2 steps, durations from the pack's run reports. On a GPU
 (`--device cuda`, issue 25): 512x512, 20 steps, durations from ComfyUI's own execution_start /
@@ -38,7 +38,7 @@ from pathlib import Path
 from bench.verdicts import add_quick_flag, fmt_spread, verdict_line
 
 REPO = Path(__file__).resolve().parents[1]
-WORKFLOW = REPO / "workflows" / "api" / "text_to_image_lora_monitor_full_size.json"
+WORKFLOW = REPO / "example_workflows" / "api" / "text_to_image_lora_monitor_full_size.json"
 TARGET_RATIO = 1.01
 REPEAT_TO_FIRST_TARGET = 0.1  # LoRA monitor, same file with a new strength / its first analysis
 GPU_REPEAT_TARGET_S = 0.020  # issue 25: only strength/seed/prompt changed

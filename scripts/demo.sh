@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Pipeline Monitor demo: a ComfyUI server with this pack, tiny model files and one profiled run.
 #
-#   COMFYUI_PATH=/path/to/ComfyUI scripts/demo.sh [--exit-after-run] [--full-size]
+#   [COMFYUI_PATH=/path/to/ComfyUI] scripts/demo.sh [--exit-after-run] [--full-size]
+#
+# Without COMFYUI_PATH, a pinned ComfyUI (0.33.0) is fetched into .demo/comfyui first
+# (scripts/fetch_comfyui.sh: COMFYUI_SOURCE names another archive or folder to take it from).
 #
 # --full-size: also generates a real-size SD1.5-architecture checkpoint (~2 GB, random weights)
 #    and a rank-32 kohya LoRA into .demo/models (scripts/make_models.py, once, about a minute)
-#    and queues workflows/api/text_to_image_lora_monitor_full_size.json (64x64, 2 steps on the CPU)
+#    and queues example_workflows/api/text_to_image_lora_monitor_full_size.json (64x64, 2 steps on the CPU)
 #    instead of the tiny demo workflow.
 #
 # 1. Sets up the Python that runs ComfyUI (scripts/setup_env.sh): by default .venv in the repo,
@@ -17,11 +20,11 @@
 #    model + VAE files (scripts/make_tiny_models.py) and the example workflow in the user's
 #    workflow list.
 # 3. Starts ComfyUI on 127.0.0.1:$PORT (default 8188, CPU, log in .demo/comfyui.log), queues
-#    workflows/api/models_profile_demo.json, prints the report's URL and a summary, then keeps the
+#    example_workflows/api/models_profile_demo.json, prints the report's URL and a summary, then keeps the
 #    server running until Ctrl-C. DEMO_EXIT_AFTER_RUN=1 (or --exit-after-run) stops it after the
 #    first report; the exit status is then 0 only if the run succeeded.
 #
-# Environment: COMFYUI_PATH (required), COMFYUI_PYTHON (optional, see 1.), PORT (8188),
+# Environment: COMFYUI_PATH (optional, see above), COMFYUI_SOURCE (see above), COMFYUI_PYTHON (optional, see 1.), PORT (8188),
 # PYTHON (python3, used to create the venv).
 # Re-runnable: every step keeps what is already there.
 set -euo pipefail
@@ -30,7 +33,7 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PORT=${PORT:-8188}
 EXIT_AFTER_RUN=${DEMO_EXIT_AFTER_RUN:-0}
 FULL_SIZE=0
-WORKFLOW_API=workflows/api/models_profile_demo.json
+WORKFLOW_API=example_workflows/api/models_profile_demo.json
 RUN_TIMEOUT_S=120
 DEMO="$REPO_ROOT/.demo"
 URL="http://127.0.0.1:$PORT"
@@ -38,8 +41,8 @@ URL="http://127.0.0.1:$PORT"
 for arg in "$@"; do
     case "$arg" in
         --exit-after-run) EXIT_AFTER_RUN=1 ;;
-        --full-size) FULL_SIZE=1; RUN_TIMEOUT_S=300; WORKFLOW_API=workflows/api/text_to_image_lora_monitor_full_size.json ;;
-        -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --full-size) FULL_SIZE=1; RUN_TIMEOUT_S=300; WORKFLOW_API=example_workflows/api/text_to_image_lora_monitor_full_size.json ;;
+        -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown argument: $arg (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -47,7 +50,11 @@ done
 say() { echo "[demo] $*"; }
 die() { echo "[demo] error: $*" >&2; exit 1; }
 
-[ -n "${COMFYUI_PATH:-}" ] || die "set COMFYUI_PATH to a ComfyUI checkout (0.8.0 to 0.33.0)"
+if [ -z "${COMFYUI_PATH:-}" ]; then
+    say "no COMFYUI_PATH: using the pinned ComfyUI in .demo/comfyui (set COMFYUI_PATH to use your own)"
+    COMFYUI_PATH=$(bash "$REPO_ROOT/scripts/fetch_comfyui.sh" "$DEMO/comfyui" | tail -n 1) \
+        || die "could not fetch ComfyUI; set COMFYUI_PATH to a ComfyUI checkout (0.8.0 to 0.33.0)"
+fi
 [ -f "$COMFYUI_PATH/main.py" ] || die "no main.py in COMFYUI_PATH=$COMFYUI_PATH"
 COMFYUI_PATH=$(cd "$COMFYUI_PATH" && pwd)
 export COMFYUI_PATH
@@ -64,7 +71,7 @@ ln -sfn "$REPO_ROOT" "$DEMO/custom_nodes/pipeline-monitor"
 if [ "$FULL_SIZE" = "1" ]; then
     "$PY" "$REPO_ROOT/scripts/make_models.py" "$DEMO" --full-size | sed 's/^/[demo] /'
 fi
-cp "$REPO_ROOT/workflows/models_profile_demo.json" "$DEMO/user/default/workflows/"
+cp "$REPO_ROOT/example_workflows/models_profile_demo.json" "$DEMO/user/default/workflows/"
 
 # -- 3. server, one profiled run ---------------------------------------------------------------------
 answers() { "$PY" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + "/system_stats", timeout=2)' "$URL" 2>/dev/null; }

@@ -1,14 +1,17 @@
 """Screenshots of the panel in every state, and the example workflows' template thumbnails.
 
-    COMFYUI_PATH=<ComfyUI 0.8 checkout> .venv/bin/python scripts/make_screenshots.py [--out docs/screenshots]
-        [--thumbnails workflows] [--only thumbnails|panel]
+    COMFYUI_PATH=<ComfyUI 0.33 checkout> "$(COMFYUI_PATH=... bash scripts/setup_frontend_venv.sh 1.58.1 | tail -n 1)" \
+        scripts/make_screenshots.py [--out docs/screenshots] [--thumbnails example_workflows] [--only thumbnails|panel]
+
+(the pictures show the newest frontend, 1.58.1, over ComfyUI 0.33.0; any supported pair works)
 
 Starts a headless ComfyUI (CPU) with this pack and the test pack on the tiny generated models,
 drives Debian's Chromium (/usr/bin/chromium, never downloaded) with Playwright, runs real prompts
 (LoRA + conditioning + VAE chain, dump and compare, the demo as a user queues it, a failed and an
 interrupted run), and saves each state twice: the whole window at 1600 x 1000 with the sidebar at
-its default width (`<state>.png`) and the panel alone (`<state>_panel.png`). Thumbnails are real
-screenshots of each workflow in workflows/, saved next to it as `<name>.jpg`, which is where
+its default width, 312 px (`<state>.png`), and the panel alone (`<state>_panel.png`); the top bar's
+readout while a prompt runs (`00_topbar_readout.png`). Thumbnails are real
+screenshots of each workflow in example_workflows/, saved next to it as `<name>.jpg`, which is where
 ComfyUI's template browser asks for them.
 """
 
@@ -123,8 +126,18 @@ def load_workflow(page, path: Path, name: str | None = None) -> None:
     page.evaluate(
         "([wf, name]) => window.app.loadGraphData(wf, true, true, name)", [workflow, name or path.stem]
     )
-    page.evaluate("window.app.extensionManager.command.execute('Comfy.Canvas.FitView')")
+    # the view the example is saved with: right of the open sidebar, titles drawn (a fit to the
+    # whole canvas puts its first nodes under the sidebar). Frontend 1.58 still fits a loaded graph
+    # again later (a window resize, as shot() does for the panel's picture): the canvas behind the
+    # panel in those pictures is the frontend's fit. Opened from the template browser, the pack
+    # frames it itself (web/lib/template_view.mjs, tests/browser/test_templates_browser.py).
     page.wait_for_timeout(400)
+    page.evaluate(
+        """(ds) => { if (!ds) return; const c = window.app.canvas; c.ds.scale = ds.scale;
+          c.ds.offset[0] = ds.offset[0]; c.ds.offset[1] = ds.offset[1]; c.setDirty(true, true); }""",
+        workflow.get("extra", {}).get("ds"),
+    )
+    page.wait_for_timeout(200)
 
 
 def panel_open(page) -> bool:
@@ -145,7 +158,18 @@ HIDE_TOOLTIPS = """
 
 
 def hide_tooltips(page) -> None:
-    page.add_style_tag(content=HIDE_TOOLTIPS)
+    from playwright.sync_api import Error
+
+    # Frontend 1.58's missing-model scan of its default graph may try an outside URL just then: the
+    # page's content security policy blocks it, and Playwright reports that through this call.
+    for attempt in range(3):
+        try:
+            page.add_style_tag(content=HIDE_TOOLTIPS)
+            return
+        except Error:
+            if attempt == 2:
+                raise
+            page.wait_for_timeout(1000)
 
 
 def park_mouse(page) -> None:
@@ -256,6 +280,9 @@ def running_prompt(page, out: Path, server: Server, known: set[str], earlier_run
     if box:
         page.mouse.move(box["x"] + box["width"] * 0.8, box["y"] + box["height"] / 2)
     shot(page, out, "01_live_chart_running", keep_mouse=True)
+    # the top bar's readout while the prompt runs: the node and its progress beside the Run button
+    page.wait_for_function("document.querySelector('.pm-topbar-values')?.textContent.includes('running')", timeout=20_000)
+    page.locator(".pm-topbar").screenshot(path=str(out / "00_topbar_readout.png"))
 
 
 def make_panel_states(page, server: Server, out: Path) -> None:
@@ -268,7 +295,7 @@ def make_panel_states(page, server: Server, out: Path) -> None:
         rich.append(server.wait_new_run(known))
     # the example workflows as a user queues them: the open workflow's name travels with the prompt
     for stem in ("dump_and_compare", "models_profile_demo", "image_to_video_vae_chain"):
-        load_workflow(page, REPO / "workflows" / f"{stem}.json")
+        load_workflow(page, REPO / "example_workflows" / f"{stem}.json")
         page.evaluate("window.app.queuePrompt(0, 1)")
         server.wait_new_run(known)
     # the monitors' summaries on the canvas after that run: none covers another node
@@ -325,7 +352,7 @@ def make_panel_states(page, server: Server, out: Path) -> None:
     show(page, {"name": "run", "id": interrupted}, ".pm-run .pm-problems")
     shot(page, out, "07_interrupted_run")
     # the canvas after a run: badges on every node that finished, the monitor's summary
-    load_workflow(page, REPO / "workflows" / "models_profile_demo.json", "models_profile_demo again")
+    load_workflow(page, REPO / "example_workflows" / "models_profile_demo.json", "models_profile_demo again")
     page.evaluate("window.app.queuePrompt(0, 1)")
     server.wait_new_run(known)
     page.wait_for_timeout(1500)
@@ -344,13 +371,13 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(REPO / "docs" / "screenshots"))
-    parser.add_argument("--thumbnails", default=str(REPO / "workflows"))
+    parser.add_argument("--thumbnails", default=str(REPO / "example_workflows"))
     parser.add_argument("--only", choices=("thumbnails", "panel"))
     parser.add_argument("--port", type=int, default=8199)
     args = parser.parse_args()
     comfyui = os.environ.get("COMFYUI_PATH")
     if not comfyui or not Path(comfyui, "main.py").exists():
-        parser.error("COMFYUI_PATH must point to a ComfyUI 0.8 checkout")
+        parser.error("COMFYUI_PATH must point to a ComfyUI checkout (0.8.0 to 0.33.0)")
     if not Path(CHROMIUM).exists():
         parser.error(f"{CHROMIUM} is missing: apt-get install -y chromium fonts-dejavu-core")
     from playwright.sync_api import sync_playwright

@@ -1,6 +1,6 @@
 """Queue an API-format workflow on a ComfyUI server, wait for it, and print its Pipeline Monitor report.
 
-    python scripts/queue_workflow.py http://127.0.0.1:8188 workflows/api/models_profile_demo.json
+    python scripts/queue_workflow.py http://127.0.0.1:8188 example_workflows/api/models_profile_demo.json
 
 Prints the report's URL and a short summary. Exit status: 0 when the run succeeded, 1 when it
 failed or no report came back. Standard library only.

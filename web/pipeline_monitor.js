@@ -11,13 +11,19 @@ import { markSummaryStale, showNodeSummary } from "./lib/node_summary.mjs";
 import { applyRunBadges, focusNode, staleMonitorIds } from "./lib/canvas_badges.mjs";
 import { nameQueuedWorkflows, noteQueuedPrompts } from "./lib/workflow_name.mjs";
 import { describeTemplateCards, packFolder } from "./lib/templates.mjs";
+import { showToast } from "./lib/toast.mjs";
+import { exampleFramer } from "./lib/template_view.mjs";
+import { READOUT_SETTING, TopBarReadout } from "./lib/topbar_readout.mjs";
+import { estimateProgress } from "./lib/running.mjs";
 
 const TAB_ID = "pipeline-monitor";
+/** @type {ReturnType<typeof exampleFramer> | null} */
+let framer = null;
 
 const panel = new MonitorPanel({
   fetchApi: (route, init) => api.fetchApi(route, init),
   clientId: () => api.clientId ?? undefined,
-  toast: (severity, summary, detail) => app.extensionManager?.toast?.add({ severity, summary, detail, life: 5000 }),
+  toast: (severity, summary, detail) => showToast(app.extensionManager?.toast, severity, summary, detail),
   focusNode: (nodeId) => focusNode(app, nodeId),
 });
 
@@ -44,11 +50,26 @@ async function tieCanvasToRun(summary) {
     console.warn("Pipeline Monitor: run badges not shown", error);
   }
 }
+// The top bar's live readout: a click opens the panel (when it is not open already).
+const readout = new TopBarReadout({
+  fetchApi: (route, init) => api.fetchApi(route, init),
+  toast: (severity, summary, detail) => showToast(app.extensionManager?.toast, severity, summary, detail),
+  openPanel: () => {
+    if (!panel.live.shown("panel")) void app.extensionManager?.command?.execute(`Workspace.ToggleSidebarTab.${TAB_ID}`);
+  },
+  live: panel.live,
+});
+const renderReadout = () => {
+  const running = panel.tracker.current;
+  readout.render(panel.buffer.latest(), running ? estimateProgress(running, panel.runs) : null);
+};
+/** @type {any} */ (window).__pipelineMonitorReadout = readout;
+
 // For the browser test and for curious users: the panel's counters (draws, samples, renewals).
 /** @type {any} */ (window).__pipelineMonitor = panel;
 
 const pushSetting = settingsPusher((route, init) => api.fetchApi(route, init), (message) =>
-  app.extensionManager?.toast?.add({ severity: "warn", summary: "Pipeline Monitor settings", detail: message, life: 6000 }));
+  showToast(app.extensionManager?.toast, "warn", "Pipeline Monitor settings", message, 6000));
 
 function addStylesheet() {
   const href = new URL("./lib/panel.css", import.meta.url).href;
@@ -70,23 +91,40 @@ app.registerExtension({
     defaultValue: s.defaultValue,
     attrs: s.attrs,
     onChange: (/** @type {unknown} */ value, /** @type {unknown} */ old) => pushSetting(s, value, old),
-  })),
+  })).concat([{
+    id: READOUT_SETTING,
+    name: "Live readout in the top bar",
+    tooltip: "RAM, VRAM, GPU use and the running node beside the Run button; a click opens the panel.",
+    category: ["Pipeline Monitor", "Top bar", "Readout"],
+    type: "boolean",
+    defaultValue: true,
+    attrs: undefined,
+    onChange: (/** @type {unknown} */ value) => readout.enable(value !== false),
+  }]),
 
   setup() {
     addStylesheet();
+    readout.enable(app.extensionManager.setting.get(READOUT_SETTING) !== false);
     nameQueuedWorkflows(app); // runs are listed by their workflow's name
     noteQueuedPrompts(api, (promptId, workflow) => panel.onQueued(promptId, workflow)); // the running row's workflow
     const folder = packFolder(import.meta.url);
     if (folder) {
+      /** @type {Promise<string[]> | null} */
+      let names = null;
+      const templateNames = () => (names ??= api.fetchApi("/workflow_templates").then((r) => r.json()).then((all) => all?.[folder] ?? []));
       // the template browser's cards show each example's extra.info, not its file name
-      describeTemplateCards(document,
-        async () => (await (await api.fetchApi("/workflow_templates")).json())?.[folder] ?? [],
+      describeTemplateCards(document, templateNames,
         async (name) => (await api.fetchApi(`/workflow_templates/${encodeURIComponent(folder)}/${encodeURIComponent(name)}.json`)).json());
+      // an example opened from its card is framed right of the open sidebar, titles readable
+      framer = exampleFramer(document, () => app, async (name) => (await templateNames().catch(() => [])).includes(name));
     }
     api.addEventListener("execution_start", (/** @type {any} */ event) => panel.onPromptStart(event.detail));
     // Listeners are registered once; with the tab closed the server sends no samples, and a run
     // event only updates the list in memory.
-    api.addEventListener(/** @type {any} */ ("pipeline_monitor.sample"), (/** @type {any} */ event) => panel.onSample(event.detail));
+    api.addEventListener(/** @type {any} */ ("pipeline_monitor.sample"), (/** @type {any} */ event) => {
+      panel.onSample(event.detail);
+      renderReadout();
+    });
     api.addEventListener(/** @type {any} */ ("pipeline_monitor.run"), (/** @type {any} */ event) => {
       panel.onRun(event.detail);
       void tieCanvasToRun(event.detail);
@@ -100,6 +138,10 @@ app.registerExtension({
       render: (el) => panel.mount(el),
       destroy: () => panel.unmount(),
     });
+  },
+
+  afterConfigureGraph() {
+    framer?.afterLoad();
   },
 
   beforeRegisterNodeDef(nodeType, nodeData) {

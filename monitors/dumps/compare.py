@@ -274,9 +274,9 @@ def verdict(result: Mapping[str, Any]) -> tuple[str, str]:
     tolerance = f"rtol={result['rtol']:g}, atol={result['atol']:g}"
     extra = []
     if result["only_in_a"]:
-        extra.append(f"{len(result['only_in_a'])} only in a")
+        extra.append(f"{len(result['only_in_a'])} only in dump_a")
     if result["only_in_b"]:
-        extra.append(f"{len(result['only_in_b'])} only in b")
+        extra.append(f"{len(result['only_in_b'])} only in dump_b")
     tail = f" ({', '.join(extra)})" if extra else ""
     if not rows:
         a_names = ", ".join(result["only_in_a"][:3]) or "none"

@@ -16,7 +16,7 @@ from ..report import Finding, StepReport
 from .collect import collect_tensors, guess_encoder_family
 from .compare import compare_dump_with, compare_dumps
 from .files import DumpResult, list_dumps, write_dump
-from .names import DumpError, DumpNameError, DumpTooLargeError, dump_file_name
+from .names import DUMP_SUFFIX, DumpError, DumpNameError, DumpTooLargeError, dump_file_name
 
 VALUE_INPUTS = ("conditioning", "latent", "image")
 LIVE_VALUE = "(live value)"
@@ -25,9 +25,12 @@ ROUTE = "/pipeline_monitor/dumps/"
 
 
 def dump_names(directory: str) -> tuple[list[str], str | None]:
-    """(names of the dumps in `directory`, None), or ([], why they could not be listed)."""
+    """(names of the dumps in `directory` without their .safetensors suffix, None), or ([], why they
+    could not be listed). Without the suffix: the frontend takes a combo value that ends in a model
+    file's extension for a model file, and on a fresh install (no dump yet) it warned that the
+    example's dump was a missing model. The compare accepts both forms (dump_file_name)."""
     try:
-        return sorted(row["name"] for row in list_dumps(directory)), None
+        return sorted(row["name"][: -len(DUMP_SUFFIX)] for row in list_dumps(directory)), None
     except Exception as exc:  # no output folder yet
         return [], f"dumps not listed: {type(exc).__name__}: {exc}"
 

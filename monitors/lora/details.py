@@ -123,7 +123,7 @@ _TOTALS = DetailGroup(
         ),
         F(
             "relative_change",
-            "change of |W|",
+            "weight change",
             "fraction",
             "change norm over the base weights' norm",
             "number",

@@ -11,7 +11,7 @@ SIDES = ("model", "clip")
 SIDE_FIELDS = (
     SummaryField(
         "relative_change_ratio",
-        "change of |W|",
+        "weight change",
         "fraction",
         "norm of the weight change relative to the base weights' norm",
         "number",
@@ -19,7 +19,7 @@ SIDE_FIELDS = (
     ),
     SummaryField(
         "relative_change_partial",
-        "change of |W| partial",
+        "weight change partial",
         None,
         "true when the relative change covers fewer weights than were patched (weights "
         "without a base norm; each weight row says why): numerator and denominator always "
@@ -29,7 +29,7 @@ SIDE_FIELDS = (
     ),
     SummaryField(
         "n_weights_relative_change",
-        "weights in change of |W|",
+        "weights in the weight change",
         "count",
         "patched weights the relative change covers (both a change norm and a base norm)",
         "integer",

@@ -176,7 +176,7 @@ VAE_ENCODE = StepKindVocabulary(
         ),
         SummaryField(
             "direct_free_bytes",
-            "free for direct",
+            "memory free for a direct encode",
             "bytes",
             "memory this process could get on the device when direct was predicted: ComfyUI's free "
             "memory (cached blocks included) plus unloadable models less its reserve, capped by the "

@@ -17,23 +17,33 @@ CHROMIUM_ARGS = [
     "--no-first-run",
     "--disable-sync",
 ]
-TAB_BUTTON = ".pipeline-monitor-tab-button"
+TAB_ID = "pipeline-monitor"
+# The tab's button as every frontend draws it: a `.side-bar-button` whose aria-label is the tab's
+# tooltip (1.58 dropped the `<id>-tab-button` class of 1.35 and 1.49).
+TAB_BUTTON = '.side-bar-button[aria-label^="Pipeline Monitor"]'
 PANEL = ".sidebar-content-container .pipeline-monitor-panel"
 EVIL = '<img src=x onerror="window.__pmXss=(window.__pmXss||0)+1">'
 
 # Counts setTimeout/setInterval/requestAnimationFrame calls made from the pack's scripts (their
-# URLs are under /extensions/pipeline-monitor/), so a test can show the closed panel does nothing.
+# URLs are under /extensions/pipeline-monitor/), so a test can show the closed panel does nothing,
+# and keeps the ids of the pack's intervals not yet cleared in window.__pmIntervals.
 COUNT_PACK_TIMERS = """
 (() => {
   window.__pmTimerCalls = 0;
+  window.__pmIntervals = new Set();
   for (const name of ["setTimeout", "setInterval", "requestAnimationFrame"]) {
     const original = window[name].bind(window);
     window[name] = function (...args) {
       const stack = new Error().stack || "";
-      if (stack.includes("/extensions/pipeline-monitor/")) window.__pmTimerCalls += 1;
-      return original(...args);
+      const ours = stack.includes("/extensions/pipeline-monitor/");
+      if (ours) window.__pmTimerCalls += 1;
+      const id = original(...args);
+      if (ours && name === "setInterval") window.__pmIntervals.add(id);
+      return id;
     };
   }
+  const clear = window.clearInterval.bind(window);
+  window.clearInterval = (id) => { window.__pmIntervals.delete(id); return clear(id); };
 })();
 """
 
@@ -84,9 +94,18 @@ def app_page(server, width: int = 1500, height: int = 950, init_script: str | No
         playwright.stop()
 
 
+def toggle_tab(page, tab_id: str = TAB_ID) -> None:
+    """Open or close a sidebar tab with the command its button runs (every frontend since 1.3)."""
+    page.evaluate("(id) => window.app.extensionManager.command.execute(`Workspace.ToggleSidebarTab.${id}`)", tab_id)
+
+
 def widen_sidebar(page, x: int = 640) -> None:
-    """Drag the splitter between the sidebar and the canvas, as a user would for a wider panel."""
-    gutter = page.locator(".p-splitter-gutter").first.bounding_box()
+    """Drag the splitter between the sidebar and the canvas, as a user would for a wider panel
+    (PrimeVue's `.p-splitter-gutter` up to 1.49, a `[role=separator]` handle in 1.58)."""
+    handles = page.locator(".p-splitter-gutter")
+    if handles.count() == 0:
+        handles = page.locator("[role=separator]:visible")
+    gutter = handles.first.bounding_box()
     if not gutter:
         return
     y = gutter["y"] + 300

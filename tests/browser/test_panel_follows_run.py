@@ -191,7 +191,7 @@ def test_compare_leads_with_the_largest_change_and_fits(page, server, first_run,
     assert not page.errors, page.errors
 
 
-EXAMPLES = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "workflows").glob("*.json"))
+EXAMPLES = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "example_workflows").glob("*.json"))
 
 # Load an example into the canvas, give every monitor node the longest summary it can show (more
 # lines than fit: the rest goes behind the tooltip), and return each node's rectangle in graph
@@ -227,7 +227,7 @@ def overlaps(a: dict, b: dict) -> bool:
 def test_no_canvas_summary_covers_another_node(page, name):
     import json
 
-    workflow = json.loads((Path(__file__).resolve().parents[2] / "workflows" / f"{name}.json").read_text())
+    workflow = json.loads((Path(__file__).resolve().parents[2] / "example_workflows" / f"{name}.json").read_text())
     nodes = page.evaluate(SUMMARIES_ON_EXAMPLE, workflow)
     monitors = [n for n in nodes if n["monitor"]]
     assert monitors, f"{name} has no monitor node"
@@ -244,7 +244,7 @@ def test_no_canvas_summary_covers_another_node(page, name):
 def test_template_cards_show_each_examples_description(page, shots):
     import json
 
-    folder = Path(__file__).resolve().parents[2] / "workflows"
+    folder = Path(__file__).resolve().parents[2] / "example_workflows"
     page.evaluate("window.app.extensionManager.command.execute('Comfy.BrowseTemplates')")
     dialog = page.locator("[role=dialog]")
     dialog.get_by_text("pipeline-monitor", exact=True).first.click()

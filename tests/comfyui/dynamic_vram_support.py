@@ -5,7 +5,7 @@ with `--disable-dynamic-vram`) and its CPU dry run (tests/comfyui/test_dynamic_v
 `--cpu`): only the server's device arguments and the expected values differ.
 
 Each mode's server runs two prompts:
-- the demo pipeline (workflows/api/models_profile_demo.json) plus a PipelineMonitorVAEEncode forced
+- the demo pipeline (example_workflows/api/models_profile_demo.json) plus a PipelineMonitorVAEEncode forced
   to `strategy=cpu` on the demo's VAE (the rung that crashed with KeyError on a dynamic patcher);
 - a LoRA pipeline on the tiny WAN 2.1 (LoraLoaderModelOnly -> PipelineMonitorLora -> KSampler), then
   after the sampler the test node PMTestLoadedSize (ComfyUI's own `loaded_size()`) and a
@@ -32,7 +32,7 @@ from tests.comfyui.headless_support import headless_setup
 log = logging.getLogger(__name__)
 
 VERDICT_PREFIX = "gpu-dynamic-vram"
-DEMO_WORKFLOW = REPO_ROOT / "workflows" / "api" / "models_profile_demo.json"
+DEMO_WORKFLOW = REPO_ROOT / "example_workflows" / "api" / "models_profile_demo.json"
 WAN = "pm_tiny_wan21.safetensors"
 LORA = "pm_dynamic_vram_lora_wan.safetensors"
 LORA_RANK = 4

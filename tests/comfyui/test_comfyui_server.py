@@ -173,12 +173,12 @@ def test_runtime_failure_gives_an_error_report(server, pipeline_runs):
 
 
 def test_demo_workflow_runs_and_matches_its_ui_copy(server):
-    """workflows/api/models_profile_demo.json (queued by scripts/demo.sh) runs, and the UI-format
-    copy in workflows/ describes the same graph: node types, links and widget values."""
+    """example_workflows/api/models_profile_demo.json (queued by scripts/demo.sh) runs, and the UI-format
+    copy in example_workflows/ describes the same graph: node types, links and widget values."""
     import json
     from pathlib import Path
 
-    workflows = Path(__file__).resolve().parents[2] / "workflows"
+    workflows = Path(__file__).resolve().parents[2] / "example_workflows"
     api = json.loads((workflows / "api" / "models_profile_demo.json").read_text())
     ui = json.loads((workflows / "models_profile_demo.json").read_text())
     object_info = server.get_json("/object_info")

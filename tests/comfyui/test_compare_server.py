@@ -15,7 +15,7 @@ import pytest
 pytestmark = pytest.mark.comfyui
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEMO = REPO_ROOT / "workflows" / "api" / "models_profile_demo.json"
+DEMO = REPO_ROOT / "example_workflows" / "api" / "models_profile_demo.json"
 # A prompt that only passes through ComfyUI's worker loop, so that a /free request has been acted on.
 NUDGE = {
     "1": {"class_type": "EmptyLatentImage", "inputs": {"width": 16, "height": 16, "batch_size": 1}},

@@ -21,7 +21,7 @@ MATRIX_OPS = ("conv", "linear", "mm", "matmul", "addmm", "bmm", "attention")
 
 
 def demo_with_sampler(seed: int) -> dict:
-    prompt = json.loads((REPO / "workflows" / "api" / "models_profile_demo.json").read_text())
+    prompt = json.loads((REPO / "example_workflows" / "api" / "models_profile_demo.json").read_text())
     prompt["4"]["inputs"].update(width=32, height=32)
     prompt["8"] = {
         "class_type": "PMTestConditioning",

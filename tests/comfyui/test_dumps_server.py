@@ -122,7 +122,9 @@ def test_compare_prompt_gives_verdicts(runs):
 def test_combo_lists_the_new_dumps(server, runs):
     info = server.get_json("/object_info/PipelineMonitorTensorCompare")["PipelineMonitorTensorCompare"]
     options = info["input"]["required"]["dump_a"][1]["options"]
-    assert {f"{n}.safetensors" for n in (LATENT_A, LATENT_LARGE, COND_1, COND_2)} <= set(options)
+    # listed without the suffix: a value ending in .safetensors is a model file to the frontend
+    assert {LATENT_A, LATENT_LARGE, COND_1, COND_2} <= set(options)
+    assert not any(option.endswith(".safetensors") for option in options)
     assert info["input"]["required"]["dump_b"][1]["options"][0] == LIVE
     assert info["output_node"] is True and info["output"] == []
 
@@ -172,12 +174,12 @@ def test_bad_dump_name_is_rejected_at_validation(server):
 
 
 def test_dump_and_compare_workflow_runs_and_matches_its_ui_copy(server):
-    """workflows/dump_and_compare.json (UI format) and its API copy describe the same graph with node
+    """example_workflows/dump_and_compare.json (UI format) and its API copy describe the same graph with node
     types the server knows; queued, the dump is written before the comparison reads it."""
     import json
     from pathlib import Path
 
-    workflows = Path(__file__).resolve().parents[2] / "workflows"
+    workflows = Path(__file__).resolve().parents[2] / "example_workflows"
     api = json.loads((workflows / "api" / "dump_and_compare.json").read_text())
     ui = json.loads((workflows / "dump_and_compare.json").read_text())
     object_info = server.get_json("/object_info")
@@ -218,7 +220,7 @@ def test_dump_and_compare_workflow_runs_and_matches_its_ui_copy(server):
 
 
 def test_image_to_video_workflow_reports_the_latent_and_dumps_it(server):
-    """The latent monitor and dump in workflows/image_to_video_vae_chain.json (the UI/API agreement
+    """The latent monitor and dump in example_workflows/image_to_video_vae_chain.json (the UI/API agreement
     is checked by the VAE encode tests): 9 frames -> a 3-frame WAN 2.1 latent, dumped."""
     import json
     from pathlib import Path
@@ -227,7 +229,7 @@ def test_image_to_video_workflow_reports_the_latent_and_dumps_it(server):
 
     api = json.loads(
         (
-            Path(__file__).resolve().parents[2] / "workflows" / "api" / "image_to_video_vae_chain.json"
+            Path(__file__).resolve().parents[2] / "example_workflows" / "api" / "image_to_video_vae_chain.json"
         ).read_text()
     )
     prompt_id, history = server.run(api)

@@ -16,7 +16,7 @@ from tests.comfyui.conftest import load_script
 pytestmark = [pytest.mark.comfyui, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-WORKFLOW = REPO / "workflows" / "api" / "text_to_image_lora_monitor_full_size.json"
+WORKFLOW = REPO / "example_workflows" / "api" / "text_to_image_lora_monitor_full_size.json"
 LOCK = Path(tempfile.gettempdir()) / "pipeline_monitor_full_size.lock"
 RUN_TIMEOUT_S = 600
 

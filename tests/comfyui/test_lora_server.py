@@ -214,13 +214,13 @@ def test_bad_inputs_are_findings_and_the_prompt_succeeds(server, lora_runs):
 
 
 def test_example_workflow_is_valid_against_object_info(server):
-    """workflows/text_to_image_lora_monitor.json (UI format): every node type exists, every link
+    """example_workflows/text_to_image_lora_monitor.json (UI format): every node type exists, every link
     joins an output and an input of the same type, widget values match the declared widgets, and
     the monitor sits between the LoRA loader and everything that uses MODEL and CLIP."""
     import json
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "workflows" / "text_to_image_lora_monitor.json"
+    path = Path(__file__).resolve().parents[2] / "example_workflows" / "text_to_image_lora_monitor.json"
     workflow = json.loads(path.read_text())
     object_info = server.get_json("/object_info")
     nodes = {node["id"]: node for node in workflow["nodes"]}

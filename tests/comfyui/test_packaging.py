@@ -26,7 +26,7 @@ pytestmark = pytest.mark.comfyui
 PACK_FOLDER = "pipeline-monitor"  # the registry id ([project].name): comfy-cli installs under it
 TOOL_TIMEOUT_S = 300  # only catches a hang
 RUNTIME_FILES = ("__init__.py", "requirements.txt", "pyproject.toml", "LICENSE", "README.md")
-RUNTIME_DIRS = ("monitors", "nodes", "web", "schemas", "workflows")
+RUNTIME_DIRS = ("monitors", "nodes", "web", "schemas", "example_workflows")
 DEV_ONLY_TOP = {"tests", "bench", "scripts", ".ci", ".git", ".venv", ".demo", "node_modules", "node.zip"}
 CACHE_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache"}
 # Planted in the copies: none of it may reach an archive, in a git checkout or outside one.
@@ -181,7 +181,7 @@ def test_installed_pack_loads_from_the_unpacked_archive(installed_server):
 
 def test_installed_pack_runs_a_prompt_and_serves_its_report(installed_server):
     server, pack = installed_server
-    prompt = json.loads((pack / "workflows" / "api" / "models_profile_demo.json").read_text())
+    prompt = json.loads((pack / "example_workflows" / "api" / "models_profile_demo.json").read_text())
     prompt["4"]["inputs"].update(width=64, height=64)  # the demo at a size that is quick on a CPU
     prompt_id, history = server.run(prompt)
     assert history["status"]["status_str"] == "success", history["status"]

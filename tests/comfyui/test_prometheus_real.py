@@ -21,7 +21,7 @@ pytestmark = pytest.mark.comfyui
 
 JOB = "comfyui"
 SCRAPE_TIMEOUT_S = 120  # only catches a hang: a 1 s scrape interval answers within seconds
-DEMO = json.loads((REPO_ROOT / "workflows" / "api" / "models_profile_demo.json").read_text())
+DEMO = json.loads((REPO_ROOT / "example_workflows" / "api" / "models_profile_demo.json").read_text())
 DEMO["4"]["inputs"].update(width=32, height=32)  # the demo at a size that is quick on a CPU
 VAE_ENCODE = {
     "1": {

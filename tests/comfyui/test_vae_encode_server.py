@@ -11,7 +11,7 @@ import pytest
 pytestmark = pytest.mark.comfyui
 
 WAN_VAE = "pm_tiny_wan21_vae.safetensors"
-WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
+WORKFLOWS = Path(__file__).resolve().parents[2] / "example_workflows"
 TILES = {"tile_size": 512, "overlap": 64, "temporal_size": 64, "temporal_overlap": 8}
 
 

@@ -3,7 +3,7 @@ once with dynamic VRAM on (ComfyUI's default on CUDA) and once with `--disable-d
 
 In each mode (tests/comfyui/dynamic_vram_support.py; the same code runs on the CPU in
 tests/comfyui/test_dynamic_vram_server.py):
-- the demo pipeline (workflows/api/models_profile_demo.json) succeeds and its models step names the
+- the demo pipeline (example_workflows/api/models_profile_demo.json) succeeds and its models step names the
   memory manager: "dynamic", or "estimate" without dynamic VRAM;
 - PipelineMonitorVAEEncode forced to `strategy=cpu` encodes on its CPU rung (a clone of a dynamic
   patcher with the CPU as load device used to fail with KeyError);

@@ -49,3 +49,10 @@ test("clicking a band finds its run; labels count from the run's start when zoom
   assert.deepEqual(timeLabels({ from: 99, to: 104 }, { from: 99, to: 104, promptId: "a", runStart: 100 }), ["-1.0 s", "0.0 s", "1.0 s", "2.0 s", "3.0 s", "4.0 s"]);
   assert.deepEqual(timeLabels({ from: 0, to: 120 }, null), ["-2 min", "-1.6 min", "-1.2 min", "-48 s", "-24 s", "now"]);
 });
+
+test("an input name several nodes share names the node in the line", () => {
+  const change = (/** @type {string} */ id, /** @type {string} */ input, /** @type {string} */ before, /** @type {string} */ after) =>
+    ({ node_id: id, node_type: "CLIPTextEncode", input, before, after });
+  const texts = { changes: [change("6", "text", "a cat", "a dog"), change("7", "text", "blurry", "dark"), change("3", "seed", "1", "2")], n_changes: 3 };
+  assert.equal(inputChangesLine(/** @type {any} */ (texts))?.text, "#6 text a cat → a dog, #7 text blurry → dark, seed 1 → 2");
+});

@@ -262,3 +262,26 @@ test("compare: a few KiB added by a node in a run that adds little memory never 
   const hungry = makeReport({ prompt_id: "c", duration_s: 1.2, nodes: [node("2", 1.1, 0), node("8", 0.01, 512 * MiB)] });
   assert.deepEqual(compareRuns(base, hungry).nodes.map((n) => n.nodeId), ["8", "2"], "+512 MiB leads a +0.1 s change");
 });
+
+test("the panel's compare flags nothing with too little history, and says so", async () => {
+  const { MIN_JUDGED_RUNS, withholdThinVerdicts } = await import("../../web/lib/compare.mjs");
+  const { verdictBasis } = await import("../../web/lib/compare_view.mjs");
+  const node = (/** @type {string} */ id, /** @type {number} */ s) => ({ node_id: id, class_type: `C${id}`, status: "success", cached: false, duration_s: s, peak_rss_above_start_bytes: MiB });
+  const run = (/** @type {string} */ id, /** @type {number} */ slow, t = 1) =>
+    makeReport({ prompt_id: id, started_unix_s: t, duration_s: 3 + slow, nodes: [node("1", slow), node("2", 2)] });
+  // one earlier run: a noisy +0.25 s node is beyond the plain threshold, but the panel withholds it
+  const thin = compareRuns(run("a", 0.1, 10), run("b", 0.35, 11));
+  assert.equal(thin.nodes.find((n) => n.nodeId === "1")?.regression, true, "the rule alone flags it");
+  const shown = withholdThinVerdicts(thin);
+  assert.equal(shown.judged, false);
+  assert.equal(shown.regression, false);
+  assert.ok(shown.nodes.every((n) => !n.regression) && shown.steps.every((s) => !s.regression));
+  assert.match(verdictBasis(1, false), /Too little history.*1 earlier run.*from 3 on/);
+  // enough history: the same rule as before, verdicts kept
+  const history = [0.1, 0.11, 0.1].map((s, i) => run(`h${i}`, s, i));
+  const judged = withholdThinVerdicts(compareRuns(run("a", 0.1, 10), run("b", 0.35, 11), history));
+  assert.equal(MIN_JUDGED_RUNS, 3);
+  assert.equal(judged.judged, true);
+  assert.equal(judged.nodes.find((n) => n.nodeId === "1")?.regression, true);
+  assert.match(verdictBasis(4, true), /spread of 4 earlier runs/);
+});

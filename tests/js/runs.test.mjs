@@ -28,9 +28,10 @@ test("compare defaults to the last successful run of the same workflow, not the 
   ];
   assert.equal(defaultCompareTarget(runs[0], runs), "same-ok");
   const withScripted = [run({ prompt_id: "scripted", started_unix_s: 70 }), ...runs];
-  assert.equal(defaultCompareTarget(run({ prompt_id: "lone2", workflow_id: "w9", started_unix_s: 80 }), withScripted), "new",
-    "a scripted run is no default target while a named one exists");
-  assert.equal(defaultCompareTarget(run({ prompt_id: "lone", workflow_id: "w9", started_unix_s: 60 }), runs), "new", "no run of this workflow: the last success");
+  assert.equal(defaultCompareTarget(run({ prompt_id: "script2", started_unix_s: 80 }), withScripted), "new",
+    "for a scripted run, another scripted run is no default target while a named one exists");
+  assert.equal(defaultCompareTarget(run({ prompt_id: "lone", workflow_id: "w9", started_unix_s: 60 }), runs), null,
+    "the first run of a workflow: no other workflow offered as its base");
   assert.equal(defaultCompareTarget(runs[0], [runs[0]]), null);
   assert.equal(defaultCompareTarget(run({ prompt_id: "n", workflow_name: "a" }), [run({ prompt_id: "m", workflow_name: "a" }), run({ prompt_id: "k", started_unix_s: 5 })]), "m", "by name without ids");
 });

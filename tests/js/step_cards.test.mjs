@@ -47,7 +47,7 @@ test("a LoRA card: one table per LoRA with strength, rank, alpha, applied, the u
   assert.equal(rows.Rank, "2");
   assert.equal(rows.Alpha, "2");
   // a lone LoRA: applied, matched keys and patched weights are the headline's, said once
-  assert.deepEqual(Object.keys(rows).filter((k) => ["Applied", "Matched keys", "Unmatched keys", "Patched weights", "Change of |W|"].includes(k)), []);
+  assert.deepEqual(Object.keys(rows).filter((k) => ["Applied", "Matched keys", "Unmatched keys", "Patched weights", "Weight change"].includes(k)), []);
   const two = designedCard({ ...loraStep, details: { ...loraStep.details, loaders: [loraStep.details.loaders[0], { ...loraStep.details.loaders[0], node_id: "5" }] } });
   const first = Object.fromEntries(/** @type {any} */ (two.sections.find((b) => b.type === "table")).rows.map((/** @type {any} */ r) => [r.cells[0], r.cells[1]]));
   assert.equal(first["Matched keys"], "6 of 9 (67 %)", "with two LoRAs each table has its own");

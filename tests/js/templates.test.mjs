@@ -16,7 +16,7 @@ test("the pack's folder comes from the extension's URL", () => {
 });
 
 test("every example says on its card which models it needs, in the two lines the card shows", () => {
-  const folder = new URL("../../workflows/", import.meta.url);
+  const folder = new URL("../../example_workflows/", import.meta.url);
   for (const file of readdirSync(folder).filter((f) => f.endsWith(".json"))) {
     const text = templateDescription(JSON.parse(readFileSync(new URL(file, folder), "utf8")));
     assert.ok(text, file);

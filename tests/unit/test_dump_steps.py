@@ -143,7 +143,7 @@ def test_written_file_name_needs_written():
 def test_dump_names_are_sorted_and_a_failed_listing_says_why(tmp_path, monkeypatch):
     dump(tmp_path, "b", image=torch.zeros(1))
     dump(tmp_path, "a", image=torch.zeros(1))
-    assert dump_names(str(tmp_path)) == (["a.safetensors", "b.safetensors"], None)
+    assert dump_names(str(tmp_path)) == (["a", "b"], None)
     assert no_dump_message("lead", str(tmp_path)) == "lead"
 
     def broken(directory):

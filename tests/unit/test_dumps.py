@@ -372,7 +372,7 @@ def test_compare_dump_with_a_live_value(tmp_path):
     live = collect_tensors(latent={"samples": samples.clone()})
     result = compare_dump_with(str(tmp_path), "ref.safetensors", live.tensors, 1e-5, 1e-8)
     assert result["status"] == "identical" and result["only_in_a"] == ["image"]
-    assert result["verdict"] == "identical: 1 tensors bitwise equal (1 only in a)"
+    assert result["verdict"] == "identical: 1 tensors bitwise equal (1 only in dump_a)"
     assert result["b"] == {"name": None, "live": True, "n_tensors": 1}
     live = collect_tensors(latent={"samples": samples.half()})
     result = compare_dump_with(str(tmp_path), "ref.safetensors", live.tensors, 1e-3, 1e-3)

@@ -104,7 +104,7 @@ def test_names_only_on_one_side():
         and result["only_in_b"] == ["b"]
     )
     result = sets({"x": torch.zeros(1), "a": torch.zeros(1)}, {"x": torch.zeros(1)})
-    assert result["verdict"] == "identical: 1 tensors bitwise equal (1 only in a)"
+    assert result["verdict"] == "identical: 1 tensors bitwise equal (1 only in dump_a)"
 
 
 def test_tensors_are_fetched_one_pair_at_a_time():

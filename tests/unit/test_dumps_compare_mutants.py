@@ -129,7 +129,7 @@ def test_summary_counts_of_a_set():
     assert result["max_abs_diff"] == 1.0 and result["min_cosine_similarity"] == 0.0
     assert result["max_relative_error"] == pytest.approx(math.sqrt(2))
     assert result["status"] == "incompatible"
-    assert result["verdict"] == "incompatible: shapes differ for shape: [2] vs [3] (1 only in a, 2 only in b)"
+    assert result["verdict"] == "incompatible: shapes differ for shape: [2] vs [3] (1 only in dump_a, 2 only in dump_b)"
 
 
 def test_verdicts_name_the_worst_tensor_and_the_closest_figures():

@@ -1,5 +1,6 @@
-"""ComfyUI serves the first of these folders that a pack has as its workflow templates
-(app/custom_node_manager.py), so only workflows/ may exist, or the templates 404."""
+"""ComfyUI lists the templates of every one of these folders a pack has, but serves their files
+from the first (app/custom_node_manager.py), so only example_workflows/ (the registry's name for a
+pack's examples) may exist, or templates 404."""
 
 import os
 
@@ -9,4 +10,4 @@ COMFYUI_TEMPLATE_FOLDERS = ("example_workflows", "example", "examples", "workflo
 
 def test_workflows_is_the_only_template_folder():
     present = [name for name in COMFYUI_TEMPLATE_FOLDERS if os.path.isdir(os.path.join(REPO, name))]
-    assert present == ["workflows"]
+    assert present == ["example_workflows"]

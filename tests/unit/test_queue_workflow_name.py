@@ -12,6 +12,6 @@ def test_a_scripted_run_is_named_after_its_workflow_file():
     spec = importlib.util.spec_from_file_location("queue_workflow", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    workflow = workflow_from_extra_data(module.named_extra_data("workflows/api/models_profile_demo.json"))
+    workflow = workflow_from_extra_data(module.named_extra_data("example_workflows/api/models_profile_demo.json"))
     assert workflow["name"] == "models_profile_demo.json"
     assert workflow["id"] == "file:models_profile_demo.json" and workflow["name_unknown_reason"] is None

@@ -30,6 +30,15 @@ def test_ci_runs_the_readme_commands():
     assert "COMFYUI_PYTHON=" in ci
     assert "../shared/comfyui" in ci
     assert "comfyui_execution_suite.sh" in ci
+    # the browser tests on the newest frontend too, in an overlay venv over 0.33.0's
+    assert "NEWEST_FRONTEND=1.58.1" in ci and "scripts/setup_frontend_venv.sh" in ci
+    assert 'stage frontend newest_frontend_browser' in ci
+
+
+def test_the_frontend_overlay_venv_layers_on_the_version_venv():
+    script = REPO.joinpath("scripts/setup_frontend_venv.sh").read_text()
+    assert "site.addsitedir" in script, "a plain path line would not follow the version venv's own .pth layers"
+    assert "--no-deps" in script and "--target" in script, "only the frontend package goes into the overlay"
 
 
 def _pack_requirements(*prelude: str) -> list[str]:

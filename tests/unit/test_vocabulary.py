@@ -123,7 +123,7 @@ def test_headline_text_lists_known_headline_figures_in_order():
     summary = {"success": True, "n_loras": 2, "n_unmatched_keys": None, "model_relative_change_ratio": 0.5,
                "model_patch_bytes": 100}
     assert headline.headline_text("lora", summary).splitlines() == [
-        "applied: yes", "LoRAs: 2", "model change of |W|: 50.00 %"
+        "applied: yes", "LoRAs: 2", "model weight change: 50.00 %"
     ]
     assert headline.headline_text("lora", {}) == "no figures"
     assert headline.headline_text("not_a_kind", {"x": 1}) == "no figures"
@@ -178,7 +178,7 @@ def test_compare_reads_a_v1_and_a_v2_report(tmp_path):
 
 def test_html_report_of_a_v1_report_uses_v2_labels():
     page = render_html(json.loads(V1_FIXTURE.read_text()))
-    assert "<b>model change of |W|</b>1.23 %" in page and "relative change<" not in page
+    assert "<b>model weight change</b>1.23 %" in page and "relative change<" not in page
 
 
 def test_command_line_check_passes():

@@ -199,3 +199,25 @@ export function compareRuns(base, candidate, history = []) {
 export function orderForCompare(x, y) {
   return (x.started_unix_s ?? 0) <= (y.started_unix_s ?? 0) ? [x, y] : [y, x];
 }
+
+/**
+ * Runs of the workflow (the base included) a regression verdict needs: with fewer, one noisy
+ * earlier run made nodes red while the whole run was faster. `python -m monitors compare` still
+ * judges from one run (it says so in its basis line; a CI gate asks for it explicitly).
+ */
+export const MIN_JUDGED_RUNS = 3;
+
+/**
+ * The comparison as the panel shows it: with fewer than MIN_JUDGED_RUNS earlier runs of the
+ * workflow no figure is flagged and `judged` is false (the view says there is too little history);
+ * with enough, a node that ran in fewer than that keeps no flag either.
+ * @param {ReturnType<typeof compareRuns>} c
+ */
+export function withholdThinVerdicts(c) {
+  const judged = c.totals.nRuns >= MIN_JUDGED_RUNS;
+  const nodes = c.nodes.map((n) => (judged && n.nRuns >= MIN_JUDGED_RUNS ? n : { ...n, timeRegression: false, memoryRegression: false, regression: false }));
+  const steps = judged ? c.steps : c.steps.map((s) => ({ ...s, regression: false, figures: s.figures.map((f) => ({ ...f, regression: false })) }));
+  const totals = judged ? c.totals : { ...c.totals, timeRegression: false, memoryRegression: false };
+  const regression = totals.timeRegression || totals.memoryRegression || nodes.some((n) => n.regression) || steps.some((s) => s.regression);
+  return { ...c, nodes, steps, totals, regression, judged };
+}

@@ -4,7 +4,7 @@
 // vocabulary labels. Every table reflows to labelled rows in the 312 px sidebar (panel.css).
 import { h } from "./dom.mjs";
 import { MISSING, clip, formatBytes, formatDelta, formatSeconds, formatTime, formatValue, labelFromKey } from "./format.mjs";
-import { compareRuns, orderForCompare } from "./compare.mjs";
+import { MIN_JUDGED_RUNS, compareRuns, orderForCompare, withholdThinVerdicts } from "./compare.mjs";
 import { runName } from "./report_view.mjs";
 import { badge, breakable } from "./widgets.mjs";
 import { deepCompareNote } from "./deep_profile_card.mjs";
@@ -44,11 +44,13 @@ function totalsTable(c) {
         h("td", {}, flag(t.memoryRegression, "more memory than the spread of the earlier runs allows"))])));
 }
 
-/** @param {number} nRuns */
-function verdictBasis(nRuns) {
-  return nRuns > 1
-    ? `Regressions are judged against the spread of ${nRuns} earlier runs of this workflow.`
-    : "Judged against the base run alone: no earlier runs of this workflow to show the usual spread.";
+/** @param {number} nRuns @param {boolean} judged */
+export function verdictBasis(nRuns, judged) {
+  if (!judged) {
+    const runs = nRuns === 1 ? "1 earlier run" : `${nRuns} earlier runs`;
+    return `Too little history to call anything a regression: ${runs} of this workflow, and its usual spread shows from ${MIN_JUDGED_RUNS} on. The changes below are differences, not verdicts.`;
+  }
+  return `Regressions are judged against the spread of ${nRuns} earlier runs of this workflow.`;
 }
 
 /** @param {Comparison["nodes"][number]} n */
@@ -90,7 +92,7 @@ function stepsSection(c) {
   if (!c.steps.length) return [h("p", { class: "pm-muted", text: "Neither run has monitor steps." })];
   return [
     ...changed.map((s) => h("article", { class: `pm-step pm-compare-step${s.regression ? " pm-regressed" : ""}`, dataset: { kind: s.kind } },
-      h("header", { class: "pm-step-head" }, h("span", { class: "pm-step-title", text: s.title }), h("span", { class: "pm-muted", text: ` #${s.nodeId ?? "?"} ${s.presence === "both" ? "" : `(${s.presence})`}` }),
+      h("header", { class: "pm-step-head" }, h("span", { class: "pm-step-title", text: s.title }), h("span", { class: "pm-muted", text: `${s.nodeId != null ? ` #${s.nodeId}` : ""} ${s.presence === "both" ? "" : `(${s.presence})`}` }),
         s.regression ? badge("regression", "error") : null),
       h("table", { class: "pm-table pm-stackable" }, h("tbody", {}, s.figures.map((f) => h("tr", { class: f.regression ? "pm-regressed" : "" },
         h("td", { text: labelFromKey(f.key, s.kind), title: f.key }),
@@ -98,7 +100,7 @@ function stepsSection(c) {
           ? cell("", h("span", { class: "pm-nowrap", text: `${formatValue(f.key, f.a, s.kind)} → ${formatValue(f.key, f.b, s.kind)}` }))
           : h("td", { class: "pm-compare-text", text: `${formatValue(f.key, f.a, s.kind)} → ${formatValue(f.key, f.b, s.kind)}` }),
         cell("Δ", f.delta !== null ? formatDelta(f.key, f.delta, s.kind) : MISSING))))))),
-    same.length ? h("p", { class: "pm-muted pm-compare-same", text: `No figure changed: ${same.map((s) => `${s.title} #${s.nodeId ?? "?"}`).join(", ")}` }) : null,
+    same.length ? h("p", { class: "pm-muted pm-compare-same", text: `No figure changed: ${same.map((s) => `${s.title}${s.nodeId != null ? ` #${s.nodeId}` : ""}`).join(", ")}` }) : null,
   ];
 }
 
@@ -110,17 +112,18 @@ function stepsSection(c) {
  */
 export function compareView(x, y, actions, history = []) {
   const [base, candidate] = orderForCompare(x, y);
-  const c = compareRuns(base, candidate, history);
+  const c = withholdThinVerdicts(compareRuns(base, candidate, history));
   const side = (/** @type {string} */ role, /** @type {RunReport} */ r) => h("div", { class: "pm-compare-side", title: `prompt ${r.prompt_id}` },
     h("span", { class: "pm-muted", text: `${role} ` }), h("b", { text: runName(r) }), h("span", { class: "pm-muted pm-nowrap", text: ` ${formatTime(r.started_unix_s)} · ${formatSeconds(r.duration_s)}` }));
   return h("section", { class: "pm-compare" },
     h("div", { class: "pm-toolbar" },
       h("button", { class: "pm-button pm-back", text: "← Back", onclick: () => actions.back() }),
-      c.regression ? badge("regression", "error", "the newer run is slower or needs more memory than the earlier runs' spread") : badge("no regression", "ok")),
+      !c.judged ? badge("too little history", "neutral", `regressions are judged from ${MIN_JUDGED_RUNS} runs of this workflow on`)
+        : c.regression ? badge("regression", "error", "the newer run is slower or needs more memory than the earlier runs' spread") : badge("no regression", "ok")),
     h("div", { class: "pm-compare-head" }, side("base", base), side("newer", candidate)),
     deepCompareNote(base, candidate) ? h("p", { class: "pm-deep-note pm-level-warning", text: deepCompareNote(base, candidate) }) : null,
     totalsTable(c),
-    h("p", { class: "pm-muted pm-compare-basis", text: verdictBasis(c.totals.nRuns) }),
+    h("p", { class: "pm-muted pm-compare-basis", text: verdictBasis(c.totals.nRuns, c.judged) }),
     h("h4", { text: "Nodes, largest change first" }),
     ...nodesSection(c),
     h("h4", { text: "Monitor steps: what changed" }),

@@ -62,7 +62,7 @@ export function blockBars(byBlock, max = 12) {
       text: useRel ? pct(r.rel) : stat(r.norm),
     })),
     hidden: Math.max(0, rows.length - max),
-    measure: useRel ? "change of |W|" : "change norm",
+    measure: useRel ? "weight change" : "change norm",
   };
 }
 

@@ -1,6 +1,7 @@
 // The sidebar panel: live chart at the top, then the runs list, one run, or a comparison.
-// Data stays in this object between openings; the DOM is rebuilt on every mount. While the tab
-// is closed nothing runs: no timer, no animation frame, and the server is told to stop pushing.
+// Data stays in this object between openings; the DOM is rebuilt on every mount. While the panel
+// is not shown nothing runs: no timer, no animation frame, and the server is told to stop pushing
+// (live_watch.mjs judges "shown" by itself: frontends do not always call the tab's destroy).
 import { clear, h } from "./dom.mjs";
 import { formatTime, safeFileName } from "./format.mjs";
 import { SampleBuffer, WINDOW_S, bandAt, chartWindow, drawChart, runRange } from "./live_chart.mjs";
@@ -12,8 +13,7 @@ import { compareView } from "./compare_view.mjs";
 import { READOUT_HINT, downloadRun, liveChips, readoutText, saveBlob } from "./live_readout.mjs";
 import { RunningTracker, estimateProgress } from "./running.mjs";
 import { TREND_RUNS } from "./sparkline.mjs";
-
-export const RENEW_MS = 10_000; // the server forgets a watcher after 30 s without renewal
+import { LiveWatch } from "./live_watch.mjs";
 
 /**
  * What the panel needs from ComfyUI, injected so this module imports nothing of it.
@@ -49,8 +49,6 @@ export class MonitorPanel {
     this.zoomBar = null;
     /** @type {HTMLElement | null} */
     this.main = null;
-    /** @type {ReturnType<typeof setInterval> | null} */
-    this.renewTimer = null;
     /** @type {number | null} */
     this.frame = null;
     /** @type {ResizeObserver | null} */
@@ -59,7 +57,9 @@ export class MonitorPanel {
     this.runningSlot = null;
     this.tracker = new RunningTracker();
     this.generation = 0; // bumps on unmount so late fetches do not touch a closed panel
+    /** @type {{draws: number, samples: number, renewals: number, mounts: number}} */
     this.stats = { draws: 0, samples: 0, renewals: 0, mounts: 0 };
+    this.live = new LiveWatch(host, (points) => this.backfill(points), this.stats);
     /** @type {import("./run_views.mjs").Actions} */
     this.actions = {
       openRun: (id) => {
@@ -89,7 +89,7 @@ export class MonitorPanel {
   // -- events, registered once by the entry ----------------------------------------------------
   /** @param {unknown} detail */
   onSample(detail) {
-    if (!this.root) return; // a push that was in flight when the tab closed
+    if (!this.live.active) return; // a push that was in flight when the last viewer was hidden
     this.stats.samples += 1;
     if (!this.buffer.push(detail)) return;
     this.follow(/** @type {import("./live_samples.mjs").Point} */ (this.buffer.latest()));
@@ -149,6 +149,7 @@ export class MonitorPanel {
   // -- open / close ----------------------------------------------------------------------------
   /** @param {HTMLElement} el */
   mount(el) {
+    if (this.root) this.release(); // rendered again without a destroy in between
     this.stats.mounts += 1;
     this.canvas = h("canvas", { class: "pm-chart", role: "img", "aria-label": "memory over the last minutes" });
     this.values = h("div", { class: "pm-live-values" });
@@ -163,55 +164,38 @@ export class MonitorPanel {
       h("section", { class: "pm-live" }, this.values, this.zoomBar, h("div", { class: "pm-chart-box" }, this.canvas), this.readout),
       this.main);
     el.append(this.root);
-    const generation = this.generation;
     this.resizer = new ResizeObserver(() => this.scheduleDraw());
     this.resizer.observe(this.canvas);
     this.renderValues();
     this.renderZoomBar();
     this.renderMain();
-    void this.watch(true, generation);
-    this.renewTimer = setInterval(() => void this.watch(true, generation, false), RENEW_MS);
+    this.live.attach("panel", this.root);
     void this.loadRuns();
   }
 
+  /** The tab's destroy: the DOM gone, the server told to stop pushing. */
   unmount() {
+    this.release();
+    this.live.detach("panel");
+  }
+
+  /** Drops the DOM and what draws into it; the live subscription is the caller's to end or hand on. */
+  release() {
     this.generation += 1;
-    if (this.renewTimer !== null) clearInterval(this.renewTimer);
     if (this.frame !== null) cancelAnimationFrame(this.frame);
     this.resizer?.disconnect();
-    this.renewTimer = this.frame = this.resizer = null;
+    this.frame = this.resizer = null;
     this.root?.remove();
     this.root = this.canvas = this.values = this.main = this.readout = this.zoomBar = this.runningSlot = null;
     this.hoverT = null;
-    void this.watch(false, this.generation);
   }
 
-  /**
-   * @param {boolean} watching
-   * @param {number} generation
-   * @param {boolean} backfill
-   */
-  async watch(watching, generation, backfill = true) {
-    const clientId = this.host.clientId();
-    if (!clientId) return;
-    if (watching) this.stats.renewals += 1;
-    try {
-      const response = await this.host.fetchApi("/pipeline_monitor/live", {
-        method: "POST",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ client_id: clientId, watching, backfill }),
-      });
-      const body = await response.json();
-      if (watching && generation === this.generation && Array.isArray(body.points)) {
-        if (this.buffer.extend(body.points)) {
-          const last = this.buffer.latest();
-          if (last) this.follow(last); // a prompt already running when the tab opened
-          this.scheduleDraw();
-        }
-      }
-    } catch (error) {
-      console.warn("Pipeline Monitor: live view request failed", error);
-    }
+  /** Points the server kept while the panel was not shown (or before it opened). @param {unknown[]} points */
+  backfill(points) {
+    if (!this.buffer.extend(points)) return;
+    const last = this.buffer.latest();
+    if (last) this.follow(last); // a prompt already running when the tab opened
+    this.scheduleDraw();
   }
 
   // -- live chart ------------------------------------------------------------------------------

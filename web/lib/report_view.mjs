@@ -63,8 +63,9 @@ export function sameWorkflow(a, b) {
 
 /**
  * The run a comparison starts from: the last successful run of the same workflow before this one;
- * else the last successful run of the same workflow; else the last successful run of a named
- * workflow; else the last successful run; else none.
+ * else the last successful run of the same workflow; else, for a run of a named workflow, none (its
+ * first run is compared with nothing rather than with another workflow); for a scripted run (no
+ * workflow), the last successful run of a named workflow, else the last successful run.
  * @param {RunSummary} run
  * @param {RunSummary[]} runs
  * @returns {string | null}
@@ -73,8 +74,10 @@ export function defaultCompareTarget(run, runs) {
   const others = sortRunsNewestFirst(runs.filter((r) => r.prompt_id !== run.prompt_id && r.status === "success"));
   const same = others.filter((r) => sameWorkflow(run, r));
   const earlier = same.find((r) => (r.started_unix_s ?? 0) <= (run.started_unix_s ?? 0));
+  if (earlier ?? same[0]) return /** @type {RunSummary} */ (earlier ?? same[0]).prompt_id;
+  if (run.workflow_name || run.workflow_id) return null;
   const named = others.filter((r) => r.workflow_name || r.workflow_id); // a scripted run is a last resort
-  return (earlier ?? same[0] ?? named[0] ?? others[0])?.prompt_id ?? null;
+  return (named[0] ?? others[0])?.prompt_id ?? null;
 }
 
 /**
@@ -114,7 +117,10 @@ export function inputChangesLine(changes, max = 4) {
     changes.n_inputs_removed ? `${changes.n_inputs_removed} removed` : "",
   ].filter(Boolean).join(", ");
   if (!total) return { text: structure ? `no values changed (${structure})` : "no inputs changed", title: null };
-  const parts = listed.map((c) => `${c.input} ${c.before} → ${c.after}`);
+  // an input name that several nodes share (two prompts' "text") says which node changed
+  const names = changes.changes.map((c) => c.input);
+  const shared = new Set(names.filter((name, i) => names.indexOf(name) !== i));
+  const parts = listed.map((c) => `${shared.has(c.input) ? `#${c.node_id} ` : ""}${c.input} ${c.before} → ${c.after}`);
   if (total > listed.length) parts.push(`+${total - listed.length} more`);
   const title = changes.changes.map((c) => `#${c.node_id} ${c.node_type ?? "?"} ${c.input}: ${c.before} → ${c.after}`).join("\n");
   return { text: parts.join(", "), title: structure ? `${title}\n${structure}` : title };

@@ -233,7 +233,7 @@ export function stepCardView(step, options = {}) {
     : null;
   return h("article", { class: `pm-step pm-worst-${card.worst}`, dataset: { kind: card.kind, nodeId: card.nodeId ?? "" } },
     h("header", { class: "pm-step-head" }, h("span", { class: "pm-step-title", text: card.title }),
-      h("span", { class: "pm-muted", text: ` #${card.nodeId ?? "?"}` }),
+      card.nodeId != null ? h("span", { class: "pm-muted", text: ` #${card.nodeId}` }) : null, // a run-wide step (deep profile) has none
       card.badges.map((b) => badge(b.text, b.tone, b.title)),
       options.stale ? badge(`run ${options.stale}`, "neutral", `the run ${options.stale} after this step: what came after it did not run`) : null,
       h("button", { class: "pm-button pm-step-json", text: "JSON", title: "Download this step's JSON", onclick: () => downloadStepJson(step) })),
@@ -260,6 +260,7 @@ export function runView(report, runs, sort, actions, history = []) {
   const alike = others.filter((r) => isDeepProfiled(r) === isDeepProfiled(report));
   const chosen = defaultCompareTarget(summaryOf(report, runs), alike) ?? defaultCompareTarget(summaryOf(report, runs), others);
   const select = h("select", { class: "pm-compare-select", title: "Run to compare with (first choice: the last successful run of this workflow)" },
+    chosen ? null : h("option", { value: "", selected: true, text: "compare with… (no earlier run of this workflow)" }),
     others.map((r) => h("option", { value: r.prompt_id, selected: r.prompt_id === chosen,
       text: `${runName(r)} · ${formatTime(r.started_unix_s)} · ${formatSeconds(r.duration_s)} · ${runStatus(r).text}` })));
   const steps = report.steps ?? [];

@@ -61,7 +61,7 @@ export function latentBlocks(step) {
   /** @type {Figure[]} */
   const items = [];
   if (isNumber(decoded.width)) items.push({ label: "Decodes to", value: `${decoded.width}×${decoded.height}${isNumber(decoded.frames) && decoded.frames > 1 ? ` × ${decoded.frames} frames` : ""}` });
-  if (arr(samples.family_alternatives).length) items.push({ label: "Or", value: arr(samples.family_alternatives).join(", ") });
+  if (arr(samples.family_alternatives).length) items.push({ label: "Could also be", value: arr(samples.family_alternatives).join(", "), title: "other model families whose latents have this shape" });
   return {
     sections: items.length ? [{ type: "figures", items }] : [],
     more: isNumber(samples.min) ? [{ type: "table", cls: "pm-kv", title: "Statistics", columns: [{ label: "" }, { label: "" }],
@@ -99,7 +99,7 @@ export function compareBlocks(step) {
       })),
     });
   }
-  const only = [...arr(d.only_in_a).map((n) => `${n} (only in a)`), ...arr(d.only_in_b).map((n) => `${n} (only in b)`)];
+  const only = [...arr(d.only_in_a).map((n) => `${n} (only in the reference, dump_a)`), ...arr(d.only_in_b).map((n) => `${n} (only in dump_b)`)];
   /** @type {Block[]} */
   const more = only.length ? [{ type: "groups", title: "Not compared", groups: [{ label: "", items: only }] }] : [];
   return { sections, more };

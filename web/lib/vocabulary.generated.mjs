@@ -129,17 +129,17 @@ export const VOCABULARY = {
     "description": "LoRA keys in the files"
    },
    "model_relative_change_ratio": {
-    "label": "model change of |W|",
+    "label": "model weight change",
     "unit": "fraction",
     "description": "model: norm of the weight change relative to the base weights' norm"
    },
    "model_relative_change_partial": {
-    "label": "model change of |W| partial",
+    "label": "model weight change partial",
     "unit": null,
     "description": "model: true when the relative change covers fewer weights than were patched (weights without a base norm; each weight row says why): numerator and denominator always cover the same weights"
    },
    "model_n_weights_relative_change": {
-    "label": "model weights in change of |W|",
+    "label": "model weights in the weight change",
     "unit": "count",
     "description": "model: patched weights the relative change covers (both a change norm and a base norm)"
    },
@@ -184,17 +184,17 @@ export const VOCABULARY = {
     "description": "model: keys in the state dict of the model the LoRA(s) give"
    },
    "clip_relative_change_ratio": {
-    "label": "clip change of |W|",
+    "label": "clip weight change",
     "unit": "fraction",
     "description": "clip: norm of the weight change relative to the base weights' norm"
    },
    "clip_relative_change_partial": {
-    "label": "clip change of |W| partial",
+    "label": "clip weight change partial",
     "unit": null,
     "description": "clip: true when the relative change covers fewer weights than were patched (weights without a base norm; each weight row says why): numerator and denominator always cover the same weights"
    },
    "clip_n_weights_relative_change": {
-    "label": "clip weights in change of |W|",
+    "label": "clip weights in the weight change",
     "unit": "count",
     "description": "clip: patched weights the relative change covers (both a change norm and a base norm)"
    },
@@ -625,7 +625,7 @@ export const VOCABULARY = {
     "description": "where the calibration came from, or why the raw estimate was used"
    },
    "direct_free_bytes": {
-    "label": "free for direct",
+    "label": "memory free for a direct encode",
     "unit": "bytes",
     "description": "memory this process could get on the device when direct was predicted: ComfyUI's free memory (cached blocks included) plus unloadable models less its reserve, capped by the per-process memory fraction",
     "processWide": true
@@ -1966,7 +1966,7 @@ export const DETAILS = {
           "description": "patches ComfyUI queues but never applies"
          },
          "relative_change": {
-          "label": "change of |W|",
+          "label": "weight change",
           "unit": "fraction",
           "description": "change norm over the base weights' norm"
          },
@@ -2078,7 +2078,7 @@ export const DETAILS = {
           "description": "patches ComfyUI queues but never applies"
          },
          "relative_change": {
-          "label": "change of |W|",
+          "label": "weight change",
           "unit": "fraction",
           "description": "change norm over the base weights' norm"
          },
