@@ -10,7 +10,9 @@ test("samples are normalised; malformed ones are dropped", () => {
   assert.equal(normalizeSample({ unix_time_s: "x" }), null);
   const p = normalizeSample(sample(5, { node: { node_id: 7, class_type: "KSampler", title: null }, gpus: [{ device: "cuda:0", allocated_bytes: 1, reserved_bytes: 2, utilization_pct: 50 }] }));
   assert.deepEqual(p?.node, { id: "7", label: "KSampler" });
-  assert.deepEqual(p?.gpus[0], { device: "cuda:0", allocated: 1, reserved: 2, util: 50, total: null });
+  assert.deepEqual(p?.gpus[0], { device: "cuda:0", allocated: 1, reserved: 2, util: 50, total: null, process: null, dynamic: null });
+  const dynamic = normalizeSample(sample(6, { gpus: [{ device: "cuda:0", allocated_bytes: 1, process_used_bytes: 9, aimdo_used_bytes: 7 }] }));
+  assert.deepEqual([dynamic?.gpus[0].process, dynamic?.gpus[0].dynamic], [9, 7]);
 });
 
 test("the buffer keeps time order, drops overlaps and stays bounded", () => {

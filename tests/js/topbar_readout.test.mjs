@@ -17,6 +17,9 @@ test("the readout: RAM, then VRAM and GPU use where a GPU reports, then the node
   assert.match(parts[1][1], /3\.0 GiB \(reserved 4\.0 GiB\)/);
   assert.equal(parts[3][1], "#7 KSampler");
   assert.equal(parts[4][1], "~46 % of last run");
+  // dynamic VRAM: the process's whole device memory beside torch's, which misses its weights
+  const dynamic = point({ gpus: [{ device: "cuda:0", allocated: 1 * GiB, reserved: 1 * GiB, util: null, total: null, process: 9 * GiB, dynamic: 7 * GiB }] });
+  assert.deepEqual(readoutParts(dynamic, null).slice(1, 3), [["VRAM", "1.0 GiB"], ["device", "9.0 GiB (dynamic 7.0 GiB)"]]);
 });
 
 test("free memory says what came back, and says so when nothing did", () => {

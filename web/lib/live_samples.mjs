@@ -5,7 +5,8 @@
 import { isNumber } from "./format.mjs";
 
 /**
- * @typedef {{device: string, allocated: number | null, reserved: number | null, util: number | null, total: number | null}} GpuPoint
+ * @typedef {{device: string, allocated: number | null, reserved: number | null, util: number | null, total: number | null,
+ *   process: number | null, dynamic: number | null}} GpuPoint
  * @typedef {{t: number, ramUsed: number | null, ramTotal: number | null, rss: number | null, cpu: number | null,
  *   gpus: GpuPoint[], node: {id: string, label: string} | null, promptId: string | null}} Point
  */
@@ -121,6 +122,10 @@ export function normalizeSample(raw) {
         reserved: num(g?.reserved_bytes),
         util: num(g?.utilization_pct),
         total: num(g?.nvml_total_bytes),
+        // this process's device memory as the driver counts it, and dynamic VRAM's own figure:
+        // what torch's counters miss (null where not measured)
+        process: num(g?.process_used_bytes),
+        dynamic: num(g?.aimdo_used_bytes),
       }))
     : [];
   const node = raw.node && raw.node.node_id != null

@@ -1,6 +1,6 @@
 // The small live readout in ComfyUI's top bar (at the start of the action bar, beside Run), so the
-// figures are visible without the panel: RAM, VRAM (torch's allocation; the device's own use where
-// the sampler reports it), GPU utilisation, the running node and the prompt's progress against the
+// figures are visible without the panel: RAM, VRAM (torch's allocation; beside it this process's
+// whole device memory and dynamic VRAM's share where the sampler reports them), GPU utilisation, the running node and the prompt's progress against the
 // last run of its workflow. A click opens the panel; beside it "Free memory" calls ComfyUI's own
 // POST /free (unload models, free memory) and says what that freed. On by default, switched in the
 // settings (PipelineMonitor.TopBarReadout). Its element is one of the live subscription's viewers
@@ -24,6 +24,8 @@ export function readoutParts(point, progress) {
   const gpu = point.gpus[0];
   if (gpu) {
     parts.push(["VRAM", isNumber(gpu.reserved) && gpu.reserved !== gpu.allocated ? `${formatBytes(gpu.allocated)} (reserved ${formatBytes(gpu.reserved)})` : formatBytes(gpu.allocated)]);
+    // the process's whole device memory, dynamic VRAM's weights and the CUDA context included
+    if (isNumber(gpu.process)) parts.push(["device", isNumber(gpu.dynamic) ? `${formatBytes(gpu.process)} (dynamic ${formatBytes(gpu.dynamic)})` : formatBytes(gpu.process)]);
     if (isNumber(gpu.util)) parts.push(["GPU", formatPercent(gpu.util)]);
   }
   if (point.node) parts.push(["running", `#${point.node.id} ${point.node.label}`.trim()]);
