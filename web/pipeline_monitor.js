@@ -141,7 +141,7 @@ app.registerExtension({
   },
 
   afterConfigureGraph() {
-    framer?.afterLoad();
+    void framer?.afterLoad();
   },
 
   beforeRegisterNodeDef(nodeType, nodeData) {

@@ -37,6 +37,15 @@ def _plain_number(value: float) -> str:
     return f"{value:.4g}"
 
 
+def _array_item(value) -> str:
+    """An item of a short list, numbers rounded as every plain number is (the panel does the same)."""
+    if value is None:
+        return "null"
+    if isinstance(value, float) and not float(value).is_integer():
+        return _plain_number(value)  # integers stay as they are (a shape's 1024, not 1,024)
+    return str(value)
+
+
 def unit_of_key(name: str) -> str | None:
     """The unit a name implies, for keys that are not declared (run-level figures, unknown kinds)."""
     if name.endswith("_per_s"):
@@ -80,7 +89,7 @@ def format_with_unit(unit: str | None, value: Any) -> str:
         and len(value) <= 8
         and all(v is None or isinstance(v, (int, float, str, bool)) for v in value)
     ):
-        return "[" + ", ".join("null" if v is None else str(v) for v in value) + "]"
+        return "[" + ", ".join(_array_item(v) for v in value) + "]"
     text = json.dumps(value, default=str)
     return text if len(text) <= 160 else text[:159] + "…"
 

@@ -58,14 +58,25 @@ def dismiss_messages(page) -> None:
     page.keyboard.press("Escape")
 
 
-def open_from_template_browser(page, name: str) -> None:
+# Whether a card still shows a leaf element whose whole text is the file name (the frontend's title).
+SHOWS_FILE_NAME = """([selector, name]) => [...document.querySelectorAll(selector + ' *')]
+  .some((e) => e.childElementCount === 0 && e.textContent.trim() === name)"""
+
+
+def open_from_template_browser(page, name: str, title: str) -> None:
     """Browse Templates -> the pack -> the card (`[role=dialog]` in every frontend: PrimeVue's
-    `.p-dialog` in 1.35, reka-ui's since 1.49)."""
+    `.p-dialog` in 1.35, reka-ui's since 1.49). The card's title is the workflow's, not its file
+    name (web/lib/templates.mjs)."""
     page.evaluate("window.app.extensionManager.command.execute('Comfy.BrowseTemplates')")
     dialog = page.locator("[role=dialog]")
     dialog.get_by_text(PACK_FOLDER, exact=True).first.click()
-    card = dialog.get_by_text(name, exact=True).first
+    selector = f'[data-testid="template-workflow-{name}"]'
+    card = dialog.locator(selector).first
     card.wait_for()
+    page.wait_for_function(f"(arg) => !({SHOWS_FILE_NAME})(arg)", arg=[selector, name])
+    headings = card.locator("h3")
+    if headings.count():  # frontends since 1.49 title a card with an h3
+        assert headings.first.inner_text().strip() == title, (name, headings.first.inner_text())
     card.click()
     page.wait_for_selector("[role=dialog] >> text=" + PACK_FOLDER, state="detached", timeout=20_000)
 
@@ -84,7 +95,7 @@ def test_every_example_opens_readable_and_complete_from_the_template_browser(pag
         assert thumbnail.status_code == 200 and thumbnail.content[:2] == b"\xff\xd8", path.stem
         assert any(n["type"] == "Note" and n["widgets_values"][0].startswith("What to look at") for n in workflow["nodes"])
 
-        open_from_template_browser(page, path.stem)
+        open_from_template_browser(page, path.stem, workflow["extra"]["title"])
         page.wait_for_function(f"window.app.graph.nodes.length === {len(workflow['nodes'])}", timeout=20_000)
         types = page.evaluate("window.app.graph.nodes.map((n) => n.type)")
         assert sorted(types) == sorted(n["type"] for n in workflow["nodes"]), path.name

@@ -76,3 +76,9 @@ test("byte labels say size unless the name says what it measures", () => {
   assert.equal(labelFromKey("peak_gpu_allocated_bytes"), "peak gpu allocated");
   assert.equal(labelFromKey("rss_change_bytes"), "rss change");
 });
+
+test("the panel rounds a rate, a ratio and a list's numbers as the node's text does (four significant digits)", () => {
+  assert.equal(formatValue("frames_per_s", 0.037853), "0.03785/s");
+  assert.equal(formatValue("overhead_ratio", 2.0594), "2.059×");
+  assert.equal(formatValue("values", [0.929183, 1024, null]), "[0.9292, 1024, null]");
+});

@@ -115,7 +115,7 @@ test("a VAE card lists the attempts (strategy, outcome, time, peak) and the comp
     ["tiled", "ok", "2.50 s", "512.0 MiB GPU"],
   ]);
   assert.match(text(card.sections), /spatial compression.*64×/);
-  assert.equal(card.headline.find((f) => f.label === "frames per second")?.value, "1.91", "a rate named 'per second' shows no second '/s'");
+  assert.equal(card.headline.find((f) => f.label === "frames per second")?.value, "1.905", "four significant digits, as the node text (Python); a rate named 'per second' shows no second '/s'");
 });
 
 test("a compare card says the verdict once and has a row per tensor", () => {

@@ -25,3 +25,38 @@ test("a wide graph shrinks to fit, but never below the readable zoom", () => {
   assert.equal(wide.scale, READABLE_SCALE);
   assert.equal((0 + wide.offset[0]) * wide.scale, 400); // the left edge stays clear of the sidebar
 });
+
+test("a graph that loads before the card is known to be the pack's is framed once the answer comes", async () => {
+  const { exampleFramer } = await import("../../web/lib/template_view.mjs");
+  /** @type {(event: any) => void} */
+  let onClick = () => {};
+  const doc = { addEventListener: (/** @type {string} */ _type, /** @type {any} */ handler) => { onClick = handler; } };
+  const frames = /** @type {unknown[]} */ ([]);
+  const savedFrame = globalThis.requestAnimationFrame;
+  const savedElement = globalThis.Element;
+  globalThis.requestAnimationFrame = /** @type {any} */ ((/** @type {unknown} */ step) => { frames.push(step); return 0; });
+  globalThis.Element ??= /** @type {any} */ (class {});
+  try {
+    /** @type {((ours: boolean) => void)[]} */
+    const answers = [];
+    const isPackTemplate = () => new Promise((resolve) => { answers.push(resolve); });
+    const app = { canvas: { ds: { scale: 1, offset: [0, 0] }, canvas: {} } };
+    const framer = exampleFramer(/** @type {any} */ (doc), () => app, /** @type {any} */ (isPackTemplate));
+    const card = { getAttribute: () => "template-workflow-dump_and_compare" };
+    const target = Object.assign(Object.create(globalThis.Element.prototype), { closest: () => card });
+    onClick({ target });
+    const loading = framer.afterLoad(); // the graph loaded; the pack's template list has not answered yet
+    assert.equal(frames.length, 0);
+    answers[0](true);
+    await loading;
+    assert.equal(frames.length, 1, "framed once the card is known to be the pack's");
+    onClick({ target });
+    const other = framer.afterLoad();
+    answers[1](false);
+    await other;
+    assert.equal(frames.length, 1, "another pack's card: not framed");
+  } finally {
+    globalThis.requestAnimationFrame = savedFrame;
+    if (savedElement === undefined) delete (/** @type {any} */ (globalThis)).Element;
+  }
+});

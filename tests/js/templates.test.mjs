@@ -29,3 +29,14 @@ test("a card still showing the frontend's fallback is the one to describe", asyn
   const { fallbackDescription } = await import("../../web/lib/templates.mjs");
   assert.equal(fallbackDescription("text_to_image-lora"), "text to image lora");
 });
+
+test("a card's title is the workflow's extra.title, else its file name as words", async () => {
+  const { templateTitle } = await import("../../web/lib/templates.mjs");
+  assert.equal(templateTitle("dump_and_compare", { extra: { title: "  Dump and compare  " } }), "Dump and compare");
+  assert.equal(templateTitle("image_to-video", null), "Image to video");
+  const folder = new URL("../../example_workflows/", import.meta.url);
+  for (const file of readdirSync(folder).filter((f) => f.endsWith(".json"))) {
+    const title = templateTitle(file.replace(/\.json$/, ""), JSON.parse(readFileSync(new URL(file, folder), "utf8")));
+    assert.ok(/^[A-Z]/.test(title) && !title.includes("_"), `${file}: a title people read, not a file name: ${title}`);
+  }
+});

@@ -185,3 +185,10 @@ def test_labels_of_keys_no_kind_declares(name, text):
 @pytest.mark.parametrize(("seconds", "text"), [(0.009949, "9.9 ms"), (0.4994, "499 ms"), (-0.4994, "-499 ms")])
 def test_milliseconds_are_a_thousand_per_second_to_the_last_digit(seconds, text):
     assert format_seconds(seconds) == text
+
+
+def test_a_rate_a_ratio_and_a_lists_numbers_have_four_significant_digits_as_in_the_panel():
+    """The same texts as web/lib/format.mjs (tests/js/format.test.mjs): the node's text and its card agree."""
+    assert format_value("frames_per_s", 0.037853) == "0.03785/s"
+    assert format_value("overhead_ratio", 2.0594) == "2.059×"
+    assert format_value("values", [0.929183, 1024, None]) == "[0.9292, 1024, null]"

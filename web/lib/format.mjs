@@ -89,7 +89,8 @@ export function formatValue(key, value, kind) {
     const field = declaredField(kind, key);
     const unit = field ? field.unit : unitOfName(key);
     // "frames per second" already names the rate; "encode rate" does not
-    if (unit === "per_s") return /per second/.test(field?.label ?? "") ? formatPlainNumber(Number(value.toPrecision(3))) : `${formatPlainNumber(Number(value.toPrecision(3)))}/s`;
+    // the same four significant digits as every plain number (and the node's text, made in Python)
+    if (unit === "per_s") return /per second/.test(field?.label ?? "") ? formatPlainNumber(value) : `${formatPlainNumber(value)}/s`;
     if (unit === "bytes") return formatBytes(value);
     if (unit === "s") return formatSeconds(value);
     if (unit === "pct") return formatPercent(value);
@@ -99,7 +100,7 @@ export function formatValue(key, value, kind) {
   }
   if (typeof value === "string") return value;
   if (Array.isArray(value) && value.length <= 8 && value.every((v) => typeof v !== "object" || v === null)) {
-    return `[${value.map((v) => (v === null ? "null" : String(v))).join(", ")}]`;
+    return `[${value.map((v) => (v === null ? "null" : typeof v === "number" && !Number.isInteger(v) ? formatPlainNumber(v) : String(v))).join(", ")}]`;
   }
   const text = JSON.stringify(value);
   return text.length <= 160 ? text : `${text.slice(0, 159)}…`;

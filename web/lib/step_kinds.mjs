@@ -2,6 +2,7 @@
 // from the generated vocabulary (monitors/*/summary.py); badges read figures through its KEYS, so
 // no summary key is spelled here. Unknown kinds and keys still render (all summary keys, in report
 // order): this table only orders and decorates.
+import { formatValue } from "./format.mjs";
 import { KEYS, SCHEMA_VERSION, VOCABULARY } from "./vocabulary.generated.mjs";
 
 /** @typedef {"ok" | "info" | "warn" | "error"} Tone */
@@ -122,7 +123,8 @@ export const STEP_KINDS = {
     ...declared("deep_profile"),
     badges: (s) => {
       const ratio = s[KEYS.deep_profile.overhead_ratio];
-      return typeof ratio === "number" ? [{ text: `overhead ${ratio.toFixed(2)}×`, tone: "info", title: "wall time against the workflow's last plain run" }] : [];
+      // the card's own rounding of the figure (formatValue), so the badge and the table agree
+      return typeof ratio === "number" ? [{ text: `overhead ${formatValue(KEYS.deep_profile.overhead_ratio, ratio, "deep_profile")}`, tone: "info", title: "wall time against the workflow's last plain run" }] : [];
     },
   },
 };

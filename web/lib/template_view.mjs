@@ -65,19 +65,24 @@ function freeArea(doc, canvasEl) {
  * @param {(name: string) => Promise<boolean>} isPackTemplate
  */
 export function exampleFramer(doc, getApp, isPackTemplate) {
-  let clickedAt = 0; // when one of the pack's cards was clicked; 0: none pending
+  let clickedAt = 0; // when a template card was clicked; 0: none pending
+  /** @type {Promise<boolean> | null} whether that card is the pack's (asked once the click came) */
+  let ours = null;
   doc.addEventListener("click", (event) => {
     const card = /** @type {Element | null} */ (event.target instanceof Element ? event.target.closest(CARD_SELECTOR) : null);
     const name = card?.getAttribute("data-testid")?.slice("template-workflow-".length);
-    clickedAt = 0;
-    const at = Date.now();
-    if (name) void isPackTemplate(name).then((ours) => { clickedAt = ours ? at : 0; });
+    clickedAt = name ? Date.now() : 0;
+    ours = name ? isPackTemplate(name).catch(() => false) : null;
   }, true);
   return {
-    afterLoad() {
+    async afterLoad() {
       // a click that opened nothing (an error, the dialog closed) does not frame a later load
-      if (!clickedAt || Date.now() - clickedAt > PENDING_MS) return;
+      if (!clickedAt || !ours || Date.now() - clickedAt > PENDING_MS) return;
+      const asked = ours;
       clickedAt = 0;
+      ours = null;
+      // the graph may load before the answer comes: wait for it, never frame someone else's
+      if (!(await asked)) return;
       const canvas = getApp()?.canvas;
       if (!canvas?.ds || !canvas.canvas) return;
       let last = "", still = 0, frames = 0;

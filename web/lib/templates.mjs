@@ -7,6 +7,7 @@
 // (`[data-testid="template-workflow-<name>"]`, a name the pack lists, still showing the name as its
 // description: thumbnails are blob URLs, so the name is what identifies a card), reads each
 // workflow once through the API and sets the description's text and tooltip.
+// Each card's title, the bare file name, becomes the workflow's `extra.title` (or the name as words).
 // Text only (textContent / title), never markup. No timers: the observer runs on DOM changes.
 
 const CARD_SELECTOR = '[data-testid^="template-workflow-"]';
@@ -20,6 +21,31 @@ const OWN_CLASS = "pm-template-description"; // the description this module adds
 export function templateDescription(workflow) {
   const info = workflow?.extra?.info;
   return typeof info === "string" && info.trim() ? info.trim() : null;
+}
+
+/**
+ * The card title of a workflow file: its extra.title, else its file name as words ("dump_and_compare"
+ * -> "Dump and compare"); the frontend shows the bare file name.
+ * @param {string} name @param {any} workflow
+ */
+export function templateTitle(name, workflow) {
+  const title = workflow?.extra?.title;
+  if (typeof title === "string" && title.trim()) return title.trim();
+  const words = fallbackDescription(name);
+  return words.charAt(0).toUpperCase() + words.slice(1);
+}
+
+/**
+ * The element of a card that shows its file name as the title: the innermost one whose whole text
+ * it is (an h3 since frontend 1.49).
+ * @param {Element} card @param {string} name
+ * @returns {Element | null}
+ */
+export function titleElement(card, name) {
+  for (const el of card.querySelectorAll("h3, p, div, span")) {
+    if (el.childElementCount === 0 && el.textContent?.trim() === name) return el;
+  }
+  return null;
 }
 
 /**
@@ -65,19 +91,25 @@ export function describeTemplateCards(doc, fetchNames, fetchWorkflow) {
   if (typeof MutationObserver === "undefined" || !doc?.body) return null;
   /** @type {Promise<Set<string>> | null} */
   let names = null;
-  /** @type {Map<string, Promise<string | null>>} */
-  const descriptions = new Map();
+  /** @type {Map<string, Promise<any>>} */
+  const workflows = new Map();
   const describe = async (/** @type {Element} */ card) => {
     const name = card.getAttribute("data-testid")?.slice("template-workflow-".length);
     if (!name || card.querySelector(`.${OWN_CLASS}`)) return;
     const fallback = descriptionElement(card, fallbackDescription(name));
     const title = fallback ? null : card.querySelector("h3");
-    if (!fallback && !title) return;
+    const named = titleElement(card, name);
+    if (!fallback && !title && !named) return;
     names ??= fetchNames().then((list) => new Set(list)).catch(() => new Set());
     if (!(await names).has(name)) return;
-    if (!descriptions.has(name)) descriptions.set(name, fetchWorkflow(name).then(templateDescription).catch(() => null));
-    const text = await descriptions.get(name);
-    if (!text) return;
+    if (!workflows.has(name)) workflows.set(name, fetchWorkflow(name).catch(() => null));
+    const workflow = await workflows.get(name);
+    if (named && named.textContent?.trim() === name) {
+      named.textContent = templateTitle(name, workflow);
+      named.setAttribute("title", `${name}.json`);
+    }
+    const text = templateDescription(workflow);
+    if (!text || (!fallback && !title)) return;
     if (fallback) {
       if (fallback.textContent?.trim() !== fallbackDescription(name)) return;
       fallback.textContent = text;
