@@ -31,9 +31,16 @@ class Template:
 
 
 def entry_tensors(entry) -> list:
+    """The entry's patch tensors (entries.patch_tensors; a weight adapter's read directly)."""
+    import torch
+
     from .entries import patch_tensors
 
-    return patch_tensors(entry[1]) if len(entry) > 1 else []
+    value = entry[1] if len(entry) > 1 else None
+    weights = getattr(value, "weights", None)
+    if isinstance(weights, tuple) and isinstance(getattr(value, "name", None), str):
+        return [t for t in weights if isinstance(t, torch.Tensor)]
+    return patch_tensors(value) if value is not None else []
 
 
 def _offset(entry):
