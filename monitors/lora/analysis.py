@@ -171,8 +171,8 @@ class RowPlan:
         if not found or any(t is None for t in found):
             return False
         key_rows = []
+        self.reuse.counts["n_delta_norms_reused"] += len(found)
         for template, entry in zip(found, entries, strict=True):
-            self.reuse.count("n_delta_norms_reused")
             row = row_from_template(template, entry)
             raw = None if template.reason is not None else known(template.unit)
             self.entries.append((row, raw, template.reason, _function(entry), key, entry, False, None))

@@ -82,6 +82,14 @@ class LiveState(Mapping):
             raise KeyError(key)
         return tensor.detach()
 
+    def shape(self, key) -> list[int] | None:
+        """The shape of the tensor under `key` now (None: no tensor), without a detached view."""
+        owner_ref, name, is_parameter = self._table.get(key, (None, None, None))
+        owner = None if owner_ref is None else owner_ref()
+        tensors = None if owner is None else (owner._parameters if is_parameter else owner._buffers)
+        tensor = None if tensors is None else tensors.get(name)
+        return None if tensor is None else [int(d) for d in tensor.shape]
+
     def __iter__(self):
         return iter(self._table)
 

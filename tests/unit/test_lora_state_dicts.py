@@ -92,3 +92,11 @@ def test_a_module_with_its_own_state_dict_or_hooks_is_read_by_state_dict():
     hooked._register_state_dict_hook(lambda module, state, prefix, local: None)
     assert isinstance(state_dict_of(Counting()), dict)
     assert isinstance(state_dict_of(hooked), dict)
+
+
+def test_a_live_state_gives_shapes_as_the_state_dict_does():
+    model = Walks()
+    live = state_dict_of(model)
+    for key, tensor in model.state_dict().items():
+        assert live.shape(key) == list(tensor.shape)
+    assert live.shape("no.such.key") is None
