@@ -7,7 +7,8 @@ and device, the change norm at unit strength and the base weight's norm) is a fu
 loaded module, the key, the offset and the patch tensors. It is kept per module (weakly: it goes
 with the model) and key, and reused only when the entry holds the very same tensor objects (alive,
 by identity) at the same offset, or, those gone, tensors of the same shapes from the same file
-identity (the rule of the file figures in caches.py: a file changed on disk is a new file); a new strength is then identity checks and a rescale. A template
+identity (the rule of the file figures in caches.py: a file changed on disk is a new file). A new
+strength is then identity checks and a rescale (row_from_template, entries.set_delta). A template
 is served read-only: the caller's row is a new dict made from it.
 """
 
