@@ -1,15 +1,19 @@
 """Where the LoRA monitor's time goes: its step on the full-size SD1.5 checkpoint and LoRA, in process.
 
     COMFYUI_PATH=<ComfyUI> python -m bench.lora_step_profile --base DIR [--device cpu|cuda|auto]
-        [--repeats 5] [--top 25]
+        [--repeats 5] [--top 25] [--against OLDER_PACK_DIR]
 
 Loads the checkpoint with ComfyUI's own nodes (CheckpointLoaderSimple, then LoraLoader at a new
-strength each run, as a user trying strengths does) and builds the `lora` step the way
+strength each run, as a user trying strengths does: one LoraLoader object, which keeps the file's
+tensors, as ComfyUI's executor keeps a node's object between prompts) and builds the `lora` step the way
 PipelineMonitorLora does. Prints the wall time of the first step (the file seen the first time) and
 of the repeats (min/median/max), then cProfile's top functions of one repeat, by cumulative and by
 own time. The files come from `scripts/make_models.py BASE --full-size` (generated when missing).
 Verdicts (issue 25): a repeat <= 0.1 of the first step; on CUDA also a repeat <= 20 ms and the
-first <= 60 ms. --quick: one repeat, the top 5 functions.
+first <= 60 ms. Issue 35: a repeat <= 10 ms on a CPU, <= 5 ms on CUDA. `--against DIR` loads an
+older checkout of the pack beside this one (its own module names, its own caches) and times its
+step on the same patched model right next to this one's, in alternating order: the pairs'
+min/median/max ratio says what the change gained. --quick: one repeat, the top 5 functions.
 On `cuda` ComfyUI keeps its models on the GPU as in a real run; a host read-back waits for the
 queue, so the time of a step includes any wait it causes.
 """
@@ -41,6 +45,8 @@ LORA = "pm_sd15_full_lora.safetensors"
 REPEAT_TO_FIRST_TARGET = 0.1
 GPU_REPEAT_TARGET_S = 0.020
 GPU_FIRST_TARGET_S = 0.060
+CPU_REPEAT_TARGET_S = 0.010  # issue 35
+GPU_REPEAT_TARGET_35_S = 0.005
 log = logging.getLogger("bench.lora_step_profile")
 
 
@@ -94,6 +100,14 @@ def prompt(strength: float) -> dict:
     }
 
 
+def pack_modules(package: str) -> tuple:
+    """(monitors.lora.report, nodes.lora_keys) of the pack loaded under `package`."""
+    return (
+        importlib.import_module(f"{package}.monitors.lora.report"),
+        importlib.import_module(f"{package}.nodes.lora_keys"),
+    )
+
+
 def profile_text(profiler: cProfile.Profile, top: int) -> str:
     out = io.StringIO()
     for order in ("cumulative", "tottime"):
@@ -109,6 +123,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--against", help="an older checkout of the pack, timed side by side")
     add_quick_flag(parser)
     args = parser.parse_args(argv)
     if args.quick:
@@ -129,12 +144,22 @@ def main(argv=None) -> int:
     folder_paths.add_model_folder_path("checkpoints", str(base / "models" / "checkpoints"))
     folder_paths.add_model_folder_path("loras", str(base / "models" / "loras"))
     package = nodes.NODE_CLASS_MAPPINGS["PipelineMonitorLora"].__module__.rsplit(".", 2)[0]
-    report = importlib.import_module(f"{package}.monitors.lora.report")
-    keys = importlib.import_module(f"{package}.nodes.lora_keys")
+    packs = {"this": pack_modules(package)}
+    if args.against:
+        older = str(Path(args.against).resolve())
+        if not asyncio.run(nodes.load_custom_node(older)):
+            raise RuntimeError(f"ComfyUI could not load the pack at {older}")
+        packs["before"] = pack_modules(older.replace(".", "_x_"))
     model, clip = nodes.CheckpointLoaderSimple().load_checkpoint(CHECKPOINT)[:2]
 
-    def step(strength: float, profiler: cProfile.Profile | None = None) -> float:
-        patched_model, patched_clip = nodes.LoraLoader().load_lora(model, clip, LORA, strength, strength)
+    loader = nodes.LoraLoader()  # one node object, as ComfyUI's executor keeps it per node id
+
+    def patched(strength: float) -> tuple:
+        return loader.load_lora(model, clip, LORA, strength, strength)
+
+    def timed(pack: str, strength: float, models: tuple, profiler: cProfile.Profile | None = None) -> float:
+        report, keys = packs[pack]
+        patched_model, patched_clip = models
         began = time.perf_counter()
         if profiler is not None:
             profiler.enable()
@@ -155,8 +180,19 @@ def main(argv=None) -> int:
             log.warning("monitor errors: %s", built.monitor_errors)
         return took
 
+    def step(strength: float, profiler: cProfile.Profile | None = None) -> float:
+        return timed("this", strength, patched(strength), profiler)
+
+    if "before" in packs:
+        timed("before", 1.0, patched(1.0))  # its first, unmeasured
     first = step(1.0)
-    repeats = [step(0.9 - 0.1 * i) for i in range(args.repeats)]
+    repeats, before = [], []
+    for i in range(args.repeats):
+        strength = round(1.5 - 0.07 * (i % 20), 3)  # a new strength each time, never 0
+        models = patched(strength)
+        order = ("this", "before") if i % 2 == 0 else ("before", "this")
+        for pack in order if "before" in packs else ("this",):
+            (repeats if pack == "this" else before).append(timed(pack, strength, models))
     profiler = cProfile.Profile()
     step(0.25, profiler)
     repeat = statistics.median(repeats)
@@ -164,12 +200,27 @@ def main(argv=None) -> int:
         f"LoRA step on the full-size SD1.5 files, {device}: first {first * 1000:.1f} ms; repeated with a new "
         f"strength: {fmt_spread([r * 1000 for r in repeats], '.1f', ' ms')}"
     )
+    if before:
+        print(
+            f"  the older pack on the same models, side by side: {fmt_spread([b * 1000 for b in before], '.1f', ' ms')}"
+        )
+        print(
+            f"  this / older, per pair: {fmt_spread([r / b for r, b in zip(repeats, before, strict=True)])}"
+        )
     print(profile_text(profiler, args.top))
     print(
         verdict_line(
             repeat <= REPEAT_TO_FIRST_TARGET * first,
             f"LoRA step, same file and a new strength <= {REPEAT_TO_FIRST_TARGET} x its first",
             f"{repeat:.4f} s / {first:.4f} s = {repeat / first:.3f}",
+        )
+    )
+    target = GPU_REPEAT_TARGET_35_S if device == "cuda" else CPU_REPEAT_TARGET_S
+    print(
+        verdict_line(
+            repeat <= target,
+            f"LoRA step <= {target * 1000:g} ms on {device} when only the strength changed (issue 35)",
+            fmt_spread([r * 1000 for r in repeats], ".1f", " ms"),
         )
     )
     if device == "cuda":

@@ -18,9 +18,11 @@ colour, in this order:
           model and LoRA monitors come from ComfyUI's cache; the monitors of what the seed
           changed run (conditioning, VAE encode, latent, dump, compare)
 
-The monitors' overhead of a prompt is their own time from the per-node profile (their node rows),
-less the VAE encode attempts the VAE monitor ran (the encode core VAEEncode does in the plain
-prompt), over the round's plain prompt duration. Target (issue 14): the monitor nodes cost <= 1 %
+The monitors' overhead of a prompt is their own time from the per-node profile (their node rows:
+each node's span on the executor thread, measured there, exact, not a difference of two prompt
+walls), less the VAE encode attempts the VAE monitor ran (the encode core VAEEncode does in the
+plain prompt), over the round's plain prompt duration. Each round is an interleaved pair (plain,
+then monitored): the wall ratio of the pair is printed too, over at least MIN_ROUNDS rounds. Target (issue 14): the monitor nodes cost <= 1 %
 of a >= 0.5 s prompt, the verdict on the steady prompts (a workflow queued again, the usual
 case); the cold prompts' figure (a changed model or LoRA) is printed beside it. The whole-prompt
 ratios are printed too, but at this scale ComfyUI reloading the VAE in one prompt and not the next
@@ -50,6 +52,7 @@ MIN_PROMPT_S = 0.5
 WORK_CHAIN_TARGET_S = 0.6  # the work chain grown to this, so that it stays >= MIN_PROMPT_S under noise
 WORK_SIZE_START, WORK_SIZE_MAX = 1024, 8192
 VARIANTS = ("plain", "cold", "steady")
+MIN_ROUNDS = 15  # issue 35: enough interleaved pairs for the median to resolve 1 %
 
 
 def per_round(values, fmt: str, unit: str = "") -> str:
@@ -182,7 +185,9 @@ def measure(args) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=20, help="measured rounds (default 20)")
+    parser.add_argument(
+        "--prompts", type=int, default=20, help=f"measured rounds (default 20, at least {MIN_ROUNDS})"
+    )
     parser.add_argument("--warmup", type=int, default=2, help="unmeasured rounds first (default 2)")
     parser.add_argument(
         "--work-size",
@@ -201,6 +206,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.prompts, args.warmup = 1, 1
+    elif args.prompts < MIN_ROUNDS:
+        parser.error(f"--prompts: at least {MIN_ROUNDS} rounds (pairs) for a verdict on 1 %")
     comfyui = os.environ.get("COMFYUI_PATH")
     if not comfyui or not os.path.isfile(os.path.join(comfyui, "main.py")):
         print("COMFYUI_PATH must point to a ComfyUI 0.8 checkout; not measuring.", file=sys.stderr)
@@ -212,6 +219,9 @@ def main(argv=None) -> int:
     )
     for variant in VARIANTS:
         print(f"  prompt duration, {variant:<6}  {per_round(durations[variant], '.3f', ' s')}")
+    for variant in ("cold", "steady"):
+        ratios = [m / p for m, p in zip(durations[variant], durations["plain"], strict=True)]
+        print(f"  wall ratio {variant} / plain, per round   {per_round(ratios, '.3f')}")
     for variant in ("cold", "steady"):
         print(f"  {variant}: monitor nodes' own time {per_round(figures['own_s'][variant], '.4f', ' s')}")
         print(

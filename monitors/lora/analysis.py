@@ -29,6 +29,7 @@ from .entries import (  # noqa: F401 (analyse_entry, classify_patch... are impor
 )
 from .norms import frobenius_deferred
 from .state_dicts import state_dict_of
+from .templates import row_from_template, strength_free
 from .totals import MAX_LISTED_KEYS, aggregate, by_block, summarise_rows  # noqa: F401 (imported from here)
 from .weights import weight_rows
 
@@ -129,6 +130,7 @@ class RowPlan:
 
     def __init__(self, added: Mapping[str, list], base_lookup=None, not_patched=None, reuse=None) -> None:
         self.reuse = reuse
+        self.templates = None if reuse is None else reuse.templates.of(reuse.module)  # templates.py
         self.entries: list[tuple] = []  # (row, raw, reason, function, key, entry, computed)
         self.bases: list[tuple] = []  # (rows of the key, figure, reason, store)
         # Hundreds of small Gram products and base-weight chunks, each kernel ending in a
@@ -139,6 +141,8 @@ class RowPlan:
                 self._plan_key(str(key), added[key], base_lookup, not_patched)
 
     def _plan_key(self, key: str, entries: list, base_lookup, not_patched) -> None:
+        if self._from_templates(key, entries, base_lookup):
+            return
         shape = _shape_of(base_lookup, key)
         skip = not_patched(key) if not_patched is not None else None
         key_rows = []
@@ -146,13 +150,41 @@ class RowPlan:
             cached = self._cached_unit_norm(key, entry)
             row, raw, reason, function = entry_facts(entry, shape, skip, cached)
             row = {"key": key, "block": block_of(key), **row}
-            self.entries.append((row, raw, reason, function, key, entry, cached is None))
+            fresh = strength_free(row) if self._templates_on() else None
+            self.entries.append((row, raw, reason, function, key, entry, cached is None, fresh))
             key_rows.append(row)
         if base_lookup is not None:
             self.bases.append((key_rows, *_base_norm(base_lookup, key, key_rows[0]["offset"], self.reuse)))
         else:
             for row in key_rows:
                 row["base_norm"] = row["base_norm_unavailable"] = None
+
+    def _templates_on(self) -> bool:
+        return self.templates is not None
+
+    def _from_templates(self, key: str, entries: list, base_lookup) -> bool:
+        """Every entry of the key from its template (templates.py): no patch tensor or base weight
+        is looked at. False (nothing planned) when one entry has none."""
+        if not self._templates_on() or base_lookup is None:
+            return False
+        found = [self.templates.get(key, entry, self.reuse.file_of(entry)) for entry in entries]
+        if not found or any(t is None for t in found):
+            return False
+        key_rows = []
+        self.reuse.counts["n_delta_norms_reused"] += len(found)
+        for template, entry in zip(found, entries, strict=True):
+            row = row_from_template(template, entry)
+            raw = None if template.reason is not None else known(template.unit)
+            self.entries.append((row, raw, template.reason, _function(entry), key, entry, False, None))
+            key_rows.append(row)
+        first = found[0]
+        memo_key = (key, _offset_key(key_rows[0]["offset"]))
+        figure = self.reuse.pending_base.get(memo_key)
+        if figure is None and first.base is not None:
+            self.reuse.count("n_base_norms_reused")
+            figure = self.reuse.pending_base[memo_key] = known(first.base)
+        self.bases.append((key_rows, figure, first.base_reason, None))
+        return True
 
     def _cached_unit_norm(self, key: str, entry) -> float | None:
         return None if self.reuse is None else self.reuse.unit_norm(key, entry)
@@ -161,12 +193,14 @@ class RowPlan:
         return [e[1] for e in self.entries] + [b[1] for b in self.bases]
 
     def finish(self) -> list[dict]:
-        rows = []
-        for row, raw, reason, function, key, entry, computed in self.entries:
+        rows, made = [], {}
+        for row, raw, reason, function, key, entry, computed, fresh in self.entries:
             value = None if raw is None else raw.value()
             set_delta(row, value, reason, function)
             if computed and value is not None and self.reuse is not None:
                 self.reuse.put_unit_norm(key, entry, value)
+            if fresh is not None:
+                made[id(row)] = (fresh, value, reason, key, entry)
             rows.append(row)
         for key_rows, figure, reason, store in self.bases:
             base = None if figure is None else figure.value()
@@ -177,9 +211,22 @@ class RowPlan:
                 row["base_norm_unavailable"] = reason if base is None else None
                 delta = row["delta_norm"]
                 row["relative_change"] = delta / base if delta is not None and base else None
+                if id(row) in made:
+                    self._keep_template(made[id(row)], base, row["base_norm_unavailable"])
         for row in rows:
             row.setdefault("relative_change", None)
         return rows
+
+    def _keep_template(self, made: tuple, base, base_reason) -> None:
+        fresh, value, reason, key, entry = made
+        unit = None if reason is not None else value
+        if reason is None and value is None:
+            return  # a figure that could not be read: computed again next time
+        self.templates.put(key, entry, self.reuse.file_of(entry), (fresh, unit, reason, base, base_reason))
+
+
+def _function(entry) -> bool:
+    return len(entry) > 4 and entry[4] is not None
 
 
 def _base_norm(lookup, key: str, offset, reuse) -> tuple:

@@ -26,6 +26,8 @@ import weakref
 from collections import OrderedDict
 from typing import Any
 
+from .templates import TEMPLATES
+
 MAX_FILES = 32  # LoRA files whose figures are kept (a few MB of floats for real-size files)
 MAX_PAIRS = 64  # pairs of stacked files whose inner products are kept
 
@@ -183,7 +185,7 @@ class Reuse:
     figures reused and computed (reported as the side's `reuse`)."""
 
     def __init__(self, module=None, files_by_entry: dict | None = None, base_norms=None, files=None) -> None:
-        self.module = module
+        self.module, self.templates = module, TEMPLATES
         self.files_by_entry = files_by_entry or {}
         self.base_norms = BASE_NORMS if base_norms is None else base_norms
         self.files = FILE_FIGURES if files is None else files
@@ -242,13 +244,10 @@ def _tensors(entry) -> list:
     return patch_tensors(entry[1]) if len(entry) > 1 else []
 
 
-COUNTS = (
-    "n_base_norms_reused",
-    "n_base_norms_computed",
-    "n_delta_norms_reused",
-    "n_delta_norms_computed",
-    "n_inner_products_reused",
-    "n_inner_products_computed",
+COUNTS = tuple(
+    f"n_{figure}_{how}"
+    for figure in ("base_norms", "delta_norms", "inner_products")
+    for how in ("reused", "computed")
 )
 
 
@@ -393,6 +392,7 @@ def clear_caches() -> None:
     """Forget every cached figure (tests; a user never needs it: entries go with their model)."""
     BASE_NORMS.clear()
     FILE_FIGURES.clear()
+    TEMPLATES.clear()
     COVERAGE.clear()
     RULES.clear()
     FILE_STATUSES.clear()

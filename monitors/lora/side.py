@@ -25,7 +25,7 @@ from .analysis import (
 )
 from .caches import Reuse, entry_files
 from .deferred import resolve
-from .state_dicts import state_dict_of
+from .state_dicts import LiveState, state_dict_of
 from .weights import WeightPlan, leaf_parameter_rule
 
 MAX_LISTED_NAMES = 200  # state-dict key names listed per change kind
@@ -274,6 +274,8 @@ def state_dicts(before_patcher, after_patcher) -> tuple[tuple, tuple]:
 
 
 def _shape(state: dict | None, key: str) -> list[int] | None:
+    if isinstance(state, LiveState):
+        return state.shape(key)
     tensor = None if state is None else state.get(key)
     return None if tensor is None or not hasattr(tensor, "shape") else [int(d) for d in tensor.shape]
 

@@ -266,11 +266,7 @@ class WeightPlan:
         self.planned: dict = {}  # key -> (figure or None, reason, fills, stores, cache key)
         self.results: dict = {}
         for key in self.keys:
-            weight = None
-            try:
-                weight = lookup(key) if lookup is not None else None
-            except Exception:
-                weight = None
+            weight = _Weight(lookup, key)  # read only where a total needs the base weight
             self.planned[key] = self._plan(str(key), rows_by_key[key], added[key], weight, calculate, budget)
 
     def _plan(self, key, rows, entries, weight, calculate, budget) -> tuple:
@@ -299,7 +295,7 @@ class WeightPlan:
                 [r for r, _ in applied], [e for _, e in applied], key, self.reuse
             )
             return figure, None, [], stores
-        figure, reason, fills = _materialise(key, applied, weight, calculate, budget)
+        figure, reason, fills = _materialise(key, applied, weight.read(), calculate, budget)
         return figure, reason, fills, []
 
     def figures(self) -> list:
@@ -322,6 +318,19 @@ class WeightPlan:
             self.results[key] = (total, reason)
             out.append(_weight_row(key, self.rows_by_key[key], total, reason))
         return out
+
+
+class _Weight:
+    """A key's base weight, looked up on first use (None when it cannot be)."""
+
+    def __init__(self, lookup, key) -> None:
+        self.lookup, self.key = lookup, key
+
+    def read(self):
+        try:
+            return self.lookup(self.key) if self.lookup is not None else None
+        except Exception:
+            return None
 
 
 def _weight_row(key, rows: list[dict], total, reason) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import copy
 from collections import Counter
 from typing import Any
 
+from .memory_tables import MEMORY_TABLES
 from .patching import loaded_bytes, memory_manager, patch_placement
 
 UNKNOWN = None
@@ -48,8 +49,12 @@ def shared_module_memory():
         _SHARED_MEMORY.reset(token)
 
 
-def module_memory(module) -> dict[str, Any]:
-    """Bytes of parameters and buffers, in total and per device, plus the dominant dtype."""
+def module_memory(module, patcher=None) -> dict[str, Any]:
+    """Bytes of parameters and buffers, in total and per device, plus the dominant dtype; with the
+    module's ComfyUI patcher, kept with the model for its placement (memory_tables.py)."""
+    kept = None if patcher is None else MEMORY_TABLES.memory(module, patcher, _module_memory)
+    if kept is not None:
+        return kept
     shared = _SHARED_MEMORY.get()
     if shared is None:
         return _module_memory(module)
@@ -172,9 +177,11 @@ def object_patch_names(object_patches) -> dict[str, Any]:
     return {"n_object_patches": len(names), "object_patch_names": names[:MAX_OBJECT_PATCHES_LISTED]}
 
 
-def _base(kind: str, obj, module) -> dict[str, Any]:
+def _base(kind: str, obj, module, patcher=None) -> dict[str, Any]:
     reasons: dict[str, str] = {}
-    memory = _safe(lambda: module_memory(module), {}, reasons, "size_bytes") if module is not None else {}
+    memory = (
+        _safe(lambda: module_memory(module, patcher), {}, reasons, "size_bytes") if module is not None else {}
+    )
     device = _safe(lambda: getattr(module, "device", None), reasons=reasons, field="device")
     if device is None and memory.get("bytes_by_device"):
         device = max(memory["bytes_by_device"].items(), key=lambda kv: kv[1])[0]
@@ -195,7 +202,7 @@ def _base(kind: str, obj, module) -> dict[str, Any]:
 def describe_model(model) -> dict[str, Any]:
     """MODEL: a ModelPatcher over a diffusion model (or any torch module)."""
     module = getattr(model, "model", model)
-    info = _base("model", model, module)
+    info = _base("model", model, module, model if hasattr(model, "patches") and module is not model else None)
     if hasattr(model, "patches"):
         info.update(describe_patcher(model, info["unknown_reasons"]))
         dtype = (
@@ -228,8 +235,8 @@ def _config_class(module, reasons: dict[str, str]) -> str | None:
 def describe_clip(clip) -> dict[str, Any]:
     """CLIP: text encoder(s) behind `cond_stage_model`, with its own patcher."""
     module = getattr(clip, "cond_stage_model", None)
-    info = _base("clip", clip, module)
     patcher = getattr(clip, "patcher", None)
+    info = _base("clip", clip, module, patcher)
     if patcher is not None:
         info.update(describe_patcher(patcher, info["unknown_reasons"]))
     info["tokenizer_class"] = _safe(
@@ -242,8 +249,8 @@ def describe_clip(clip) -> dict[str, Any]:
 def describe_vae(vae) -> dict[str, Any]:
     """VAE: `first_stage_model` plus the encoder's compression settings."""
     module = getattr(vae, "first_stage_model", None)
-    info = _base("vae", vae, module)
     patcher = getattr(vae, "patcher", None)
+    info = _base("vae", vae, module, patcher)
     if patcher is not None:
         info.update(describe_patcher(patcher, info["unknown_reasons"]))
     info["device"] = _str_or_none(getattr(vae, "device", None)) or info["device"]
