@@ -30,7 +30,7 @@ from ..monitors.engine.prompt_info import cached_node_ids, run_outcome, workflow
 from ..monitors.lora.upstream import upstream_node_ids as lora_upstream
 from ..monitors.models.upstream import upstream_node_ids as models_upstream
 from ..monitors.report import run_summary
-from . import seams
+from . import model_residency, seams
 from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
@@ -135,6 +135,7 @@ def on_prompt_end(executor, extra_data=None) -> None:
     messages = getattr(executor, "status_messages", None) or []
     status, error = run_outcome(messages)
     workflow = workflow_from_extra_data(extra_data)
+    model_residency.on_prompt_end(runtime.recorder)
     deep_profile_call("prompt_finished", runtime.recorder, (workflow or {}).get("name"))
     runtime.recorder.end_run(status, error, cached_node_ids=cached_node_ids(messages), workflow=workflow)
 
@@ -215,6 +216,10 @@ def install() -> bool:
             except Exception:
                 log.exception("pipeline monitor: could not finish the run record")
 
+    try:
+        model_residency.install()  # loads, unloads and LoRA patches of model weights
+    except Exception:
+        log.exception("pipeline monitor: model residency seams not wrapped")
     deep_profile_call("state")  # made at start-up: PIPELINE_MONITOR_DEEP_PROFILE=1 preloads the profiler now
     setattr(reset_progress_state, _WRAPPED, True)
     setattr(execute_async, _WRAPPED, True)

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from ..engine.residency_fields import MODEL_RESIDENCY
 from ..node_fields import GPU_PEAK, NODE_ROW
 from ..report import SCHEMA_VERSION
 from ..summary_fields import StepKindVocabulary
@@ -55,6 +56,7 @@ def generated_schema(base: Mapping[str, Any]) -> dict:
     defs["node"] = declared_object(NODE_ROW, defs["node"].get("required", []))
     defs["node"]["properties"][GPU_PEAK.name] = {"type": "array", "items": {"$ref": "#/$defs/gpu_peak"}}
     defs["gpu_peak"] = declared_object(GPU_PEAK, defs["gpu_peak"].get("required", []))
+    schema["properties"][MODEL_RESIDENCY.name] = MODEL_RESIDENCY.schema()
     step = defs["step"]
     step["properties"]["summary"] = {"type": "object"}  # unknown kinds: any object
     step["properties"]["details"] = {"type": "object"}  # kinds that declare no details: any object

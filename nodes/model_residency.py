@@ -1,0 +1,353 @@
+"""Model loads, unloads and LoRA patches, through ComfyUI's model-management seams.
+
+Wrapped once at start, each with a `*args, **kwargs` wrapper that calls ComfyUI's own function
+first and never raises into it:
+- `comfy.model_management.load_models_gpu`: the models a node asks for (one already loaded is
+  noted as resident), and the reason of the unloads it causes (room for those models);
+- `comfy.model_management.free_memory`: an unload outside a load is an explicit free;
+- `LoadedModel.model_load` / `model_unload`: a load or an unload (full or partial), its bytes from
+  ComfyUI's own `loaded_size()` before and after and `model_size()`, its device and duration;
+- `ModelPatcher.unpatch_model`: LoRA weights restored (the patcher's backup, counted by `len`);
+- `ModelPatcher.partially_load` / `partially_unload` called on their own (not inside the above).
+Each reads a few cheap numbers (no walk over parameters) and hands one ModelEvent to the recorder
+(monitors/engine/model_residency.py). A missing seam is named by nodes/seams.py at start.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+import weakref
+
+from ..monitors.engine.model_residency import ModelEvent
+from .runtime import get_runtime
+
+log = logging.getLogger(__name__)
+
+_WRAPPED = "__pipeline_monitor_wrapped__"
+_local = threading.local()  # depth of wrapped calls and the reason of the free in progress
+_serials: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_next_serial = [0]
+
+
+def serial(obj) -> int | None:
+    """A small number naming `obj` in this process while it lives (weak: keeps nothing alive)."""
+    if obj is None:
+        return None
+    try:
+        found = _serials.get(obj)
+        if found is None:
+            _next_serial[0] += 1
+            found = _serials[obj] = _next_serial[0]
+        return found
+    except TypeError:  # not weak-referenceable
+        return None
+
+
+def _call(method, *args, default=None):
+    """`method(*args)`, or `default` when it is missing (None: older ComfyUI) or raises."""
+    if method is None:
+        return default
+    try:
+        return method(*args)
+    except Exception:
+        return default
+
+
+def _int(value) -> int | None:
+    return None if value is None else int(value)
+
+
+def patcher_state(patcher) -> dict:
+    """ComfyUI's own figures of a patcher: loaded_size(), model_size(), patched weight count."""
+    inner = getattr(patcher, "model", None)
+    return {
+        "loaded": _int(_call(getattr(patcher, "loaded_size", None))),
+        "size": _int(_call(getattr(patcher, "model_size", None))),
+        "patched": len(getattr(patcher, "backup", None) or ())
+        + int(getattr(inner, "lowvram_patch_counter", 0) or 0),
+        "model_class": type(inner).__name__ if inner is not None else None,
+        "patcher_id": serial(patcher),
+        "model_id": serial(inner),
+    }
+
+
+def _record(event: ModelEvent) -> None:
+    try:
+        get_runtime().recorder.model_event(event)
+    except Exception:
+        log.exception("pipeline monitor: model event not recorded")
+
+
+def _event(kind, state, after, device, duration_s, **extra) -> ModelEvent:
+    before_loaded, after_loaded = state["loaded"], after["loaded"]
+    moved = None if before_loaded is None or after_loaded is None else abs(after_loaded - before_loaded)
+    return ModelEvent(
+        kind=kind,
+        model_class=state["model_class"],
+        patcher_id=state["patcher_id"],
+        model_id=state["model_id"],
+        device=None if device is None else str(device),
+        duration_s=duration_s,
+        bytes_moved=moved,
+        loaded_before_bytes=before_loaded,
+        loaded_after_bytes=after_loaded,
+        model_size_bytes=after["size"],
+        **extra,
+    )
+
+
+def load_events(patcher, state, device, duration_s) -> list[ModelEvent]:
+    """The events of one LoadedModel.model_load: the load (when bytes moved) and LoRA patching."""
+    after = patcher_state(patcher)
+    events = []
+    moved = (after["loaded"] or 0) - (state["loaded"] or 0)
+    if _call(getattr(patcher, "is_dynamic", None), default=False):
+        kind = "load_dynamic"
+    elif after["size"] and after["loaded"] is not None and after["loaded"] < after["size"]:
+        kind = "load_partial"
+    else:
+        kind = "load_full"
+    if moved > 0 or kind == "load_dynamic" and state["loaded"] != after["loaded"]:
+        events.append(
+            _event(kind, state, after, device, duration_s, reason=getattr(_local, "load_reason", None))
+        )
+    if after["patched"] and (after["patched"] != state["patched"] or state.get("unpatched")):
+        events.append(_event("patch", state, after, device, None, n_weights=after["patched"]))
+    return events
+
+
+def _wrap_model_load(original):
+    @functools.wraps(original)
+    def model_load(self, *args, **kwargs):
+        patcher = getattr(self, "model", None)
+        state = _safe(patcher_state, patcher)
+        started = time.perf_counter()
+        _enter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            unpatched = _leave()
+            if state is not None:
+                state["unpatched"] = unpatched
+                duration = time.perf_counter() - started
+                for event in (
+                    _safe(load_events, patcher, state, getattr(self, "device", None), duration) or ()
+                ):
+                    _record(event)
+
+    return model_load
+
+
+def _wrap_model_unload(original):
+    @functools.wraps(original)
+    def model_unload(self, *args, **kwargs):
+        patcher = getattr(self, "model", None)
+        state = _safe(patcher_state, patcher)
+        started = time.perf_counter()
+        _enter()
+        unloading, _local.unloading = getattr(_local, "unloading", False), True
+        result = None
+        try:
+            result = original(self, *args, **kwargs)
+            return result
+        finally:
+            _leave()
+            _local.unloading = unloading
+            if state is not None:
+                _safe(_unload_event, patcher, state, result, time.perf_counter() - started)
+
+    return model_unload
+
+
+def _unload_event(patcher, state, result, duration_s) -> None:
+    after = patcher_state(patcher)
+    if state["loaded"] == after["loaded"] and not result:
+        return
+    kind = "unload_full" if result else "unload_partial"
+    device = getattr(patcher, "load_device", None)
+    _record(_event(kind, state, after, device, duration_s, reason=getattr(_local, "free_reason", None)))
+
+
+def _wrap_unpatch(original):
+    @functools.wraps(original)
+    def unpatch_model(self, *args, **kwargs):
+        unpatch_weights = kwargs.get("unpatch_weights", args[1] if len(args) > 1 else True)
+        # restored as part of an unload: the unload event says it
+        restore = unpatch_weights and not getattr(_local, "unloading", False)
+        n = len(getattr(self, "backup", None) or ()) if restore else 0
+        started = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            if n:
+                _safe(_unpatch_event, self, n, time.perf_counter() - started)
+
+    return unpatch_model
+
+
+def _unpatch_event(patcher, n, duration_s) -> None:
+    _local.unpatched = True
+    state = patcher_state(patcher)
+    device = getattr(patcher, "load_device", None)
+    _record(_event("unpatch", state, state, device, duration_s, n_weights=n))
+
+
+def _wrap_partial(original, kind):
+    """partially_load / partially_unload called on their own (inside a model_load/model_unload
+    the outer call records the event)."""
+
+    @functools.wraps(original)
+    def partial(self, *args, **kwargs):
+        if getattr(_local, "depth", 0):
+            return original(self, *args, **kwargs)
+        state = _safe(patcher_state, self)
+        started = time.perf_counter()
+        _enter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _leave()
+            if state is not None:
+                _safe(_partial_event, self, state, kind, time.perf_counter() - started)
+
+    return partial
+
+
+def _wrap_partial_load(original):
+    return _wrap_partial(original, "load_partial")
+
+
+def _wrap_partial_unload(original):
+    return _wrap_partial(original, "unload_partial")
+
+
+def _partial_event(patcher, state, kind, duration_s) -> None:
+    after = patcher_state(patcher)
+    if after["loaded"] != state["loaded"]:
+        _record(_event(kind, state, after, getattr(patcher, "load_device", None), duration_s))
+
+
+def _wrap_load_models_gpu(original):
+    @functools.wraps(original)
+    def load_models_gpu(*args, **kwargs):
+        models = kwargs.get("models", args[0] if args else ())
+        previous = getattr(_local, "load_reason", None)
+        names = _safe(_note_requested, models)
+        _local.load_reason = f"memory for {names}" if names else None
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _local.load_reason = previous
+
+    return load_models_gpu
+
+
+def _note_requested(models) -> str:
+    """Note the requested models already fully loaded; the classes asked for, for the reason."""
+    names = []
+    for patcher in list(models or ())[:16]:
+        state = patcher_state(patcher)
+        names.append(state["model_class"] or "a model")
+        if state["loaded"] and state["size"] and state["loaded"] >= state["size"]:
+            get_runtime().recorder.model_resident(state["model_id"], state["model_class"])
+    return ", ".join(dict.fromkeys(names))
+
+
+def _wrap_free_memory(original):
+    @functools.wraps(original)
+    def free_memory(*args, **kwargs):
+        previous = getattr(_local, "free_reason", None)
+        load = getattr(_local, "load_reason", None)
+        _local.free_reason = f"free_memory: {load}" if load else "free_memory: an explicit free"
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _local.free_reason = previous
+
+    return free_memory
+
+
+def _enter() -> None:
+    _local.depth = getattr(_local, "depth", 0) + 1
+    if _local.depth == 1:
+        _local.unpatched = False
+
+
+def _leave() -> bool:
+    _local.depth = max(0, getattr(_local, "depth", 1) - 1)
+    return bool(getattr(_local, "unpatched", False))
+
+
+def _safe(function, *args):
+    try:
+        return function(*args)
+    except Exception:
+        log.debug("pipeline monitor: model residency read failed", exc_info=True)
+        return None
+
+
+def resident_models() -> list[dict]:
+    """The models ComfyUI's model manager holds now (its `current_loaded_models`, a short list)."""
+    import comfy.model_management as mm
+
+    out = []
+    for loaded in list(mm.current_loaded_models)[:32]:
+        patcher = loaded.model
+        if patcher is None:
+            continue
+        state = patcher_state(patcher)
+        out.append(
+            {
+                "model_class": state["model_class"],
+                "patcher_id": state["patcher_id"],
+                "model_id": state["model_id"],
+                "device": str(getattr(loaded, "device", None)),
+                "loaded_bytes": state["loaded"],
+                "model_size_bytes": state["size"],
+            }
+        )
+    return out
+
+
+def _seams():
+    """(owner, name, original, wrapper) of every seam wrapped here; raises where one is missing."""
+    import comfy.model_management as mm
+    import comfy.model_patcher as mp
+
+    return (
+        (mm, "load_models_gpu", mm.load_models_gpu, _wrap_load_models_gpu),
+        (mm, "free_memory", mm.free_memory, _wrap_free_memory),
+        (mm.LoadedModel, "model_load", mm.LoadedModel.model_load, _wrap_model_load),
+        (mm.LoadedModel, "model_unload", mm.LoadedModel.model_unload, _wrap_model_unload),
+        (mp.ModelPatcher, "unpatch_model", mp.ModelPatcher.unpatch_model, _wrap_unpatch),
+        (mp.ModelPatcher, "partially_load", mp.ModelPatcher.partially_load, _wrap_partial_load),
+        (mp.ModelPatcher, "partially_unload", mp.ModelPatcher.partially_unload, _wrap_partial_unload),
+        (mm, "current_loaded_models", mm.current_loaded_models, None),
+    )
+
+
+def install() -> bool:
+    """Wrap the model-management seams once; False (one warning) when this ComfyUI lacks one."""
+    try:
+        seams = _seams()
+    except Exception as exc:
+        log.info("pipeline monitor: model loads and unloads not recorded, a seam is missing (%s)", exc)
+        return False
+    for owner, name, original, wrap in seams:
+        if wrap is None or getattr(original, _WRAPPED, False):
+            continue
+        wrapped = wrap(original)
+        setattr(wrapped, _WRAPPED, True)
+        setattr(owner, name, wrapped)
+    return True
+
+
+def on_prompt_end(recorder) -> None:
+    """Hand the recorder the models resident as the prompt ends."""
+    try:
+        recorder.set_resident_at_end(resident_models())
+    except Exception as exc:  # the report says null: not read
+        log.debug("pipeline monitor: resident models not read: %s", exc)
