@@ -144,3 +144,25 @@ def test_lora_strength_change_names_the_unpatch_and_the_patch(mm, pack_runtime):
     assert unpatch["n_weights"] == 2 and patch["n_weights"] == 2
     (finding,) = [f for f in second["model_residency"]["findings"] if f["code"] == "lora_repatched"]
     assert "2 weights unpatched and 2 patched again" in finding["message"]
+
+
+def test_a_failing_recorder_never_reaches_comfyui_and_results_pass_through(
+    comfy, mm, pack_runtime, monkeypatch
+):
+    def broken(*args, **kwargs):
+        raise RuntimeError("recorder broken")
+
+    monkeypatch.setattr(pack_runtime.recorder, "model_event", broken)
+    monkeypatch.setattr(pack_runtime.recorder, "model_resident", broken)
+    comfy.pack_module("nodes.model_residency").install()  # twice: still one wrapper each
+    assert not hasattr(mm.LoadedModel.model_load.__wrapped__, "__wrapped__")
+    unet = patcher_of(UNetStandIn, 48)
+    pack_runtime.recorder.begin_run("broken", {})
+    assert mm.load_models_gpu([unet]) is None
+    assert mm.load_models_gpu([unet]) is None  # already loaded: model_resident raises, swallowed
+    assert unet.loaded_size() == unet.model_size()
+    (index,) = [i for i, m in enumerate(mm.current_loaded_models) if m.model is unet]
+    loaded = mm.current_loaded_models.pop(index)  # as free_memory does with what it unloads
+    assert loaded.model_unload() is True and unet.loaded_size() == 0
+    report = pack_runtime.recorder.end_run("success")
+    assert report.status == "success" and report.model_residency["events"] == []

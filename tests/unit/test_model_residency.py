@@ -91,7 +91,9 @@ def test_busy_seconds_counts_nested_events_once():
 
 
 def test_eviction_in_one_prompt_and_reload_in_the_next_name_node_and_cause(recorder, tmp_path):
-    first = run(recorder, "p1", [("3", [load(1)]), ("8", [unload(1), load(2, 10 * MiB, model_class="AutoencoderKL")])])
+    first = run(
+        recorder, "p1", [("3", [load(1)]), ("8", [unload(1), load(2, 10 * MiB, model_class="AutoencoderKL")])]
+    )
     assert [e["node_id"] for e in first["model_residency"]["events"]] == ["3", "8", "8"]
     assert first["model_residency"]["n_models_first_loaded"] == 2
     rows = {n["node_id"]: n for n in first["nodes"]}
