@@ -3,7 +3,7 @@
 // is closed nothing runs: no timer, no animation frame, and the server is told to stop pushing.
 import { clear, h } from "./dom.mjs";
 import { formatTime, safeFileName } from "./format.mjs";
-import { SampleBuffer, WINDOW_S, bandAt, chartWindow, drawChart, runRange } from "./live_chart.mjs";
+import { SampleBuffer, WINDOW_S, bandAt, chartWindow, drawChart, modelLane, runRange } from "./live_chart.mjs";
 import { runName, upsertRun } from "./report_view.mjs";
 import { RunStore } from "./run_store.mjs";
 import { DeepProfileToggle } from "./deep_profile_card.mjs";
@@ -235,6 +235,7 @@ export class MonitorPanel {
       windowS: chartWindow(points),
       hoverT: this.hoverT,
       zoom: this.zoom,
+      modelLane: this.modelLane, // the opened run's model loads and unloads (model_lane.mjs)
     });
     this.renderValues();
     this.renderReadout();
@@ -375,6 +376,7 @@ export class MonitorPanel {
         if (generation !== this.generation || this.view !== view || !this.main) return;
         clear(main);
         const history = /** @type {import("./report_view.mjs").RunReport[]} */ (reports.slice(needed).filter(Boolean));
+        if (view.name === "run") { this.modelLane = modelLane(reports[0]); this.scheduleDraw(); }
         main.append(view.name === "run" ? runView(reports[0], this.runs, this.sort, this.actions, history) : compareView(reports[0], reports[1], this.actions, history));
       })
       .catch((error) => {

@@ -1,6 +1,7 @@
 // Data shaping for the panel: run report JSON (schemas/run_report.schema.json) -> rows, cards and
 // comparisons. Pure functions, no DOM, so Node's test runner covers them.
 import { isNumber } from "./format.mjs";
+import { weightsFields } from "./model_lane.mjs";
 import { kindInfo } from "./step_kinds.mjs";
 
 /**
@@ -176,6 +177,7 @@ export function nodeRssAdded(node) {
  *   gpuBusyS: number | null, gpuBusyUnknownReason: string | null, peakRssBytes: number | null, peakGpuBytes: number | null,
  *   rssAddedBytes: number | null, gpuAddedBytes: number | null,
  *   deviceBytes: number | null, deviceUnknownReason: string | null, aimdoBytes: number | null, aimdoUnknownReason: string | null,
+ *   weightsMovedBytes: number | null, weightsMovedS: number | null, weightsTitle: string | null,
  *   rssChangeBytes: number | null, slowest: boolean, hungriest: boolean}} NodeRow
  */
 
@@ -214,6 +216,7 @@ export function nodeRows(report) {
     rssAddedBytes: nodeRssAdded(n),
     gpuAddedBytes: nodeGpuAdded(n),
     ...deviceMemoryFields(n),
+    ...weightsFields(n),
     rssChangeBytes: isNumber(n.rss_change_bytes) ? n.rss_change_bytes : null,
     slowest: false,
     hungriest: false,
