@@ -48,6 +48,7 @@ SMOKE_MODULES = frozenset(
         "test_comfyui_server.py",
         "test_lora_server.py",
         "test_model_residency_inprocess.py",
+        "test_model_residency_server.py",
     }
 )
 PORTS = range(8300, 8400)
