@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 _WRAPPED = "__pipeline_monitor_wrapped__"
 _local = threading.local()  # depth of wrapped calls and the reason of the free in progress
 _serials: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_loaders: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # weights' module -> loader node id
 _next_serial = [0]
 
 
@@ -71,7 +72,26 @@ def patcher_state(patcher) -> dict:
         "model_class": type(inner).__name__ if inner is not None else None,
         "patcher_id": serial(patcher),
         "model_id": serial(inner),
+        "loader": _loader_of(inner),
     }
+
+
+def _loader_of(inner) -> str | None:
+    try:
+        return _loaders.get(inner)
+    except TypeError:
+        return None
+
+
+def _note_loader(patcher) -> None:
+    """The node running when the first patcher of these weights was made: their loader (a LoRA
+    clone shares its base's weights, so it keeps the base's loader)."""
+    inner = getattr(patcher, "model", None)
+    if inner is None or _loader_of(inner) is not None:
+        return
+    running = get_runtime().recorder.executing_node()
+    if running is not None:
+        _loaders[inner] = running[0]
 
 
 def _record(event: ModelEvent) -> None:
@@ -95,6 +115,7 @@ def _event(kind, state, after, device, duration_s, **extra) -> ModelEvent:
         loaded_before_bytes=before_loaded,
         loaded_after_bytes=after_loaded,
         model_size_bytes=after["size"],
+        loader_node_id=after.get("loader"),
         **extra,
     )
 
@@ -256,12 +277,34 @@ def _note_requested(models) -> str:
     return ", ".join(dict.fromkeys(names))
 
 
+def _wrap_patcher_init(original):
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        _safe(_note_loader, self)
+
+    return __init__
+
+
+def _wrap_unload_all(original):
+    @functools.wraps(original)
+    def unload_all_models(*args, **kwargs):
+        previous = getattr(_local, "free_reason", None)
+        _local.free_reason = "unload_all_models: an explicit free (the /free route, or a node)"
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _local.free_reason = previous
+
+    return unload_all_models
+
+
 def _wrap_free_memory(original):
     @functools.wraps(original)
     def free_memory(*args, **kwargs):
         previous = getattr(_local, "free_reason", None)
         load = getattr(_local, "load_reason", None)
-        _local.free_reason = f"free_memory: {load}" if load else "free_memory: an explicit free"
+        _local.free_reason = previous or (f"free_memory: {load}" if load else "free_memory: an explicit free")
         try:
             return original(*args, **kwargs)
         finally:
@@ -320,6 +363,8 @@ def _seams():
     return (
         (mm, "load_models_gpu", mm.load_models_gpu, _wrap_load_models_gpu),
         (mm, "free_memory", mm.free_memory, _wrap_free_memory),
+        (mm, "unload_all_models", mm.unload_all_models, _wrap_unload_all),
+        (mp.ModelPatcher, "__init__", mp.ModelPatcher.__init__, _wrap_patcher_init),
         (mm.LoadedModel, "model_load", mm.LoadedModel.model_load, _wrap_model_load),
         (mm.LoadedModel, "model_unload", mm.LoadedModel.model_unload, _wrap_model_unload),
         (mp.ModelPatcher, "unpatch_model", mp.ModelPatcher.unpatch_model, _wrap_unpatch),

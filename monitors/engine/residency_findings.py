@@ -22,6 +22,11 @@ def _seconds(value) -> str:
     return "unknown time" if value is None else f"{value:.2f} s"
 
 
+def _advice(earlier: Mapping) -> str:
+    """What would keep a model evicted to make room for another one loaded."""
+    return f"; {RELOAD_ADVICE}" if "memory for" in str(earlier.get("reason") or "") else ""
+
+
 def reload_findings(events: Sequence[ModelEvent]) -> list[Finding]:
     findings = []
     for event in events:
@@ -36,7 +41,7 @@ def reload_findings(events: Sequence[ModelEvent]) -> list[Finding]:
                 "warning",
                 f"{event.model_class} was unloaded by {_node(earlier.get('node_id'), earlier.get('node_class'))} "
                 f"{where}{why} and loaded again by {_node(event.node_id, event.node_class)}: "
-                f"{format_bytes(event.bytes_moved)} in {_seconds(event.duration_s)}; {RELOAD_ADVICE}",
+                f"{format_bytes(event.bytes_moved)} in {_seconds(event.duration_s)}{_advice(earlier)}",
                 "model_reloaded",
             )
         )

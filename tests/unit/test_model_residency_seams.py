@@ -18,6 +18,8 @@ seams = importlib.import_module(f"{PACK}.nodes.seams")
 WRAPPED = (
     "comfy.model_management.load_models_gpu",
     "comfy.model_management.free_memory",
+    "comfy.model_management.unload_all_models",
+    "comfy.model_patcher.ModelPatcher.__init__",
     "comfy.model_management.LoadedModel.model_load",
     "comfy.model_management.LoadedModel.model_unload",
     "comfy.model_management.current_loaded_models",
