@@ -137,7 +137,7 @@ MODEL_RESIDENCY = DetailGroup(
             "n_loads",
             "model loads",
             "count",
-            "loads of weights that moved bytes or patched weights",
+            "loads that moved weights (a model asked for while fully loaded is counted as already resident)",
             "integer",
         ),
         F("n_unloads", "model unloads", "count", "full and partial unloads", "integer"),
