@@ -131,7 +131,9 @@ def load_events(patcher, state, device, duration_s) -> list[ModelEvent]:
         kind = "load_partial"
     else:
         kind = "load_full"
-    if moved > 0 or kind == "load_dynamic" and state["loaded"] != after["loaded"]:
+    if moved < 0 and kind != "load_dynamic":  # asked for less than it held: ComfyUI offloaded part
+        kind = "unload_partial"
+    if moved != 0 or kind == "load_dynamic" and state["loaded"] != after["loaded"]:
         events.append(
             _event(kind, state, after, device, duration_s, reason=getattr(_local, "load_reason", None))
         )
@@ -153,6 +155,8 @@ def _wrap_model_load(original):
             unpatched = _leave()
             if state is not None:
                 state["unpatched"] = unpatched
+                if unpatched:  # the load counts from what the unpatch left loaded
+                    state["loaded"] = getattr(_local, "loaded_after_unpatch", state["loaded"])
                 duration = time.perf_counter() - started
                 for event in (
                     _safe(load_events, patcher, state, getattr(self, "device", None), duration) or ()
@@ -199,21 +203,24 @@ def _wrap_unpatch(original):
         # restored as part of an unload: the unload event says it
         restore = unpatch_weights and not getattr(_local, "unloading", False)
         n = len(getattr(self, "backup", None) or ()) if restore else 0
+        before = _safe(patcher_state, self) if n else None
         started = time.perf_counter()
         try:
             return original(self, *args, **kwargs)
         finally:
-            if n:
-                _safe(_unpatch_event, self, n, time.perf_counter() - started)
+            if before is not None:
+                _safe(_unpatch_event, self, before, n, time.perf_counter() - started)
 
     return unpatch_model
 
 
-def _unpatch_event(patcher, n, duration_s) -> None:
-    _local.unpatched = True
-    state = patcher_state(patcher)
+def _unpatch_event(patcher, before, n, duration_s) -> None:
+    """LoRA weights restored; ComfyUI's estimate-based patcher also puts every weight back on the
+    offload device (loaded_size() drops to 0), so the load that follows counts from there."""
+    after = patcher_state(patcher)
+    _local.unpatched, _local.loaded_after_unpatch = True, after["loaded"]
     device = getattr(patcher, "load_device", None)
-    _record(_event("unpatch", state, state, device, duration_s, n_weights=n))
+    _record(_event("unpatch", before, after, device, duration_s, n_weights=n))
 
 
 def _wrap_partial(original, kind):

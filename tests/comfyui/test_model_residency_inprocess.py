@@ -142,6 +142,11 @@ def test_lora_strength_change_names_the_unpatch_and_the_patch(mm, pack_runtime):
     (unpatch,) = events(second, "unpatch")
     (patch,) = events(second, "patch")
     assert unpatch["n_weights"] == 2 and patch["n_weights"] == 2
+    # ComfyUI's estimate-based patcher restores the weights by unloading them, then loads them again
+    size = base.model_size()
+    assert unpatch["loaded_before_bytes"] == size and unpatch["loaded_after_bytes"] == 0
+    (reload,) = events(second, "load_full")
+    assert reload["bytes_moved"] == size and reload["loaded_before_bytes"] == 0
     (finding,) = [f for f in second["model_residency"]["findings"] if f["code"] == "lora_repatched"]
     assert "2 weights unpatched and 2 patched again" in finding["message"]
 
