@@ -8,9 +8,12 @@ first and never raises into it:
 - `LoadedModel.model_load` / `model_unload`: a load or an unload (full or partial), its bytes from
   ComfyUI's own `loaded_size()` before and after and `model_size()`, its device and duration;
 - `ModelPatcher.unpatch_model`: LoRA weights restored (the patcher's backup, counted by `len`);
-- `ModelPatcher.partially_load` / `partially_unload` called on their own (not inside the above).
-Each reads a few cheap numbers (no walk over parameters) and hands one ModelEvent to the recorder
-(monitors/engine/model_residency.py). A missing seam is named by nodes/seams.py at start.
+- `ModelPatcher.partially_load` / `partially_unload` called on their own (not inside the above);
+- `ModelPatcher.__init__`: the node running when the weights' first patcher is made, their loader;
+- `unload_all_models`: the reason of its unloads.
+Each reads a few cheap numbers (nodes/patcher_figures.py: no walk over parameters) and hands one
+ModelEvent to the recorder (monitors/engine/model_residency.py). A missing seam is named by
+nodes/seams.py at start.
 """
 
 from __future__ import annotations
@@ -19,79 +22,26 @@ import functools
 import logging
 import threading
 import time
-import weakref
 
 from ..monitors.engine.model_residency import ModelEvent
+from .patcher_figures import load_events, loader_of, loaders, make_event, patcher_state
 from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
 
 _WRAPPED = "__pipeline_monitor_wrapped__"
 _local = threading.local()  # depth of wrapped calls and the reason of the free in progress
-_serials: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_loaders: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # weights' module -> loader node id
-_next_serial = [0]
-
-
-def serial(obj) -> int | None:
-    """A small number naming `obj` in this process while it lives (weak: keeps nothing alive)."""
-    if obj is None:
-        return None
-    try:
-        found = _serials.get(obj)
-        if found is None:
-            _next_serial[0] += 1
-            found = _serials[obj] = _next_serial[0]
-        return found
-    except TypeError:  # not weak-referenceable
-        return None
-
-
-def _call(method, *args, default=None):
-    """`method(*args)`, or `default` when it is missing (None: older ComfyUI) or raises."""
-    if method is None:
-        return default
-    try:
-        return method(*args)
-    except Exception:
-        return default
-
-
-def _int(value) -> int | None:
-    return None if value is None else int(value)
-
-
-def patcher_state(patcher) -> dict:
-    """ComfyUI's own figures of a patcher: loaded_size(), model_size(), patched weight count."""
-    inner = getattr(patcher, "model", None)
-    return {
-        "loaded": _int(_call(getattr(patcher, "loaded_size", None))),
-        "size": _int(_call(getattr(patcher, "model_size", None))),
-        "patched": len(getattr(patcher, "backup", None) or ())
-        + int(getattr(inner, "lowvram_patch_counter", 0) or 0),
-        "model_class": type(inner).__name__ if inner is not None else None,
-        "patcher_id": serial(patcher),
-        "model_id": serial(inner),
-        "loader": _loader_of(inner),
-    }
-
-
-def _loader_of(inner) -> str | None:
-    try:
-        return _loaders.get(inner)
-    except TypeError:
-        return None
 
 
 def _note_loader(patcher) -> None:
     """The node running when the first patcher of these weights was made: their loader (a LoRA
     clone shares its base's weights, so it keeps the base's loader)."""
     inner = getattr(patcher, "model", None)
-    if inner is None or _loader_of(inner) is not None:
+    if inner is None or loader_of(inner) is not None:
         return
     running = get_runtime().recorder.executing_node()
     if running is not None:
-        _loaders[inner] = running[0]
+        loaders[inner] = running[0]
 
 
 def _record(event: ModelEvent) -> None:
@@ -99,47 +49,6 @@ def _record(event: ModelEvent) -> None:
         get_runtime().recorder.model_event(event)
     except Exception:
         log.exception("pipeline monitor: model event not recorded")
-
-
-def _event(kind, state, after, device, duration_s, **extra) -> ModelEvent:
-    before_loaded, after_loaded = state["loaded"], after["loaded"]
-    moved = None if before_loaded is None or after_loaded is None else abs(after_loaded - before_loaded)
-    return ModelEvent(
-        kind=kind,
-        model_class=state["model_class"],
-        patcher_id=state["patcher_id"],
-        model_id=state["model_id"],
-        device=None if device is None else str(device),
-        duration_s=duration_s,
-        bytes_moved=moved,
-        loaded_before_bytes=before_loaded,
-        loaded_after_bytes=after_loaded,
-        model_size_bytes=after["size"],
-        loader_node_id=after.get("loader"),
-        **extra,
-    )
-
-
-def load_events(patcher, state, device, duration_s) -> list[ModelEvent]:
-    """The events of one LoadedModel.model_load: the load (when bytes moved) and LoRA patching."""
-    after = patcher_state(patcher)
-    events = []
-    moved = (after["loaded"] or 0) - (state["loaded"] or 0)
-    if _call(getattr(patcher, "is_dynamic", None), default=False):
-        kind = "load_dynamic"
-    elif after["size"] and after["loaded"] is not None and after["loaded"] < after["size"]:
-        kind = "load_partial"
-    else:
-        kind = "load_full"
-    if moved < 0 and kind != "load_dynamic":  # asked for less than it held: ComfyUI offloaded part
-        kind = "unload_partial"
-    if moved != 0 or kind == "load_dynamic" and state["loaded"] != after["loaded"]:
-        events.append(
-            _event(kind, state, after, device, duration_s, reason=getattr(_local, "load_reason", None))
-        )
-    if after["patched"] and (after["patched"] != state["patched"] or state.get("unpatched")):
-        events.append(_event("patch", state, after, device, None, n_weights=after["patched"]))
-    return events
 
 
 def _wrap_model_load(original):
@@ -159,7 +68,15 @@ def _wrap_model_load(original):
                     state["loaded"] = getattr(_local, "loaded_after_unpatch", state["loaded"])
                 duration = time.perf_counter() - started
                 for event in (
-                    _safe(load_events, patcher, state, getattr(self, "device", None), duration) or ()
+                    _safe(
+                        load_events,
+                        patcher,
+                        state,
+                        getattr(self, "device", None),
+                        duration,
+                        getattr(_local, "load_reason", None),
+                    )
+                    or ()
                 ):
                     _record(event)
 
@@ -193,7 +110,7 @@ def _unload_event(patcher, state, result, duration_s) -> None:
         return
     kind = "unload_full" if result else "unload_partial"
     device = getattr(patcher, "load_device", None)
-    _record(_event(kind, state, after, device, duration_s, reason=getattr(_local, "free_reason", None)))
+    _record(make_event(kind, state, after, device, duration_s, reason=getattr(_local, "free_reason", None)))
 
 
 def _wrap_unpatch(original):
@@ -220,7 +137,7 @@ def _unpatch_event(patcher, before, n, duration_s) -> None:
     after = patcher_state(patcher)
     _local.unpatched, _local.loaded_after_unpatch = True, after["loaded"]
     device = getattr(patcher, "load_device", None)
-    _record(_event("unpatch", before, after, device, duration_s, n_weights=n))
+    _record(make_event("unpatch", before, after, device, duration_s, n_weights=n))
 
 
 def _wrap_partial(original, kind):
@@ -255,7 +172,7 @@ def _wrap_partial_unload(original):
 def _partial_event(patcher, state, kind, duration_s) -> None:
     after = patcher_state(patcher)
     if after["loaded"] != state["loaded"]:
-        _record(_event(kind, state, after, getattr(patcher, "load_device", None), duration_s))
+        _record(make_event(kind, state, after, getattr(patcher, "load_device", None), duration_s))
 
 
 def _wrap_load_models_gpu(original):
