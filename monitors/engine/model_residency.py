@@ -88,7 +88,7 @@ class ResidencyHistory:
         while len(table) > self.limit:
             table.popitem(last=False)
 
-    def annotate(self, event: ModelEvent, prompt_id: str) -> ModelEvent:
+    def annotate(self, event: ModelEvent, prompt_id: str | None) -> ModelEvent:
         """The event with `reloaded_after` set on a load of weights unloaded earlier; remembers it."""
         if event.model_id is None:
             return event
