@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { LANE_COLORS, drawModelLane, modelLane, weightsFields } from "../../web/lib/model_lane.mjs";
-import { nodeRows } from "../../web/lib/report_view.mjs";
+import { LANE_COLORS, drawModelLane, modelFindings, modelLane, weightsFields } from "../../web/lib/model_lane.mjs";
+import { nodeRows, problems } from "../../web/lib/report_view.mjs";
 import { nodeColumns } from "../../web/lib/run_views.mjs";
 
 const MiB = 1024 * 1024;
@@ -50,4 +50,16 @@ test("a node row's weights moved: a column shown by default where any node moved
   assert.ok(column && column.label === "Weights" && /loaded_size/.test(String(column.title)));
   const none = nodeColumns(nodeRows(/** @type {any} */ ({ nodes: [report.nodes[1]] })), true);
   assert.ok(!none.shown.some((c) => c.key === "weightsMovedBytes"));
+});
+
+test("the run's model findings are in its problem list, warnings before notes", () => {
+  const findings = [
+    { level: "info", message: "LoRA weights changed on WAN21: 20 weights unpatched and 20 patched again (0.10 s)", code: "lora_repatched" },
+    { level: "warning", message: "WAN21 was unloaded by node 8 (VAEDecode) in prompt p1 and loaded again", code: "model_reloaded" },
+    { level: "bogus", message: "x" },
+    null,
+  ];
+  const listed = problems(/** @type {any} */ ({ status: "success", steps: [], model_residency: { findings } }));
+  assert.deepEqual(listed.map((p) => [p.level, p.where]), [["warning", "models"], ["info", "models"], ["info", "models"]]);
+  assert.deepEqual(modelFindings({}), []);
 });

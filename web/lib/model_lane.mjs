@@ -63,3 +63,16 @@ export function weightsFields(n) {
     weightsTitle: none ? null : `loaded ${formatBytes(loaded ?? 0)}, unloaded ${formatBytes(unloaded ?? 0)} in ${formatSeconds(seconds)}`,
   };
 }
+
+/**
+ * The run's findings on model weights (a model reloaded after an eviction, a LoRA change, a
+ * partial load), for the run's problem list.
+ * @param {any} report @returns {{level: string, where: string, message: string}[]}
+ */
+export function modelFindings(report) {
+  const findings = report?.model_residency?.findings;
+  if (!Array.isArray(findings)) return [];
+  return findings
+    .filter((f) => f && typeof f.message === "string")
+    .map((f) => ({ level: ["error", "warning", "info"].includes(f.level) ? f.level : "info", where: "models", message: f.message }));
+}

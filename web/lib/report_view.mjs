@@ -1,7 +1,7 @@
 // Data shaping for the panel: run report JSON (schemas/run_report.schema.json) -> rows, cards and
 // comparisons. Pure functions, no DOM, so Node's test runner covers them.
 import { isNumber } from "./format.mjs";
-import { weightsFields } from "./model_lane.mjs";
+import { modelFindings, weightsFields } from "./model_lane.mjs";
 import { kindInfo } from "./step_kinds.mjs";
 
 /**
@@ -295,6 +295,7 @@ export function problems(report) {
     }
     for (const m of step.monitor_errors ?? []) items.push({ level: "warning", where, message: `monitoring: ${m}` });
   }
+  items.push(...modelFindings(report)); // why weights moved: a reload after an eviction, a LoRA change
   for (const m of report.monitor_errors ?? []) items.push({ level: "info", where: "monitor", message: String(m) });
   if (report.missing_seams?.length) items.push({ level: "warning", where: "monitor", message: missingSeamsMessage(report.missing_seams) });
   return items
