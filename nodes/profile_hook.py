@@ -15,7 +15,8 @@ Newer ComfyUI seams not used here (checked against ComfyUI 0.33.0):
   (each cache miss and store serializes and hashes the node's cache key, and warns for keys that
   cannot be serialized): a cost and log lines on every prompt for nothing the pack needs;
 - a progress "activity" signal (a node's model-loading time) is not in 0.33.0: a node's span still
-  includes the loading of the models it uses, and ComfyUI's cleanup after the node.
+  includes the loading of the models it uses, and ComfyUI's cleanup after the node (the model
+  manager's loads and unloads are measured on their own: nodes/model_residency.py).
 """
 
 from __future__ import annotations
