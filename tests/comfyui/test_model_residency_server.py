@@ -65,11 +65,14 @@ def test_the_second_prompt_names_the_unload_and_the_reload_with_comfyuis_bytes(b
     assert loaded == size > 0  # loaded fully on the CPU
     (load,) = events(first, "load_full", "956")
     assert load["bytes_moved"] == size and load["model_size_bytes"] == size and load["model_class"] == "WAN21"
-    assert load["loader_node_id"] == "951"  # the node running when the weights' first patcher was made
+    # the node running when the weights' first patcher was made; ComfyUI serves this loader from its
+    # cache when an earlier test loaded the same file with the same inputs (its node made them)
+    loader_ran = not {n["node_id"]: n for n in first["nodes"]}["951"]["cached"]
+    assert load["loader_node_id"] == "951" if loader_ran else load["loader_node_id"] is not None
     (unload,) = events(second, "unload_full", "955")
     assert unload["bytes_moved"] == loaded and unload["loaded_after_bytes"] == 0
     assert unload["model_id"] == load["model_id"] and unload["reason"] == "free_memory: an explicit free"
-    assert unload["loader_node_id"] == "951"
+    assert unload["loader_node_id"] == load["loader_node_id"]
     (reload,) = events(second, "load_full", "956")
     assert reload["bytes_moved"] == history["outputs"]["957"]["loaded_size"][0] == size
     assert reload["first_load"] is False and reload["reloaded_after"]["node_id"] == "955"
