@@ -193,6 +193,28 @@ NODE_ROW = DetailGroup(
             "the node yet, no CUDA device in use); null for cached nodes",
             "string",
         ),
+        F(
+            "weights_loaded_bytes",
+            "weights loaded",
+            "bytes",
+            "model weights the model manager loaded while the node ran (ComfyUI's loaded_size() after minus "
+            "before, run.model_residency's events); null: none moved",
+            "integer",
+        ),
+        F(
+            "weights_unloaded_bytes",
+            "weights unloaded",
+            "bytes",
+            "model weights unloaded while the node ran (to make room, or an explicit free); null: none moved",
+            "integer",
+        ),
+        F(
+            "weights_moved_s",
+            "weights moved time",
+            "s",
+            "seconds of the node's time spent loading, unloading and patching model weights",
+            "number",
+        ),
     ),
     repeated="list",
     nullable=False,

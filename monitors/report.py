@@ -177,6 +177,11 @@ class NodeProfile:
     # (monitors/engine/gpu_busy.py): an idle node shows ~0 whatever its stream span; None with the reason.
     gpu_busy_s: float | None = None
     gpu_busy_unknown_reason: str | None = None
+    # Model weights the model manager moved while the node ran (run.model_residency's events):
+    # loaded and unloaded bytes (ComfyUI's loaded_size() before and after) and seconds; None: none.
+    weights_loaded_bytes: int | None = None
+    weights_unloaded_bytes: int | None = None
+    weights_moved_s: float | None = None
 
     def to_dict(self) -> dict:
         return _fields_dict(self)
@@ -223,6 +228,10 @@ class RunReport:
     missing_seams: tuple[str, ...] = ()
     # One roll-up per subgraph instance that ran (monitors/engine/subgraphs.py SubgraphRollup).
     subgraphs: tuple = ()
+    # Loads, unloads and LoRA patches of model weights and what they cost, with findings naming
+    # the cause (monitors/engine/model_residency.py, declared in engine/residency_fields.py);
+    # None in reports made before it was recorded.
+    model_residency: Mapping[str, Any] | None = None
 
     @property
     def peak_rss_bytes(self) -> int | None:

@@ -15,7 +15,8 @@ Newer ComfyUI seams not used here (checked against ComfyUI 0.33.0):
   (each cache miss and store serializes and hashes the node's cache key, and warns for keys that
   cannot be serialized): a cost and log lines on every prompt for nothing the pack needs;
 - a progress "activity" signal (a node's model-loading time) is not in 0.33.0: a node's span still
-  includes the loading of the models it uses, and ComfyUI's cleanup after the node.
+  includes the loading of the models it uses, and ComfyUI's cleanup after the node (the model
+  manager's loads and unloads are measured on their own: nodes/model_residency.py).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ..monitors.engine.prompt_info import cached_node_ids, run_outcome, workflow
 from ..monitors.lora.upstream import upstream_node_ids as lora_upstream
 from ..monitors.models.upstream import upstream_node_ids as models_upstream
 from ..monitors.report import run_summary
-from . import headless, seams
+from . import headless, model_residency, seams
 from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,7 @@ def on_prompt_end(executor, extra_data=None) -> None:
     messages = getattr(executor, "status_messages", None) or []
     status, error = run_outcome(messages)
     workflow = workflow_from_extra_data(extra_data)
+    model_residency.on_prompt_end(runtime.recorder)
     deep_profile_call("prompt_finished", runtime.recorder, (workflow or {}).get("name"))
     headless.remember_client(runtime.recorder.active_prompt_id, extra_data)
     runtime.recorder.end_run(
@@ -227,6 +229,10 @@ def install() -> bool:
             except Exception:
                 log.exception("pipeline monitor: could not finish the run record")
 
+    try:
+        model_residency.install()  # loads, unloads and LoRA patches of model weights
+    except Exception:
+        log.exception("pipeline monitor: model residency seams not wrapped")
     deep_profile_call("state")  # made at start-up: PIPELINE_MONITOR_DEEP_PROFILE=1 preloads the profiler now
     setattr(reset_progress_state, _WRAPPED, True)
     setattr(execute_async, _WRAPPED, True)

@@ -18,8 +18,11 @@ from ..probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
 from ..report import GPU_TIME_NO_CUDA, NodeProfile, RunReport, StepReport
 from .gpu_busy import LOOKBACK_S, NOT_YET_REASON, SampleLog
 from .input_changes import InputHistory, snapshot
+from .model_residency import ResidencyHistory, with_node_figures
 from .node_rows import node_profile_from_span
 from .prompt_info import node_info_from_prompt, upstream_node_ids
+from .residency_findings import residency_of_run
+from .residency_recording import ResidencyRecording
 from .run_record import RunRecord, resolve_gpu_times
 from .span import Span
 from .store import RunStore
@@ -42,7 +45,7 @@ MAX_MONITOR_ERRORS = 50
 MAX_REMEMBERED_STEPS = 200  # steps kept to show again when their monitor node is cached
 
 
-class RunRecorder:
+class RunRecorder(ResidencyRecording):
     def __init__(self, store: RunStore, probes: Probes | None = None, profile_enabled: bool = True):
         self.store = store
         self._probes = probes
@@ -55,6 +58,7 @@ class RunRecorder:
         self.system_info: dict | None = None
         # set by the framework adapter's start-up self-check; copied into every report
         self.missing_seams: tuple[str, ...] = ()
+        self._residency_history = ResidencyHistory()  # loads and unloads across prompts
 
     @property
     def probes(self) -> Probes:
@@ -154,6 +158,7 @@ class RunRecorder:
         for node_id in list(run.open_nodes):
             self._close_node(run, node_id, open_status)
         resolve_gpu_times(run, self.probes)
+        run.nodes = with_node_figures(run.nodes, run.residency.events)
         span_dict = None
         if run.span is not None:
             try:
@@ -165,10 +170,10 @@ class RunRecorder:
                 self.system_info = self.probes.system_info()
             except Exception as exc:
                 self._note(run, f"system info unavailable: {type(exc).__name__}: {exc}")
-        failures = self.probes.failures()
-        for what, why in failures.items():
+        for what, why in self.probes.failures().items():
             self._note_once(run, f"reading {what} unavailable: {why}")
         finished = time.time()
+        duration_s = time.monotonic() - run.started_monotonic_s
         input_changes = self._input_changes(run, workflow)
         try:
             subgraphs = subgraph_rollups(run.nodes, workflow_graph)
@@ -180,7 +185,7 @@ class RunRecorder:
             status=status,
             started_unix_s=run.started_unix_s,
             finished_unix_s=finished,
-            duration_s=time.monotonic() - run.started_monotonic_s,
+            duration_s=duration_s,
             nodes=tuple(run.nodes),
             steps=tuple(run.steps),
             span=span_dict,
@@ -192,6 +197,7 @@ class RunRecorder:
             input_changes=input_changes,
             missing_seams=tuple(self.missing_seams),
             subgraphs=subgraphs,
+            model_residency=residency_of_run(run, duration_s),
         )
         try:
             self.store.add(report)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ..report import NodeProfile, StepReport
 from .gpu_busy import SampleLog, resolve_busy
+from .model_residency import ResidencyLog
 from .span import Span
 
 
@@ -39,6 +40,10 @@ class RunRecord:
     full_results: dict = field(default_factory=dict)
     # literal widget inputs at the start, compared at the end with the workflow's last run
     inputs: dict | None = None
+    # loads, unloads and LoRA patches of model weights (monitors/engine/model_residency.py), and the
+    # models resident as the prompt ended (None: not told)
+    residency: ResidencyLog = field(default_factory=ResidencyLog)
+    resident_at_end: list | None = None
 
 
 def resolve_gpu_times(run: RunRecord, probes) -> None:

@@ -4,6 +4,7 @@ the usage statistics (one row per generation, and the totals as name,value rows)
     python -m monitors.exporters.csv_tables report.json -o nodes.csv          # per-node table
     python -m monitors.exporters.csv_tables report.json --table steps -o s.csv
     python -m monitors.exporters.csv_tables report.json --table subgraphs   # per subgraph roll-up
+    python -m monitors.exporters.csv_tables report.json --table models -o m.csv  # model loads/unloads
 
 Values are written as they are in the JSON (bytes as integers, seconds as numbers); unknown is an
 empty cell, never -1. Per-GPU figures get one column per GPU (`cuda:0.<name>`); any other nested
@@ -20,6 +21,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..engine.residency_fields import EVENT
 from ..node_fields import gpu_peak_key, node_key
 from ..vocabulary.subgraph_fields import SUBGRAPH_GPU_PEAK, SUBGRAPH_ROW
 
@@ -42,6 +44,9 @@ NODE_COLUMNS = tuple(
         "peak_rss_above_start_bytes",
         "peak_rss_at_s",
         "peak_rss_method",
+        "weights_loaded_bytes",
+        "weights_unloaded_bytes",
+        "weights_moved_s",
     )
 )
 # Per GPU of a node row, prefixed with the device (`cuda:0.peak_allocated_bytes`).
@@ -76,7 +81,11 @@ GENERATION_COLUMNS = (
 # Per-GPU lists of a generation row (index = device index), one column per GPU
 # (`cuda:0.gpu_utilization_before_pct`): a cell holds a number, never a list's text.
 GENERATION_GPU_COLUMNS = ("gpu_utilization_before_pct", "gpu_utilization_after_pct")
-TABLES = ("nodes", "steps", "subgraphs")
+TABLES = ("nodes", "steps", "subgraphs", "models")
+# The model events of a run (model_residency.events, monitors/engine/residency_fields.py).
+MODEL_EVENT_COLUMNS = tuple(
+    f.name for f in EVENT.fields if f.name != "reloaded_after"
+)
 
 
 def _cell(value: Any) -> Any:
@@ -155,6 +164,14 @@ def steps_csv(report: Mapping[str, Any]) -> str:
     )
 
 
+def model_events_csv(report: Mapping[str, Any]) -> str:
+    """One row per model load, unload or LoRA patch of the run (model_residency.events)."""
+    residency = report.get("model_residency")
+    events = residency.get("events") if isinstance(residency, Mapping) else None
+    rows = [e for e in events or () if isinstance(e, Mapping)]
+    return _write(MODEL_EVENT_COLUMNS, rows)
+
+
 def usage_generations_csv(stats: Mapping[str, Any]) -> str:
     """The usage statistics' kept generations, one row each; per-GPU figures one column per GPU."""
     generations = [g for g in stats.get("generations") or () if isinstance(g, Mapping)]
@@ -195,7 +212,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with open(args.report, encoding="utf-8") as f:
         report = json.load(f)
-    text = {"nodes": nodes_csv, "steps": steps_csv, "subgraphs": subgraphs_csv}[args.table](report)
+    text = {"nodes": nodes_csv, "steps": steps_csv, "subgraphs": subgraphs_csv, "models": model_events_csv}[
+        args.table
+    ](report)
     if args.output:
         write_text(args.output, text)
     else:

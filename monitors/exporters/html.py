@@ -24,6 +24,7 @@ from ..vocabulary.upgrade import upgrade_report
 from .deep_profile_html import STYLE as DEEP_PROFILE_STYLE
 from .deep_profile_html import deep_profile_html
 from .html_memory import memory_html, memory_scope_text  # noqa: F401 (memory_scope_text is imported from here)
+from .html_models import model_findings, model_residency_html
 from .html_subgraphs import subgraphs_html
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -187,6 +188,7 @@ def problems_html(report: Mapping) -> str:
             findings.append((level, where, finding.get("message")))
         for problem in step.get("monitor_errors") or []:
             findings.append(("warning", where, f"monitoring: {problem}"))
+    findings += model_findings(report)
     for problem in report.get("monitor_errors") or []:
         findings.append(("info", "monitor", problem))
     if report.get("missing_seams"):
@@ -213,6 +215,8 @@ def nodes_table(report: Mapping) -> str:
         "<th class=num>peak RSS</th><th class=num>RSS added</th><th class=num>RSS change</th>"
         "<th class=num>peak GPU</th><th class=num>GPU added</th>"
     )
+    moved = any(n.get("weights_moved_s") is not None for n in nodes)  # the model manager's work
+    head += "<th class=num>weights moved</th>" if moved else ""
     device = _device_memory_columns(nodes)
     head += "".join(
         f'<th class=num title="{esc(NODE_GPU_FIGURES[name]["description"])}">{esc(NODE_GPU_FIGURES[name]["label"])}</th>'
@@ -234,6 +238,7 @@ def nodes_table(report: Mapping) -> str:
             f"<td class=num>{esc(format_value('rss_change_bytes', n.get('rss_change_bytes')))}</td>"
             f"<td class=num>{esc(format_value('peak_bytes', node_gpu_peak(n)))}</td>"
             f"<td class=num>{esc(format_value('peak_bytes', node_gpu_peak(n, 'peak_allocated_above_start_bytes')))}</td>"
+            + (f"<td class=num>{esc(_weights_moved(n))}</td>" if moved else "")
             + "".join(_device_memory_cell(n, name) for name in device)
             + "</tr>"
         )
@@ -318,6 +323,13 @@ def input_changes_html(report: Mapping) -> str:
     )
 
 
+def _weights_moved(node: Mapping) -> str:
+    """'1.2 GiB in 0.80 s': the model weights loaded and unloaded while the node ran; '–': none."""
+    moved = (node.get("weights_loaded_bytes") or 0) + (node.get("weights_unloaded_bytes") or 0)
+    seconds = node.get("weights_moved_s")
+    return "–" if not moved and not seconds else f"{format_bytes(moved)} in {format_seconds(seconds)}"
+
+
 def _device_memory_head(nodes) -> str:
     """' · peak device memory X' where the node rows measured it (the process's, outside torch too)."""
     values = [v for v in (node_gpu_peak(n, "peak_process_used_bytes") for n in nodes) if v is not None]
@@ -375,6 +387,7 @@ def render_html(report: Mapping) -> str:
         f"{breakdown_svg(report, 'peak_rss_above_start_bytes', 'bar2', format_bytes)}"
         f"{subgraphs_html(report)}<h2>Monitor steps</h2>{steps}"
         f"<h2>Nodes</h2>{nodes_table(report)}"
+        f"{model_residency_html(report)}"
         f"<h2>System</h2>{system_html(report.get('system') or {})}"
         f'<p class="muted">schema version {esc(report.get("schema_version"))} · profile '
         f"{'on' if report.get('profile_enabled', True) else 'off'} · made by Pipeline Monitor</p>"

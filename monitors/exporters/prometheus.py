@@ -28,6 +28,7 @@ else:
 from ..node_fields import node_gpu_peak
 from ..probes import DETAIL_FULL
 from ..vocabulary.registry import key
+from .prometheus_models import ModelCounters
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ def report_view(report) -> Mapping:
         "span": report.span,
         "nodes": [n.to_dict() for n in report.nodes],
         "steps": [{"kind": s.kind, "summary": s.summary, "cached": s.cached} for s in report.steps],
+        "model_residency": getattr(report, "model_residency", None),
     }
 
 
@@ -191,6 +193,7 @@ class FleetMetrics:
         self.lora_unmatched_keys = Counter(
             f"{PREFIX}_lora_unmatched_keys", "LoRA file keys that matched no model weight", registry=r
         )
+        self.models = ModelCounters(Counter, PREFIX, r, self._class_label)  # model loads, unloads, bytes
         self.registry.register(SamplerCollector(runtime_getter))
         self._runtime = runtime_getter
         self._lock = threading.Lock()
@@ -251,6 +254,7 @@ class FleetMetrics:
             if gpu_peaks:
                 self.prompt_peak_gpu.observe(max(gpu_peaks))
                 self.last_peak_gpu.set(max(gpu_peaks))
+            self.models.observe(view)
             for step in view.get("steps") or []:
                 if not step.get("cached"):  # a cached step repeats an earlier run's: counted then
                     self._observe_step(step.get("kind"), step.get("summary") or {})

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from ..deep_profile.trace_ops import trace_events as deep_trace_events
 from ..profiling_step.phases import profiling_step
 from ..report import to_jsonable, write_json_atomic
+from .trace_models import model_trace_events
 
 US = 1_000_000.0
 
@@ -189,6 +190,7 @@ def report_events(
     if isinstance(columns, Mapping):
         events += _counter_events(columns, offset_us, pid)
     events += _instant_events(details.get("events") or [], pid, offset_us)
+    events += model_trace_events(report, pid, offset_us)  # loads, unloads, LoRA patches on their own track
     return events
 
 

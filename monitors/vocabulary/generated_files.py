@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from ..engine.residency_fields import MODEL_RESIDENCY
 from ..node_fields import GPU_PEAK, NODE_ROW
 from ..report import SCHEMA_VERSION
 from ..summary_fields import StepKindVocabulary
@@ -62,6 +63,7 @@ def generated_schema(base: Mapping[str, Any]) -> dict:
         "type": "array",
         "items": {"$ref": "#/$defs/subgraph"},
     }
+    schema["properties"][MODEL_RESIDENCY.name] = MODEL_RESIDENCY.schema()
     step = defs["step"]
     step["properties"]["summary"] = {"type": "object"}  # unknown kinds: any object
     step["properties"]["details"] = {"type": "object"}  # kinds that declare no details: any object

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 
 from ..detail_fields import TRACEBACK
+from ..engine.residency_fields import MODEL_RESIDENCY
 from ..node_fields import NODE_ROW
 from .reference_detail_rows import DETAIL_FIGURES
 from .reference_figure import SPECS, Figure
@@ -97,6 +98,11 @@ def subgraph_figures() -> list[Figure]:
     return _declared_rows(SUBGRAPH_ROW, "subgraphs[]", "PROF", "subgraph ")
 
 
+def residency_figures() -> list[Figure]:
+    """The run's model loads and unloads, from their declaration (monitors/engine/residency_fields.py)."""
+    return _declared_rows(MODEL_RESIDENCY, "model_residency", "PROF")
+
+
 def detail_figures() -> dict[str, list[Figure]]:
     """kind -> the rows of its declared details (monitors/<kind>/details.py)."""
     return {
@@ -107,7 +113,15 @@ def detail_figures() -> dict[str, list[Figure]]:
 
 def all_figures() -> list[Figure]:
     details = [row for rows in detail_figures().values() for row in rows]
-    return [*summary_figures(), *deep_profile_figures(), *node_figures(), *subgraph_figures(), *details, *HAND_WRITTEN]
+    return [
+        *summary_figures(),
+        *deep_profile_figures(),
+        *node_figures(),
+        *subgraph_figures(),
+        *residency_figures(),
+        *details,
+        *HAND_WRITTEN,
+    ]
 
 
 def _cell(text) -> str:
@@ -161,6 +175,7 @@ def document_text() -> str:
     ]
     lines += ["## Node rows (from the declaration)", "", *_table(node_figures()), ""]
     lines += ["## Subgraph roll-ups (from the declaration)", "", *_table(subgraph_figures()), ""]
+    lines += ["## Model loads and unloads (from the declaration)", "", *_table(residency_figures()), ""]
     for kind, rows in detail_figures().items():
         lines += [f"## {registry()[kind].title} details (`{kind}`, from the declaration)", "", *_table(rows), ""]
     lines += ["## Run, memory pictures, profiling sessions and usage", "", *_table(list(HAND_WRITTEN)), ""]

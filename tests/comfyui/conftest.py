@@ -36,7 +36,8 @@ COMFYUI_PATH = os.environ.get("COMFYUI_PATH")
 SKIP_REASON = "COMFYUI_PATH is not set: integration tests need a ComfyUI checkout (0.8.0 to 0.33.0)"
 # The smoke set (marker `smoke`): what CI also runs against the oldest ComfyUI we support (0.8.0),
 # while every test runs against the newest (0.33.0): the seams, ComfyUI's executor with the pack,
-# the LoRA truth against ComfyUI's own patching, the VAE chain, and a real server's reports.
+# the LoRA truth against ComfyUI's own patching, the VAE chain, a real server's reports, and the
+# model manager's loads and unloads.
 SMOKE_MODULES = frozenset(
     {
         "test_comfyui_seams.py",
@@ -47,6 +48,8 @@ SMOKE_MODULES = frozenset(
         "test_comfyui_server.py",
         "test_lora_server.py",
         "test_subgraphs_server.py",
+        "test_model_residency_inprocess.py",
+        "test_model_residency_server.py",
     }
 )
 PORTS = range(8300, 8400)

@@ -282,3 +282,32 @@ def test_example_workflow_is_valid_against_object_info(server):
         "clip": "PipelineMonitorLora",
     }
     assert feeders("KSampler")["positive"] == "PipelineMonitorConditioning"
+
+
+def test_model_events_first_loads_then_none_when_cached(lora_runs):
+    """The model manager's loads in the first run (ComfyUI's own loaded_size(), in-process tests
+    check the bytes); the identical second run is served from the cache: no load at all."""
+    residency = lora_runs[0][2]["model_residency"]
+    loads = [e for e in residency["events"] if e["kind"].startswith("load_")]
+    assert loads and all(e["bytes_moved"] > 0 and e["first_load"] for e in loads[:1])
+    assert {e["node_id"] for e in loads} <= {"7", "8", "9"}
+    assert residency["resident_at_end"] and residency["weights_loaded_bytes"] > 0
+    again = lora_runs[1][2]["model_residency"]
+    assert again["events"] == [] and again["n_loads"] == 0 and again["weights_moved_s"] == 0
+
+
+def test_a_lora_strength_change_names_the_unpatch_and_the_patch(server, lora_runs):
+    residencies = []
+    for strength in (0.5, 0.6):  # the first run may follow the base model's sampler: no unpatch there
+        graph = main_graph()
+        graph["2"]["inputs"]["strength_model"] = strength
+        for unused in ("8", "9", "11", "12"):
+            del graph[unused]
+        prompt_id, history = server.run(graph)
+        assert history["status"]["status_str"] == "success"
+        residencies.append(server.get_json(f"/pipeline_monitor/runs/{prompt_id}")["model_residency"])
+    residency = residencies[1]
+    kinds = [(e["kind"], e["node_id"], e["n_weights"]) for e in residency["events"]]
+    assert ("unpatch", "7", len(WAN_TARGETS)) in kinds and ("patch", "7", len(WAN_TARGETS)) in kinds, kinds
+    (finding,) = [f for f in residency["findings"] if f["code"] == "lora_repatched"]
+    assert f"{len(WAN_TARGETS)} weights unpatched and {len(WAN_TARGETS)} patched again" in finding["message"]

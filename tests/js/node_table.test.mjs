@@ -4,7 +4,8 @@ import { nodeColumns, nodeTableCsv } from "../../web/lib/run_views.mjs";
 
 const row = (/** @type {Record<string, any>} */ o) => ({ nodeId: "1", classType: "X", label: "X", status: "success", cached: false,
   durationS: 0.5, gpuTimeS: null, gpuBusyS: null, rssAddedBytes: 10, peakRssBytes: 1e9, gpuAddedBytes: null, peakGpuBytes: null,
-  deviceBytes: null, deviceUnknownReason: null, aimdoBytes: null, aimdoUnknownReason: null, ...o });
+  deviceBytes: null, deviceUnknownReason: null, aimdoBytes: null, aimdoUnknownReason: null,
+  weightsMovedBytes: null, weightsMovedS: null, weightsTitle: null, ...o });
 
 test("the node table shows the node's own figures by default and names the hidden columns", () => {
   const cpu = nodeColumns([row({})], false);
@@ -30,6 +31,6 @@ test("the node table shows the node's own figures by default and names the hidde
 test("the CSV has every column in seconds and bytes, and quotes text a spreadsheet would run", () => {
   const csv = nodeTableCsv([row({ label: '=HYPERLINK("x")', cached: true })]);
   const [head, line] = csv.trim().split("\n");
-  assert.equal(head, "node_id,class_type,title,status,cached,duration_s,gpu_busy_s,gpu_time_s,rss_added_bytes,peak_rss_bytes,gpu_added_bytes,peak_gpu_bytes,peak_process_used_bytes,peak_aimdo_used_bytes");
-  assert.equal(line, `1,X,"'=HYPERLINK(""x"")",success,true,0.5,,,10,1000000000,,,,`);
+  assert.equal(head, "node_id,class_type,title,status,cached,duration_s,gpu_busy_s,gpu_time_s,rss_added_bytes,peak_rss_bytes,gpu_added_bytes,peak_gpu_bytes,peak_process_used_bytes,peak_aimdo_used_bytes,weights_moved_bytes,weights_moved_s");
+  assert.equal(line, `1,X,"'=HYPERLINK(""x"")",success,true,0.5,,,10,1000000000,,,,,,`);
 });

@@ -44,6 +44,9 @@ def run(recorder, report_mod, prompt_id, steps=(), gpu_bytes=0, probes=None):
         probes.torch.allocate(0, gpu_bytes)
     recorder.node_finished("1")
     recorder.node_started("2")
+    residency = importlib.import_module(report_mod.__name__.rsplit(".", 1)[0] + ".engine.model_residency")
+    for kind in ("load_full", "unload_full"):  # the model counters (docs/metrics.md)
+        recorder.model_event(residency.ModelEvent(kind, "SDXL", 1, 1, "cpu", 0.1, bytes_moved=1024))
     recorder.node_finished("2")
     recorder.node_finished("3")  # a finish without a start: cached
     for kind, summary in steps:

@@ -15,6 +15,7 @@ from monitors import profiling as pm
 from monitors.conditioning.report import build_conditioning_step
 from monitors.conditioning.upstream import upstream_node_ids as conditioning_upstream
 from monitors.dumps.report import LIVE_VALUE, build_compare_step, build_dump_step
+from monitors.engine.model_residency import ModelEvent
 from monitors.engine.recorder import RunRecorder
 from monitors.engine.store import RunStore
 from monitors.latent.report import build_latent_step
@@ -105,6 +106,17 @@ def _lora_file_step(tmp_path):
     )
 
 
+def _model_event(kind, before, after, **extra):
+    return ModelEvent(kind, "SDXL", 1, 1, "cuda:0", 0.1, abs(after - before), before, after, GiB,
+                      loader_node_id="1", **extra)
+
+
+MODEL_EVENTS = {
+    "1": (_model_event("load_full", 0, GiB, reason="free_memory: memory for SDXL"),),
+    "3": (_model_event("unload_full", GiB, 0), _model_event("load_full", 0, GiB, n_weights=3)),
+}
+
+
 @pytest.fixture
 def run_report(tmp_path):
     probes = fake_probes("1 GPU")
@@ -115,7 +127,11 @@ def run_report(tmp_path):
     for node_id in ("1", "3", "4", "7:8"):  # 7:8: node 8 inside the subgraph instance 7
         recorder.node_started(node_id)
         probes.torch.allocate(0, GiB)
+        for event in MODEL_EVENTS.get(node_id, ()):  # a load, an eviction and the reload
+            recorder.model_event(event)
         recorder.node_finished(node_id)
+    recorder.set_resident_at_end([{"model_class": "SDXL", "patcher_id": 1, "model_id": 1, "device": "cuda:0",
+                                   "loaded_bytes": GiB, "model_size_bytes": GiB}])
     positive = [[torch.ones(1, 77, 768), {"pooled_output": torch.ones(1, 768)}]]
     latent = {"samples": torch.ones(1, 4, 8, 8)}
     steps = [

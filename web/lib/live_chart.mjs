@@ -5,6 +5,9 @@
 // and a hover readout. Drawing happens only when asked (one requestAnimationFrame per new sample
 // or pointer move while the panel is open), never on a timer. The samples it draws (the buffer,
 // bands, node segments, series) are in live_samples.mjs.
+import { drawModelLane } from "./model_lane.mjs";
+
+export { modelLane } from "./model_lane.mjs";
 import { WINDOW_S, isGap, nodeSegments, presentSeries, runBands, segmentLabel, seriesValue } from "./live_samples.mjs";
 
 // The samples' side, for the panel and the tests that read it through the chart.
@@ -16,7 +19,8 @@ export {
 /**
  * @typedef {import("./live_samples.mjs").Point} Point
  * @typedef {import("./live_samples.mjs").ZoomRange} ZoomRange
- * @typedef {{fg: string, muted: string, grid: string, windowS?: number, hoverT?: number | null, zoom?: ZoomRange | null}} ChartColors
+ * @typedef {{fg: string, muted: string, grid: string, windowS?: number, hoverT?: number | null, zoom?: ZoomRange | null,
+ *   modelLane?: import("./model_lane.mjs").LaneEvent[]}} ChartColors
  */
 
 /**
@@ -291,6 +295,7 @@ export function drawChart(canvas, points, colors) {
   drawBandsAndHover(f, points, colors);
   drawNodeStrip(f, points, colors);
   drawLines(f, points, series, yBytes, yPct);
+  drawModelLane(f, colors.modelLane); // the opened run's model loads and unloads
   ctx.restore();
   if (!shown) {
     ctx.fillStyle = colors.muted;

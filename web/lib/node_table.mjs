@@ -6,7 +6,7 @@ import { clip, formatBytes, formatSeconds, isNumber } from "./format.mjs";
 import { nodeRows, sortRows } from "./report_view.mjs";
 import { sparklineSvg, trendKey } from "./sparkline.mjs";
 import { groupedLines, subgraphAdded, subgraphName } from "./subgraph_view.mjs";
-import { NODE_GPU_FIGURES } from "./vocabulary.generated.mjs";
+import { NODE_FIELDS, NODE_GPU_FIGURES } from "./vocabulary.generated.mjs";
 import { badge, breakable } from "./widgets.mjs";
 
 /** @typedef {import("./report_view.mjs").RunReport} RunReport @typedef {import("./run_views.mjs").Actions} Actions */
@@ -28,6 +28,8 @@ const NODE_COLUMNS = [
   // This process's device memory beside torch's counters, where measured (NVML, dynamic VRAM).
   { key: "deviceBytes", label: NODE_GPU_FIGURES.peak_process_used_bytes.label, num: true, present: "deviceBytes", reason: "deviceUnknownReason", title: NODE_GPU_FIGURES.peak_process_used_bytes.description },
   { key: "aimdoBytes", label: NODE_GPU_FIGURES.peak_aimdo_used_bytes.label, num: true, present: "aimdoBytes", reason: "aimdoUnknownReason", title: NODE_GPU_FIGURES.peak_aimdo_used_bytes.description },
+  // Model weights the model manager loaded and unloaded while the node ran (model_lane.mjs), where any moved.
+  { key: "weightsMovedBytes", label: "Weights", num: true, present: "weightsMovedBytes", few: true, title: `weights moved: ${NODE_FIELDS.fields?.weights_loaded_bytes.description}` },
 ];
 
 /** @param {any} r @param {string} key */
@@ -151,6 +153,7 @@ function nodeRow(r, depth, shown, actions, trends) {
 function cellReason(r, c) {
   if (c.key === "gpuTimeS") return r.gpuTimeUnknownReason;
   if (c.key === "gpuBusyS") return r.gpuBusyUnknownReason;
+  if (c.key === "weightsMovedBytes") return r.weightsTitle;
   return c.reason && r[c.key] === null ? r[c.reason] : null;
 }
 
@@ -159,8 +162,8 @@ function cellReason(r, c) {
  * @param {any[]} rows
  */
 export function nodeTableCsv(rows) {
-  const keys = ["nodeId", "classType", "label", "status", "cached", "durationS", "gpuBusyS", "gpuTimeS", "rssAddedBytes", "peakRssBytes", "gpuAddedBytes", "peakGpuBytes", "deviceBytes", "aimdoBytes"];
-  const heads = ["node_id", "class_type", "title", "status", "cached", "duration_s", "gpu_busy_s", "gpu_time_s", "rss_added_bytes", "peak_rss_bytes", "gpu_added_bytes", "peak_gpu_bytes", "peak_process_used_bytes", "peak_aimdo_used_bytes"];
+  const keys = ["nodeId", "classType", "label", "status", "cached", "durationS", "gpuBusyS", "gpuTimeS", "rssAddedBytes", "peakRssBytes", "gpuAddedBytes", "peakGpuBytes", "deviceBytes", "aimdoBytes", "weightsMovedBytes", "weightsMovedS"];
+  const heads = ["node_id", "class_type", "title", "status", "cached", "duration_s", "gpu_busy_s", "gpu_time_s", "rss_added_bytes", "peak_rss_bytes", "gpu_added_bytes", "peak_gpu_bytes", "peak_process_used_bytes", "peak_aimdo_used_bytes", "weights_moved_bytes", "weights_moved_s"];
   const quote = (/** @type {unknown} */ v) => {
     if (v === null || v === undefined) return "";
     const text = String(v);

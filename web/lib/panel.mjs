@@ -4,7 +4,7 @@
 // (live_watch.mjs judges "shown" by itself: frontends do not always call the tab's destroy).
 import { clear, h } from "./dom.mjs";
 import { formatTime, safeFileName } from "./format.mjs";
-import { SampleBuffer, WINDOW_S, bandAt, chartWindow, drawChart, runRange } from "./live_chart.mjs";
+import { SampleBuffer, WINDOW_S, bandAt, chartWindow, drawChart, modelLane, runRange } from "./live_chart.mjs";
 import { runName, upsertRun } from "./report_view.mjs";
 import { RunStore } from "./run_store.mjs";
 import { DeepProfileToggle } from "./deep_profile_card.mjs";
@@ -220,6 +220,7 @@ export class MonitorPanel {
       windowS: chartWindow(points),
       hoverT: this.hoverT,
       zoom: this.zoom,
+      modelLane: this.modelLane, // the opened run's model loads and unloads (model_lane.mjs)
     });
     this.renderValues();
     this.renderReadout();
@@ -360,6 +361,7 @@ export class MonitorPanel {
         if (generation !== this.generation || this.view !== view || !this.main) return;
         clear(main);
         const history = /** @type {import("./report_view.mjs").RunReport[]} */ (reports.slice(needed).filter(Boolean));
+        if (view.name === "run") { this.modelLane = modelLane(reports[0]); this.scheduleDraw(); }
         main.append(view.name === "run" ? runView(reports[0], this.runs, this.sort, this.actions, history) : compareView(reports[0], reports[1], this.actions, history));
       })
       .catch((error) => {

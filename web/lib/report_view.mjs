@@ -1,6 +1,7 @@
 // Data shaping for the panel: run report JSON (schemas/run_report.schema.json) -> rows, cards and
 // comparisons. Pure functions, no DOM, so Node's test runner covers them.
 import { isNumber } from "./format.mjs";
+import { modelFindings, weightsFields } from "./model_lane.mjs";
 import { kindInfo } from "./step_kinds.mjs";
 
 /**
@@ -183,6 +184,7 @@ export function nodeRssAdded(node) {
  *   gpuBusyS: number | null, gpuBusyUnknownReason: string | null, peakRssBytes: number | null, peakGpuBytes: number | null,
  *   rssAddedBytes: number | null, gpuAddedBytes: number | null,
  *   deviceBytes: number | null, deviceUnknownReason: string | null, aimdoBytes: number | null, aimdoUnknownReason: string | null,
+ *   weightsMovedBytes: number | null, weightsMovedS: number | null, weightsTitle: string | null,
  *   rssChangeBytes: number | null, slowest: boolean, hungriest: boolean}} NodeRow
  */
 
@@ -221,6 +223,7 @@ export function nodeRows(report) {
     rssAddedBytes: nodeRssAdded(n),
     gpuAddedBytes: nodeGpuAdded(n),
     ...deviceMemoryFields(n),
+    ...weightsFields(n),
     rssChangeBytes: isNumber(n.rss_change_bytes) ? n.rss_change_bytes : null,
     slowest: false,
     hungriest: false,
@@ -299,6 +302,7 @@ export function problems(report) {
     }
     for (const m of step.monitor_errors ?? []) items.push({ level: "warning", where, message: `monitoring: ${m}` });
   }
+  items.push(...modelFindings(report)); // why weights moved: a reload after an eviction, a LoRA change
   for (const m of report.monitor_errors ?? []) items.push({ level: "info", where: "monitor", message: String(m) });
   if (report.missing_seams?.length) items.push({ level: "warning", where: "monitor", message: missingSeamsMessage(report.missing_seams) });
   return items

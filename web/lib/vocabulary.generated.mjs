@@ -1922,6 +1922,21 @@ export const DETAILS = {
         "label": "GPU busy unknown",
         "unit": null,
         "description": "why gpu_busy_s is null (the node shorter than NVML's sampling period, no NVML, no sample after the node yet, no CUDA device in use); null for cached nodes"
+       },
+       "weights_loaded_bytes": {
+        "label": "weights loaded",
+        "unit": "bytes",
+        "description": "model weights the model manager loaded while the node ran (ComfyUI's loaded_size() after minus before, run.model_residency's events); null: none moved"
+       },
+       "weights_unloaded_bytes": {
+        "label": "weights unloaded",
+        "unit": "bytes",
+        "description": "model weights unloaded while the node ran (to make room, or an explicit free); null: none moved"
+       },
+       "weights_moved_s": {
+        "label": "weights moved time",
+        "unit": "s",
+        "description": "seconds of the node's time spent loading, unloading and patching model weights"
        }
       }
      }
@@ -2532,6 +2547,21 @@ export const DETAILS = {
           "label": "GPU busy unknown",
           "unit": null,
           "description": "why gpu_busy_s is null (the node shorter than NVML's sampling period, no NVML, no sample after the node yet, no CUDA device in use); null for cached nodes"
+         },
+         "weights_loaded_bytes": {
+          "label": "weights loaded",
+          "unit": "bytes",
+          "description": "model weights the model manager loaded while the node ran (ComfyUI's loaded_size() after minus before, run.model_residency's events); null: none moved"
+         },
+         "weights_unloaded_bytes": {
+          "label": "weights unloaded",
+          "unit": "bytes",
+          "description": "model weights unloaded while the node ran (to make room, or an explicit free); null: none moved"
+         },
+         "weights_moved_s": {
+          "label": "weights moved time",
+          "unit": "s",
+          "description": "seconds of the node's time spent loading, unloading and patching model weights"
          }
         }
        }
@@ -2842,6 +2872,21 @@ export const DETAILS = {
           "label": "GPU busy unknown",
           "unit": null,
           "description": "why gpu_busy_s is null (the node shorter than NVML's sampling period, no NVML, no sample after the node yet, no CUDA device in use); null for cached nodes"
+         },
+         "weights_loaded_bytes": {
+          "label": "weights loaded",
+          "unit": "bytes",
+          "description": "model weights the model manager loaded while the node ran (ComfyUI's loaded_size() after minus before, run.model_residency's events); null: none moved"
+         },
+         "weights_unloaded_bytes": {
+          "label": "weights unloaded",
+          "unit": "bytes",
+          "description": "model weights unloaded while the node ran (to make room, or an explicit free); null: none moved"
+         },
+         "weights_moved_s": {
+          "label": "weights moved time",
+          "unit": "s",
+          "description": "seconds of the node's time spent loading, unloading and patching model weights"
          }
         }
        }
@@ -3627,6 +3672,21 @@ export const NODE_FIELDS = {
    "label": "GPU busy unknown",
    "unit": null,
    "description": "why gpu_busy_s is null (the node shorter than NVML's sampling period, no NVML, no sample after the node yet, no CUDA device in use); null for cached nodes"
+  },
+  "weights_loaded_bytes": {
+   "label": "weights loaded",
+   "unit": "bytes",
+   "description": "model weights the model manager loaded while the node ran (ComfyUI's loaded_size() after minus before, run.model_residency's events); null: none moved"
+  },
+  "weights_unloaded_bytes": {
+   "label": "weights unloaded",
+   "unit": "bytes",
+   "description": "model weights unloaded while the node ran (to make room, or an explicit free); null: none moved"
+  },
+  "weights_moved_s": {
+   "label": "weights moved time",
+   "unit": "s",
+   "description": "seconds of the node's time spent loading, unloading and patching model weights"
   }
  }
 };

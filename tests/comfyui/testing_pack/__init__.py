@@ -4,6 +4,7 @@ PMTestObjectId  output node: returns the Python id() of each MODEL/CLIP/VAE it r
                 ui, so a test can check that two nodes received the very same objects.
 PMTestRaise     output node that raises at run time (a runtime error, not a validation error).
 PMTestLoadedSize  (memory_nodes.py) the patcher's loaded_size() as ComfyUI counts it, in its ui.
+PMTestFreeMemory  (memory_nodes.py) asks ComfyUI's model manager to free all memory: a tight budget.
 """
 
 
@@ -59,6 +60,7 @@ from .slow_nodes import PMTestSlow  # noqa: E402
 
 NODE_CLASS_MAPPINGS["PMTestSlow"] = PMTestSlow
 
-from .memory_nodes import PMTestLoadedSize  # noqa: E402
+from .memory_nodes import PMTestFreeMemory, PMTestLoadedSize  # noqa: E402
 
 NODE_CLASS_MAPPINGS["PMTestLoadedSize"] = PMTestLoadedSize
+NODE_CLASS_MAPPINGS["PMTestFreeMemory"] = PMTestFreeMemory
