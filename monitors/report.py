@@ -27,8 +27,11 @@ from typing import Any
 # encode_peak_rss_above_start_bytes; node rows gain gpu_busy_s; the VAE step its free-memory
 # manager and the driver's free memory. Older reports are read through
 # monitors.vocabulary.upgrade.upgrade_report.
-SCHEMA_VERSION = 3
-READABLE_SCHEMA_VERSIONS = (1, 2, 3)
+# 4: the VAE step's input rate in MiB, as every other figure (input_mib_per_s, 2^20 bytes; was
+# input_mb_per_s, 10^6 bytes); reports gain the subgraph roll-ups, the model residency and, per
+# GPU of a node row, the process's device memory.
+SCHEMA_VERSION = 4
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
 
 RUN_STATUSES = ("running", "success", "error", "interrupted")
 NODE_STATUSES = ("executed", "cached", "error", "interrupted")

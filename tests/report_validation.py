@@ -65,7 +65,7 @@ def _vae_problems(step: dict, where: str) -> list[str]:
         if not ooms and "ran out of memory" in message:
             problems.append(f"{where}: claims an out-of-memory none of its attempts had: {message[:120]}")
     if summary.get("dummy_used") or summary.get("strategy_used") == "dummy":
-        for key in ("frames_per_s", "input_mb_per_s"):
+        for key in ("frames_per_s", "input_mib_per_s"):
             if summary.get(key) is not None:
                 problems.append(f"{where}: {key} {summary[key]} of a dummy latent (nothing was encoded)")
     return problems

@@ -123,7 +123,11 @@ CONDITIONING = StepKindVocabulary(
                 ),
                 SummaryField("encode_s", "encode time", "s", "time of the text encode node(s)", "number"),
                 SummaryField(
-                    "characters_per_s", "encode rate", "per_s", "characters encoded per second", "number"
+                    "characters_per_s",
+                    "characters per second",
+                    "per_s",
+                    "characters of the prompt text encoded per second",
+                    "number",
                 ),
                 SummaryField(
                     "bytes_per_character",

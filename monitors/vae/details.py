@@ -215,7 +215,7 @@ VAE_ENCODE_DETAILS = details_of(
             "throughput_unknown_reason",
             "throughput unknown",
             None,
-            "why frames_per_s and input_mb_per_s are null",
+            "why frames_per_s and input_mib_per_s are null",
             "string",
         ),
         F(

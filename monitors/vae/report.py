@@ -17,7 +17,7 @@ from .chain import OOM, SKIPPED, ChainResult
 from .suggestions import attempt_of, suggestions
 
 STEP_KIND = "vae_encode"
-MB = 1_000_000
+MiB = 1024**2
 
 
 def latent_type(shape) -> str:
@@ -218,7 +218,7 @@ def _throughput_summary(result: ChainResult, pixels: dict, throughput_reason: st
     return {
         "duration_s": duration,
         "frames_per_s": None if throughput_reason else _ratio(frames, duration),
-        "input_mb_per_s": None if throughput_reason else _ratio((pixels.get("bytes") or 0) / MB, duration),
+        "input_mib_per_s": None if throughput_reason else _ratio((pixels.get("bytes") or 0) / MiB, duration),
     }
 
 

@@ -123,10 +123,10 @@ VAE_ENCODE = StepKindVocabulary(
             "integer",
         ),
         SummaryField(
-            "input_mb_per_s",
-            "input MB per second",
+            "input_mib_per_s",
+            "input MiB per second",
             "per_s",
-            "input megabytes (10^6) encoded per second",
+            "input mebibytes (2^20 bytes) encoded per second",
             "number",
         ),
         SummaryField(

@@ -37,6 +37,10 @@ def _plain_number(value: float) -> str:
     return f"{value:.4g}"
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _array_item(value) -> str:
     """An item of a short list, numbers rounded as every plain number is (the panel does the same)."""
     if value is None:
@@ -97,6 +101,8 @@ def format_with_unit(unit: str | None, value: Any) -> str:
 def format_value(field_or_key: SummaryField | str, value: Any) -> str:
     """A value for people with its unit: a declared field's unit, else the unit its name implies."""
     if isinstance(field_or_key, SummaryField):
+        if field_or_key.unit == "per_s" and "per second" in field_or_key.label and _is_number(value):
+            return _plain_number(value)  # "frames per second: 1.905", as the panel shows it
         return format_with_unit(field_or_key.unit, value)
     return format_with_unit(unit_of_key(field_or_key), value)
 

@@ -1,5 +1,6 @@
-"""Reports of schema versions 1 and 2 in the current names: the v1 -> v2 key renames each kind
-declares, and the v2 -> v3 split of a figure whose meaning changed with the machine."""
+"""Reports of schema versions 1 to 3 in the current names: the v1 -> v2 key renames each kind
+declares, the v2 -> v3 split of a figure whose meaning changed with the machine, and the v3 -> v4
+input rate of the VAE step in MiB (it was in 10^6 bytes)."""
 
 from __future__ import annotations
 
@@ -37,19 +38,35 @@ def _upgrade_v2_summary(kind: str, summary: dict, details: Any) -> dict:
     return summary
 
 
+MB_PER_MIB = 1024**2 / 1e6
+
+
+def _upgrade_v3_summary(kind: str, summary: dict) -> dict:
+    """Version 3 -> 4: the VAE step's input rate in MiB per second (was 10^6 bytes per second)."""
+    if kind == "vae_encode" and "input_mb_per_s" in summary:
+        rate = summary.pop("input_mb_per_s")
+        summary["input_mib_per_s"] = rate / MB_PER_MIB if isinstance(rate, (int, float)) else rate
+    return summary
+
+
 def upgrade_report(report: Mapping[str, Any]) -> dict:
-    """A report of schema_version 1 or 2 in the current names (a copy); other versions as they are."""
+    """A report of schema_version 1, 2 or 3 in the current names (a copy); others as they are."""
     version = report.get("schema_version")
-    if version not in (1, 2):
+    if version not in (1, 2, 3):
         return dict(report)
     out = dict(report)
     out["steps"] = [
         {
             **step,
-            "summary": _upgrade_v2_summary(
+            "summary": _upgrade_v3_summary(
                 step.get("kind"),
-                upgrade_summary(step.get("kind"), step.get("summary") or {}, version),
-                step.get("details"),
+                _upgrade_v2_summary(
+                    step.get("kind"),
+                    upgrade_summary(step.get("kind"), step.get("summary") or {}, version),
+                    step.get("details"),
+                )
+                if version < 3
+                else dict(step.get("summary") or {}),
             ),
         }
         if isinstance(step, Mapping)

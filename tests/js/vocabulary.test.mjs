@@ -52,3 +52,13 @@ test("badges read the declared keys", () => {
   assert.equal(profiling.title, "Profiling");
   assert.deepEqual(profiling.badges.map((b) => b.text), ["slowest: denoise"]);
 });
+
+test("a version 3 report's VAE input rate reads in MiB per second, as the Python upgrade", () => {
+  const v3 = { schema_version: 3, steps: [{ kind: "vae_encode", summary: { input_mb_per_s: 2.097152, frames_per_s: 3 } }] };
+  const upgraded = upgradeReport(v3);
+  assert.equal(upgraded.schema_version, SCHEMA_VERSION);
+  const summary = /** @type {Record<string, unknown>} */ (upgraded.steps[0].summary);
+  assert.ok(Math.abs(/** @type {number} */ (summary[KEYS.vae_encode.input_mib_per_s]) - 2) < 1e-9);
+  assert.equal("input_mb_per_s" in summary, false);
+  assert.equal(v3.steps[0].summary.input_mb_per_s, 2.097152, "the original is not changed");
+});

@@ -123,7 +123,7 @@ def test_aggregate_names_and_skips_bad_inputs(tmp_path, capsys):
     result = json.loads(out.read_text())
     assert result["n_reports"] == 1 and len(result["skipped"]) == 6
     reasons = {os.path.basename(s["path"]): s["reason"] for s in result["skipped"]}
-    assert reasons["newer.json"] == f"schema_version {SCHEMA_VERSION + 1}; this tool reads 1, 2 and 3"
+    assert reasons["newer.json"] == f"schema_version {SCHEMA_VERSION + 1}; this tool reads 1, 2, 3 and 4"
     assert reasons["corrupt.json"].startswith("not valid JSON")
     assert reasons["list.json"] == "not a run report: the top level is a list"
     assert reasons["other.json"] == "not a run report: no schema_version"

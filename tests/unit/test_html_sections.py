@@ -301,14 +301,14 @@ def test_the_page_head_line_and_footer():
         node("3", None, None, cached=True),
     ]
     report = {"prompt_id": "p9", "status": "success", "started_unix_s": 0, "duration_s": 1.5, "nodes": nodes,
-              "span": {"peak_rss_bytes": 2 * 1024**3}, "schema_version": 3, "workflow": {"name": "flow"}}
+              "span": {"peak_rss_bytes": 2 * 1024**3}, "schema_version": 4, "workflow": {"name": "flow"}}
     page = render_html(report)
     assert (
         '<p><span class="success"><b>success</b></span> · started 1970-01-01 00:00:00 UTC · 1.50 s · '
         "peak RSS 2.0 GiB · peak GPU 3.0 MiB · 3 nodes (2 cached)</p>"
     ) in page
     assert "<title>Pipeline Monitor · flow · p9</title>" in page and "<p>workflow <b>flow</b></p>" in page
-    assert '<p class="muted">schema version 3 · profile on · made by Pipeline Monitor</p>' in page
+    assert '<p class="muted">schema version 4 · profile on · made by Pipeline Monitor</p>' in page
     assert "profile off" in render_html({**report, "profile_enabled": False})
     bare = render_html({"prompt_id": "p0"})
     assert '<span class="unknown"><b>unknown</b></span>' in bare and "peak RSS – · peak GPU – · 0 nodes (0 cached)" in bare

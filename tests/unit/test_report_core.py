@@ -156,12 +156,12 @@ def test_run_summary_counts_and_peaks():
     ]
     changes = {"first_run": False, "n_changes": 6, "changes": list("abcdef"), "unknown_reason": None, "other": 1}
     report = {
-        "schema_version": 3, "prompt_id": "p", "status": "success", "started_unix_s": 10.0, "duration_s": 2.0,
+        "schema_version": 4, "prompt_id": "p", "status": "success", "started_unix_s": 10.0, "duration_s": 2.0,
         "span": {"peak_rss_bytes": 99}, "nodes": nodes, "steps": steps,
         "workflow": {"name": "wf", "id": "w1"}, "input_changes": changes,
     }
     assert run_summary(report) == {
-        "schema_version": 3, "prompt_id": "p", "status": "success", "started_unix_s": 10.0, "duration_s": 2.0,
+        "schema_version": 4, "prompt_id": "p", "status": "success", "started_unix_s": 10.0, "duration_s": 2.0,
         "peak_rss_bytes": 99, "peak_gpu_allocated_bytes": 70, "n_nodes": 3, "n_cached": 1,
         # each peak its own highest, whichever node has it (not the node with the highest allocation)
         "peak_process_used_bytes": 900, "peak_aimdo_used_bytes": None,
@@ -288,10 +288,10 @@ def test_reports_of_each_readable_version_load(tmp_path, version):
     path.unlink()  # not a whole report: the session's schema check of written reports skips it
 
 
-@pytest.mark.parametrize("version", [0, 4])
+@pytest.mark.parametrize("version", [0, 5])
 def test_reports_of_other_versions_are_refused_saying_which_are_read(tmp_path, version):
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"schema_version": version}))
-    with pytest.raises(ReportError, match=f"schema_version {version}; this tool reads 1, 2 and 3$"):
+    with pytest.raises(ReportError, match=f"schema_version {version}; this tool reads 1, 2, 3 and 4$"):
         load_report(str(path))
     path.unlink()

@@ -48,7 +48,7 @@ def test_dummy_latent_has_no_throughput_and_says_why():
     fail = {s: CUDA_OOM("CUDA out of memory") for s in ("direct", "tiled", "cpu")}
     step = _step(FakeVAE(fail=fail), pixels(), allow_dummy=True)
     assert step.summary["dummy_used"] is True
-    assert step.summary["frames_per_s"] is None and step.summary["input_mb_per_s"] is None
+    assert step.summary["frames_per_s"] is None and step.summary["input_mib_per_s"] is None
     assert "dummy" in step.details["throughput_unknown_reason"]
 
 
@@ -126,7 +126,7 @@ def test_the_session_scan_finds_each_kind_of_false_value():
     }
     dummy_step = {
         "kind": "vae_encode",
-        "summary": {"strategy_used": "dummy", "dummy_used": True, "n_out_of_memory": 3, "input_mb_per_s": 1.0},
+        "summary": {"strategy_used": "dummy", "dummy_used": True, "n_out_of_memory": 3, "input_mib_per_s": 1.0},
         "findings": [],
     }
     node = {"node_id": "4", "peak_rss_bytes": 100, "peak_rss_above_start_bytes": -5, "gpu_peaks": []}
@@ -134,7 +134,7 @@ def test_the_session_scan_finds_each_kind_of_false_value():
     found = "\n".join(misleading_values(report))
     assert "downscale_ratio: object repr" in found and "monitor_errors[0]: object repr" in found
     assert "claims an out-of-memory" in found
-    assert "input_mb_per_s 1.0 of a dummy latent" in found
+    assert "input_mib_per_s 1.0 of a dummy latent" in found
     assert "below the node's own start" in found
     clean = _step(FakeVAE(), pixels())
     assert misleading_values({"steps": [to_jsonable(clean)], "nodes": []}) == []

@@ -86,7 +86,7 @@ def test_video_step_has_type_shape_compression_sizes_and_rates():
     assert s["input_n_pixels"] == 9 * 64 * 64  # frames x height x width, no channels
     assert s["duration_s"] > 0
     assert s["frames_per_s"] == pytest.approx(9 / s["duration_s"])
-    assert s["input_mb_per_s"] == pytest.approx(s["input_bytes"] / 1e6 / s["duration_s"])
+    assert s["input_mib_per_s"] == pytest.approx(s["input_bytes"] / 1024**2 / s["duration_s"])
     assert s["direct_predicted_to_fit"] is True and s["direct_prediction_held"] is True
     assert step.details["latent"]["shape"] == [1, 16, 3, 8, 8]
     assert step.details["pixels"]["shape"] == [9, 64, 64, 3]

@@ -234,7 +234,8 @@ def test_the_summary_of_an_encode_that_ran():
         256,
     )
     assert (s["input_bytes"], s["input_n_pixels"]) == (3_000_000, 4 * 64 * 64)
-    assert (s["duration_s"], s["frames_per_s"], s["input_mb_per_s"]) == (2.0, 2.0, 1.5)
+    assert (s["duration_s"], s["frames_per_s"]) == (2.0, 2.0)
+    assert s["input_mib_per_s"] == 3_000_000 / 1024**2 / 2.0  # MiB, as every other figure
     assert s["direct_needed_bytes"] == 150 and s["direct_estimate_bytes"] == 100
     assert s["direct_calibration_ratio"] == 1.25 and s["direct_calibration_source"] == "none yet"
     assert (s["direct_free_bytes"], s["direct_predicted_to_fit"]) == (400, True)
@@ -249,7 +250,7 @@ def test_the_summary_without_a_latent_or_a_prediction():
     s = step.summary
     assert s["strategy_used"] is None and s["n_out_of_memory"] == 1 and s["error"] == "ran out"
     assert s["latent_dtype"] is None and s["latent_bytes"] is None and s["latent_type"] is None
-    assert s["duration_s"] is None and s["frames_per_s"] is None and s["input_mb_per_s"] is None
+    assert s["duration_s"] is None and s["frames_per_s"] is None and s["input_mib_per_s"] is None
     assert s["direct_needed_bytes"] is None and s["direct_calibration_source"] is None
     assert s["direct_prediction_held"] is None and s["used_prediction_held"] is None
     assert s["input_n_pixels"] is None
@@ -263,7 +264,7 @@ def test_a_dummy_latent_has_no_throughput_and_says_why():
     result.pixels_info = {"shape": [1, 64, 64, 3], "bytes": 1000}
     step = build_step("7", result, allow_dummy=True)
     assert step.summary["dummy_used"] is True and step.summary["frames_per_s"] is None
-    assert step.summary["input_mb_per_s"] is None
+    assert step.summary["input_mib_per_s"] is None
     assert step.details["throughput_unknown_reason"].startswith("dummy latent: zeros made without encoding")
     assert step.details["allow_dummy"] is True
 
@@ -317,6 +318,6 @@ def test_figures_of_an_input_missing_a_side_or_its_size_are_unknown_and_dummy_is
     result.samples = torch.zeros(1, 4, 8, 8)
     result.pixels_info = {"shape": [1, 64, 64, 3]}  # no byte count
     step = build_step("7", result)
-    assert step.summary["input_mb_per_s"] is None and step.summary["frames_per_s"] == 0.5
+    assert step.summary["input_mib_per_s"] is None and step.summary["frames_per_s"] == 0.5
     assert step.details["allow_dummy"] is False
     assert build_vae_encode_step("7", result).details["allow_dummy"] is False

@@ -165,6 +165,18 @@ def test_a_v2_conditioning_figure_of_two_meanings_is_split_by_what_it_measured()
     assert v2["steps"][0]["summary"]["encode_peak_above_start_bytes"] == 300  # the input is untouched
 
 
+def test_a_v3_vae_input_rate_is_read_in_mib_per_second():
+    """Version 3 wrote the VAE step's input rate in 10^6 bytes per second; version 4 in MiB."""
+    step = {"kind": "vae_encode", "node_id": "8", "summary": {"input_mb_per_s": 2.097152, "frames_per_s": 3.0}}
+    v3 = {"schema_version": 3, "steps": [step, {**step, "summary": {"input_mb_per_s": None}}]}
+    upgraded = upgrade.upgrade_report(v3)
+    first, unknown = (s["summary"] for s in upgraded["steps"])
+    assert upgraded["schema_version"] == SCHEMA_VERSION == 4
+    assert first == {"input_mib_per_s": pytest.approx(2.0), "frames_per_s": 3.0}
+    assert unknown == {"input_mib_per_s": None} and "input_mb_per_s" in v3["steps"][0]["summary"]
+    assert upgrade.upgrade_report(upgraded) == upgraded  # version 4 stays as it is
+
+
 def test_compare_reads_a_v1_and_a_v2_report(tmp_path):
     from monitors.cli.commands import EXIT_OK, main
 

@@ -123,7 +123,7 @@ def test_encoders_without_a_number_count_as_unknown():
 
 def test_reports_of_other_versions_are_copied_as_they_are():
     steps = [{"kind": "latent", "summary": {"channels": 4}}]
-    for version in (0, 3, None, 4):
+    for version in (0, 4, None, 5):
         report = {"schema_version": version, "steps": steps}
         out = upgrade.upgrade_report(report)
         assert out == report and out is not report

@@ -88,7 +88,7 @@ export function formatValue(key, value, kind) {
     if (!Number.isFinite(value)) return MISSING;
     const field = declaredField(kind, key);
     const unit = field ? field.unit : unitOfName(key);
-    // "frames per second" already names the rate; "encode rate" does not
+    // "frames per second" already names what the rate counts; an undeclared key's "/s" does not
     // the same four significant digits as every plain number (and the node's text, made in Python)
     if (unit === "per_s") return /per second/.test(field?.label ?? "") ? formatPlainNumber(value) : `${formatPlainNumber(value)}/s`;
     if (unit === "bytes") return formatBytes(value);

@@ -138,17 +138,26 @@ export function kindInfo(kind) {
   return STEP_KINDS[kind] ?? { title: String(kind || "step").replaceAll("_", " "), first: [] };
 }
 
+const MB_PER_MIB = 1024 ** 2 / 1e6;
+
 /**
- * A report of schema_version 1 in version 2 names (the declared renames); others as they are.
+ * A report of schema_version 1 in version 2 names (the declared renames), and of versions up to 3
+ * with the VAE step's input rate in MiB (monitors/vocabulary/upgrade.py); others as they are.
  * @template {{schema_version?: number, steps?: Array<{kind: string, summary?: Record<string, unknown>}>}} R
  * @param {R} report
  * @returns {R}
  */
 export function upgradeReport(report) {
-  if (!report || report.schema_version !== 1) return report;
+  const version = report?.schema_version;
+  if (!report || typeof version !== "number" || version > 3) return report;
   const steps = (report.steps ?? []).map((step) => {
-    const renames = VOCABULARY[step.kind]?.v1Renames ?? {};
+    const renames = version === 1 ? VOCABULARY[step.kind]?.v1Renames ?? {} : {};
     const summary = Object.fromEntries(Object.entries(step.summary ?? {}).map(([k, v]) => [renames[k] ?? k, v]));
+    if (step.kind === "vae_encode" && "input_mb_per_s" in summary) {
+      const rate = summary.input_mb_per_s;
+      delete summary.input_mb_per_s;
+      summary.input_mib_per_s = typeof rate === "number" ? rate / MB_PER_MIB : rate;
+    }
     return { ...step, summary };
   });
   return { ...report, steps, schema_version: SCHEMA_VERSION };

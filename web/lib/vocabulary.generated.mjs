@@ -4,7 +4,7 @@
 /** @typedef {{label: string, unit: string | null, description: string, processWide?: boolean}} FieldInfo */
 /** @typedef {{title: string, headline: string[], fields: Record<string, FieldInfo>, v1Renames: Record<string, string>}} KindVocabulary */
 
-export const SCHEMA_VERSION = 3;
+export const SCHEMA_VERSION = 4;
 
 /** @type {Record<string, KindVocabulary>} */
 export const VOCABULARY = {
@@ -385,9 +385,9 @@ export const VOCABULARY = {
     "description": "positive: time of the text encode node(s)"
    },
    "positive_characters_per_s": {
-    "label": "positive encode rate",
+    "label": "positive characters per second",
     "unit": "per_s",
-    "description": "positive: characters encoded per second"
+    "description": "positive: characters of the prompt text encoded per second"
    },
    "positive_bytes_per_character": {
     "label": "positive bytes per character",
@@ -450,9 +450,9 @@ export const VOCABULARY = {
     "description": "negative: time of the text encode node(s)"
    },
    "negative_characters_per_s": {
-    "label": "negative encode rate",
+    "label": "negative characters per second",
     "unit": "per_s",
-    "description": "negative: characters encoded per second"
+    "description": "negative: characters of the prompt text encoded per second"
    },
    "negative_bytes_per_character": {
     "label": "negative bytes per character",
@@ -579,10 +579,10 @@ export const VOCABULARY = {
     "unit": "count",
     "description": "pixels of the input: frames x height x width, without channels"
    },
-   "input_mb_per_s": {
-    "label": "input MB per second",
+   "input_mib_per_s": {
+    "label": "input MiB per second",
     "unit": "per_s",
-    "description": "input megabytes (10^6) encoded per second"
+    "description": "input mebibytes (2^20 bytes) encoded per second"
    },
    "input_frames": {
     "label": "input frames",
@@ -1318,7 +1318,7 @@ export const KEYS = /** @type {const} */ ({
   "latent_n_elements": "latent_n_elements",
   "input_bytes": "input_bytes",
   "input_n_pixels": "input_n_pixels",
-  "input_mb_per_s": "input_mb_per_s",
+  "input_mib_per_s": "input_mib_per_s",
   "input_frames": "input_frames",
   "latent_frames": "latent_frames",
   "spatial_compression_ratio": "spatial_compression_ratio",
@@ -3443,7 +3443,7 @@ export const DETAILS = {
    "throughput_unknown_reason": {
     "label": "throughput unknown",
     "unit": null,
-    "description": "why frames_per_s and input_mb_per_s are null"
+    "description": "why frames_per_s and input_mib_per_s are null"
    },
    "free_memory_unknown_reason": {
     "label": "free memory unknown",
