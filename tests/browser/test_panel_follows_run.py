@@ -249,7 +249,8 @@ def test_template_cards_show_each_examples_description(page, shots):
     dialog = page.locator("[role=dialog]")
     dialog.get_by_text("pipeline-monitor", exact=True).first.click()
     for path in sorted(folder.glob("*.json")):
-        info = json.loads(path.read_text())["extra"]["info"]
+        extra = json.loads(path.read_text())["extra"]
+        info = extra["info"]
         card = dialog.locator(f'[data-testid="template-workflow-{path.stem}"]')
         card.wait_for(timeout=20_000)
         page.wait_for_function(
@@ -258,9 +259,16 @@ def test_template_cards_show_each_examples_description(page, shots):
             arg=[f"template-workflow-{path.stem}", info],
             timeout=10_000,
         )
+        # titled with the workflow's title; its file name in the title's tooltip
+        page.wait_for_function(
+            """([testid, title, name]) => [...document.querySelectorAll(`[data-testid="${testid}"] *`)]
+                 .some((e) => e.childElementCount === 0 && e.textContent === title && e.title === name)""",
+            arg=[f"template-workflow-{path.stem}", extra["title"], path.name],
+            timeout=10_000,
+        )
     lora = dialog.locator('[data-testid="template-workflow-text_to_image_lora_monitor"]')
     assert "Needs your own models" in lora.inner_text()
     page.screenshot(path=str(shots / "template_browser_descriptions.png"))
-    dialog.get_by_text("models_profile_demo", exact=True).first.click()  # opening one closes the browser
+    dialog.locator('[data-testid="template-workflow-models_profile_demo"]').click()  # opening one closes the browser
     page.wait_for_selector("[role=dialog]", state="detached", timeout=20_000)
     assert not page.errors, page.errors
