@@ -79,7 +79,7 @@ def open_run(page, prompt_id: str) -> None:
 
 @pytest.fixture(scope="module")
 def subgraph_runs(server):
-    workflow = json.loads((REPO / "workflows" / "models_profile_demo.json").read_text())
+    workflow = json.loads((REPO / "example_workflows" / "models_profile_demo.json").read_text())
     with app_page(server, open_panel=False) as page:
         has_subgraphs = page.evaluate("() => typeof (window.app.rootGraph ?? window.app.graph).convertToSubgraph === 'function'")
         if not has_subgraphs:
