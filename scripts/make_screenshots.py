@@ -251,8 +251,13 @@ def template_browser(page, out: Path) -> None:
         "?.textContent.startsWith('Needs')",
         timeout=20_000,
     )
+    page.wait_for_function(  # each card titled with its workflow's title (web/lib/templates.mjs)
+        "document.querySelector('[data-testid=\"template-workflow-models_profile_demo\"] h3')"
+        "?.textContent.startsWith('Models profile')",
+        timeout=20_000,
+    )
     shot(page, out, "10_template_browser")
-    dialog.get_by_text("models_profile_demo", exact=True).first.click()
+    dialog.locator('[data-testid="template-workflow-models_profile_demo"]').click()
     page.wait_for_selector("[role=dialog]", state="detached", timeout=20_000)
 
 
