@@ -17,17 +17,9 @@ from typing import Any
 from ..models.patching import patched_on_the_fly
 from ..numeric.tensor_stats import one_cpu_thread
 from .deferred import known, resolve
-from .entries import (  # noqa: F401 (analyse_entry, classify_patch... are imported from here)
-    ADAPTER_INFO,
-    ADAPTER_TYPES,
-    WITHOUT_NORM,
-    analyse_entry,
-    classify_patch,
-    entry_facts,
-    patch_tensors,
-    set_delta,
-)
+from .entries import ADAPTER_INFO, WITHOUT_NORM, analyse_entry, entry_facts, set_delta  # noqa: F401 (imported from here)
 from .norms import frobenius_deferred
+from .patches import ADAPTER_TYPES, classify_patch, patch_tensors  # noqa: F401 (imported from here)
 from .state_dicts import state_dict_of
 from .templates import row_from_template, strength_free
 from .totals import MAX_LISTED_KEYS, aggregate, by_block, summarise_rows  # noqa: F401 (imported from here)

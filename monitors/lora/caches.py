@@ -26,7 +26,9 @@ import weakref
 from collections import OrderedDict
 from typing import Any
 
+from .patches import entry_patch_tensors, patch_signature
 from .templates import TEMPLATES
+from .weights import RULES
 
 MAX_FILES = 32  # LoRA files whose figures are kept (a few MB of floats for real-size files)
 MAX_PAIRS = 64  # pairs of stacked files whose inner products are kept
@@ -41,16 +43,6 @@ def file_identity(path: str | None) -> tuple | None:
     except OSError:
         return None
     return (os.path.abspath(path), int(stat.st_size), int(stat.st_mtime_ns))
-
-
-def patch_signature(key: str, entry) -> tuple:
-    """What a cached figure must match: weight key, patch type name, offset and tensor shapes/dtypes."""
-    from .entries import classify_patch, patch_tensors
-
-    value = entry[1] if len(entry) > 1 else None
-    offset = entry[3] if len(entry) > 3 else None
-    tensors = tuple((tuple(t.shape), str(t.dtype)) for t in patch_tensors(value))
-    return (key, classify_patch(value), tuple(offset) if offset else None, tensors)
 
 
 class BaseNorms:
@@ -203,12 +195,14 @@ class Reuse:
         file = self.file_of(entry)
         if file is None:
             return None
-        found = self.files.unit_norm(file, patch_signature(key, entry), _tensors(entry))
+        found = self.files.unit_norm(file, patch_signature(key, entry), entry_patch_tensors(entry))
         self.count("n_delta_norms_reused" if found is not None else "n_delta_norms_computed")
         return found
 
     def put_unit_norm(self, key: str, entry, norm: float) -> None:
-        self.files.put_unit_norm(self.file_of(entry), patch_signature(key, entry), _tensors(entry), norm)
+        self.files.put_unit_norm(
+            self.file_of(entry), patch_signature(key, entry), entry_patch_tensors(entry), norm
+        )
 
     def inner(self, key: str, a, b) -> tuple:
         """(cached unit inner product of two entries or None, how to store it once computed or None)."""
@@ -217,8 +211,8 @@ class Reuse:
             return None, None
         # The product is symmetric: both orders of the pair store and find it, tensors included.
         sides = [
-            (files_of[0], patch_signature(key, a), _tensors(a)),
-            (files_of[1], patch_signature(key, b), _tensors(b)),
+            (files_of[0], patch_signature(key, a), entry_patch_tensors(a)),
+            (files_of[1], patch_signature(key, b), entry_patch_tensors(b)),
         ]
         (file_1, signature_1, tensors_1), (file_2, signature_2, tensors_2) = sorted(
             sides, key=lambda side: repr(side[:2])
@@ -236,12 +230,6 @@ class Reuse:
             "n_entries_with_file": len(self.files_by_entry),
             "files": sorted({ident[0] for ident in self.files_by_entry.values()}),
         }
-
-
-def _tensors(entry) -> list:
-    from .entries import patch_tensors
-
-    return patch_tensors(entry[1]) if len(entry) > 1 else []
 
 
 COUNTS = tuple(
@@ -288,36 +276,6 @@ def _same(ref, module) -> bool:
 
 
 COVERAGE = CoverageCache()
-
-
-class ModuleAnswers:
-    """Per module (held weakly), answers about its fixed structure: key -> value."""
-
-    def __init__(self) -> None:
-        from torch.utils.weak import WeakIdKeyDictionary
-
-        self._by_module = WeakIdKeyDictionary()
-        self._lock = threading.Lock()
-
-    def answers(self, module) -> dict | None:
-        """The module's dict of answers (None: a module that cannot be held weakly)."""
-        if module is None:
-            return None
-        with self._lock:
-            try:
-                found = self._by_module.get(module)
-                if found is None:
-                    found = self._by_module[module] = {}
-            except TypeError:
-                return None
-            return found
-
-    def clear(self) -> None:
-        with self._lock:
-            self._by_module.clear()
-
-
-RULES = ModuleAnswers()  # weights.leaf_parameter_rule: why ComfyUI's loader never patches a key
 
 
 class FileStatuses:

@@ -11,9 +11,17 @@ from typing import Any
 
 from .deferred import known, product, resolve
 from .norms import frobenius_deferred, loha_deferred, lora_deferred
-from .weights import delta_shape_mismatch
+from .patches import (
+    ADAPTER_TYPES,
+    classify_patch,
+    delta_shape_mismatch,
+    diff_tensor,
+    float_or_none,
+    is_tensor,
+    padded,
+    patch_tensors,
+)
 
-ADAPTER_TYPES = ("lora", "loha", "lokr", "glora", "oft", "boft")
 WITHOUT_NORM = {
     "glora": "GLoRA: the change depends on the base weight",
     "oft": "OFT: the change is a rotation of the base weight",
@@ -25,44 +33,13 @@ WITHOUT_NORM = {
 }
 
 
-def classify_patch(value) -> str:
-    """lora, loha, lokr, glora, oft, boft, diff, set, model_as_lora, merge or unknown."""
-    name = getattr(value, "name", None)
-    if isinstance(name, str) and hasattr(value, "weights"):
-        return name.lower() if name.lower() in ADAPTER_TYPES else "unknown"
-    if isinstance(value, list):
-        return "merge"
-    if isinstance(value, tuple):
-        if len(value) == 1:
-            return "diff"
-        if len(value) == 2 and isinstance(value[0], str):
-            return value[0] if value[0] in ("diff", "set", "model_as_lora") else "unknown"
-    return "unknown"
-
-
-def _is_tensor(value) -> bool:
-    return hasattr(value, "shape") and hasattr(value, "element_size") and hasattr(value, "numel")
-
-
-def _padded(values, length: int) -> list:
-    values = list(values) if isinstance(values, (list, tuple)) else []
-    return values + [None] * (length - len(values))
-
-
-def _float_or_none(value) -> float | None:
-    try:
-        return None if value is None else float(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def _scale(alpha, rank) -> float:
     """alpha / rank, or 1 when either is unknown (ComfyUI's rule for lora, loha, lokr)."""
     return alpha / rank if alpha is not None and rank else 1.0
 
 
 def _lora_info(weights, norm: bool = True) -> tuple:
-    up, down, alpha, mid, dora, _reshape = _padded(weights, 6)
+    up, down, alpha, mid, dora, _reshape = padded(weights, 6)
     rank = int(down.shape[0])
     reason = None
     if dora is not None:
@@ -70,11 +47,11 @@ def _lora_info(weights, norm: bool = True) -> tuple:
     elif mid is not None:
         reason = "Tucker mid weight (LoCon CP decomposition): not computed"
     raw = None if reason or not norm else lora_deferred(up, down)
-    return rank, _float_or_none(alpha), raw, reason
+    return rank, float_or_none(alpha), raw, reason
 
 
 def _loha_info(weights, norm: bool = True) -> tuple:
-    w1a, w1b, alpha, w2a, w2b, t1, _t2, dora = _padded(weights, 8)
+    w1a, w1b, alpha, w2a, w2b, t1, _t2, dora = padded(weights, 8)
     rank = int(w1b.shape[0])
     reason = None
     if dora is not None:
@@ -82,7 +59,7 @@ def _loha_info(weights, norm: bool = True) -> tuple:
     elif t1 is not None:
         reason = "Tucker core (LoHa CP decomposition): not computed"
     raw = None if reason or not norm else loha_deferred(w1a, w1b, w2a, w2b)
-    return rank, _float_or_none(alpha), raw, reason
+    return rank, float_or_none(alpha), raw, reason
 
 
 def _glora_rank(weights) -> int:
@@ -100,7 +77,7 @@ def _block_rank(patch_type: str, weights) -> int:
 
 
 def _lokr_info(weights, norm: bool = True) -> tuple:
-    w1, w2, alpha, w1_a, w1_b, w2_a, w2_b, t2, dora = _padded(weights, 9)
+    w1, w2, alpha, w1_a, w1_b, w2_a, w2_b, t2, dora = padded(weights, 9)
     dim = None  # the rank that divides alpha: the factorised side's (w2 wins), as ComfyUI does
     if w1 is None:
         dim = int(w1_b.shape[0])
@@ -116,30 +93,10 @@ def _lokr_info(weights, norm: bool = True) -> tuple:
         left = frobenius_deferred(w1) if w1 is not None else lora_deferred(w1_a, w1_b)
         right = frobenius_deferred(w2) if w2 is not None else lora_deferred(w2_a, w2_b)
         raw = product(left, right)  # ||kron(A, B)|| = ||A|| ||B||
-    return dim, _float_or_none(alpha), raw, reason
+    return dim, float_or_none(alpha), raw, reason
 
 
 ADAPTER_INFO = {"lora": _lora_info, "loha": _loha_info, "lokr": _lokr_info}
-
-
-def _diff_tensor(value):
-    return value[0] if len(value) == 1 else (value[1][0] if value[1] else None)
-
-
-def patch_tensors(value) -> list:
-    """The tensors a patch value holds (adapter weights, diff/set tensors, merge lists)."""
-    if hasattr(value, "weights") and hasattr(value, "name"):
-        return [t for t in getattr(value, "weights", ()) or () if _is_tensor(t)]
-    if isinstance(value, list):
-        found = []
-        for item in value:
-            inner = item[1] if isinstance(item, tuple) and len(item) > 1 else item
-            found.extend(patch_tensors(inner) if not _is_tensor(inner) else [inner])
-        return found
-    if isinstance(value, tuple):
-        inner = value if len(value) == 1 else (value[1] if len(value) == 2 else ())
-        return [t for t in (inner if isinstance(inner, tuple) else ()) if _is_tensor(t)]
-    return []
 
 
 def analyse_entry(entry, weight_shape: tuple | None = None, not_patched: str | None = None) -> dict[str, Any]:
@@ -159,10 +116,10 @@ def entry_facts(entry, weight_shape=None, not_patched=None, unit_norm: float | N
     """(row without its change norm, the unit-strength norm as a figure still on the device or
     None, why there is none, whether a function is applied): analyse_entry before its read-back.
     `unit_norm`: the norm already known (cached), nothing is computed for it."""
-    strength, value, base_scale, offset, function = _padded(entry, 5)
+    strength, value, base_scale, offset, function = padded(entry, 5)
     patch_type = classify_patch(value)
-    strength = _float_or_none(strength)
-    base_scale = _float_or_none(base_scale)
+    strength = float_or_none(strength)
+    base_scale = float_or_none(base_scale)
     rank = alpha = raw = scale = rank_reason = None
     reason = WITHOUT_NORM.get(patch_type)
     mismatch = None
@@ -174,15 +131,15 @@ def entry_facts(entry, weight_shape=None, not_patched=None, unit_norm: float | N
             if patch_type == "lokr" and rank is None:
                 rank_reason = "LoKr with two full factors: no factor has a rank"
         elif patch_type in ("glora", "oft", "boft"):
-            alpha = _float_or_none(_padded(value.weights, 5)[4 if patch_type == "glora" else 2])
+            alpha = float_or_none(padded(value.weights, 5)[4 if patch_type == "glora" else 2])
             rank = (
                 _glora_rank(value.weights)
                 if patch_type == "glora"
                 else _block_rank(patch_type, value.weights)
             )
         elif patch_type == "diff":
-            tensor = _diff_tensor(value)
-            if _is_tensor(tensor):
+            tensor = diff_tensor(value)
+            if is_tensor(tensor):
                 raw = frobenius_deferred(tensor) if compute else None
                 reason = None
             else:

@@ -14,6 +14,8 @@ import struct
 from collections import Counter
 from typing import Any
 
+from .caches import FILE_STATUSES, file_identity
+
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
 MAX_METADATA_VALUE_CHARS = 500  # kohya's tag frequencies can be megabytes: keep reports small
 MAX_METADATA_ENTRIES = 100
@@ -121,8 +123,6 @@ def lora_file_status(name: str | None, path: str | None) -> tuple[dict[str, Any]
 
     The index (name -> dtype, shape, offsets) is for the caller to read and drop, not to report
     or change. A file read before with the same identity (path, size, mtime) is not read again."""
-    from .caches import FILE_STATUSES, file_identity
-
     ident = file_identity(path) if path and os.path.isfile(path) else None
     cached = FILE_STATUSES.get(ident)
     if cached is not None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import threading
 import weakref
 
+from .patches import entry_tensors, float_or_none
+
 MAX_TEMPLATES_PER_MODULE = 16384  # a module's templates are dropped together past this (bounded)
 
 
@@ -29,19 +31,6 @@ class Template:
     def __init__(self, refs, match, row, unit, reason, base, base_reason) -> None:
         self.refs, self.match, self.row = refs, match, row
         self.unit, self.reason, self.base, self.base_reason = unit, reason, base, base_reason
-
-
-def entry_tensors(entry) -> list:
-    """The entry's patch tensors (entries.patch_tensors; a weight adapter's read directly)."""
-    import torch
-
-    from .entries import patch_tensors
-
-    value = entry[1] if len(entry) > 1 else None
-    weights = getattr(value, "weights", None)
-    if isinstance(weights, tuple) and isinstance(getattr(value, "name", None), str):
-        return [t for t in weights if isinstance(t, torch.Tensor)]
-    return patch_tensors(value) if value is not None else []
 
 
 def _offset(entry):
@@ -143,12 +132,10 @@ STRENGTH_FIELDS = ("strength", "base_weight_scale", "effective_scale")
 
 def row_from_template(template: Template, entry) -> dict:
     """A new row from the template and the entry's own strengths (before set_delta)."""
-    from .entries import _float_or_none
-
     row = dict(template.row)
-    strength = _float_or_none(entry[0]) if len(entry) > 0 else None
+    strength = float_or_none(entry[0]) if len(entry) > 0 else None
     row["strength"] = strength
-    row["base_weight_scale"] = _float_or_none(entry[2]) if len(entry) > 2 else None
+    row["base_weight_scale"] = float_or_none(entry[2]) if len(entry) > 2 else None
     scale = row["scale"]
     row["effective_scale"] = None if scale is None or strength is None else strength * scale
     return row

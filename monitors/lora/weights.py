@@ -7,8 +7,8 @@ parameters are patched (a buffer under a patched key never changes); and
 (2) the patch's arithmetic fits the weight: calculate_weight catches the shape error of a LoRA
 made for another model size, logs it, and leaves the weight as it was (a `diff` of another shape:
 "WEIGHT NOT MERGED"; OFT/BOFT need out = blocks x block size; BOFT without alpha fails on
-`alpha > 0`). These rules are checked on shapes only; tests/comfyui/test_lora_oracle.py holds
-them to what ComfyUI does.
+`alpha > 0`). These rules are checked on shapes only (patches.delta_shape_mismatch), and
+tests/comfyui/test_lora_oracle.py holds them to what ComfyUI does.
 
 The change of a weight with several patches is the norm of their sum, not a root of summed squares:
 ||sum c_i D_i||^2 = sum_ij c_i c_j <D_i, D_j>, with <U1 D1, U2 D2> = sum((U1^T U2) * (D1 D2^T)) for
@@ -20,6 +20,7 @@ framework's own calculate_weight) the weight is copied once, within the read bud
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,76 +30,40 @@ from .deferred import Expr, Scalar, figure_value, known, resolve, root
 LINEAR_CHEAP = ("lora", "diff")  # types whose cross inner products need no base weight
 
 
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
+class ModuleAnswers:
+    """Per module (held weakly), answers about its fixed structure: key -> value."""
 
+    def __init__(self) -> None:
+        from torch.utils.weak import WeakIdKeyDictionary
 
-def _shape(t) -> tuple:
-    return tuple(int(d) for d in t.shape)
+        self._by_module = WeakIdKeyDictionary()
+        self._lock = threading.Lock()
 
-
-def _flat_cols(t) -> int:
-    return _numel(t.shape[1:])
-
-
-def delta_shape_mismatch(patch_type: str, value, weight_shape: tuple) -> str | None:
-    """Why this patch cannot be applied to a weight of `weight_shape` (None: it fits)."""
-    weights = getattr(value, "weights", None)
-    n = _numel(weight_shape)
-    if patch_type == "lora":
-        up, down, _alpha, mid, _dora, reshape = (list(weights) + [None] * 6)[:6]
-        if mid is not None or reshape is not None:
-            return None  # padded / Tucker forms: shapes follow other rules, left to ComfyUI
-        if _flat_cols(up) != int(down.shape[0]):
-            return f"up {list(_shape(up))} and down {list(_shape(down))} do not multiply"
-        made = int(up.shape[0]) * _flat_cols(down)
-        if made != n:
-            return (
-                f"file makes [{int(up.shape[0])}, {_flat_cols(down)}], model weight is {list(weight_shape)}"
-            )
-        return None
-    if patch_type == "loha":
-        w1a, w1b, _alpha, w2a, w2b, t1 = (list(weights) + [None] * 6)[:6]
-        if t1 is not None:
+    def answers(self, module) -> dict | None:
+        """The module's dict of answers (None: a module that cannot be held weakly)."""
+        if module is None:
             return None
-        first = (int(w1a.shape[0]), int(w1b.shape[-1]))
-        second = (int(w2a.shape[0]), int(w2b.shape[-1]))
-        if first != second or _numel(first) != n:
-            return f"file makes {list(first)} x {list(second)}, model weight is {list(weight_shape)}"
-        return None
-    if patch_type == "lokr":
-        w1, w2, _alpha, w1_a, w1_b, w2_a, w2_b, t2 = (list(weights) + [None] * 8)[:8]
-        if t2 is not None:
-            return None
-        left = _numel(w1.shape) if w1 is not None else int(w1_a.shape[0]) * _flat_cols(w1_b)
-        right = _numel(w2.shape) if w2 is not None else int(w2_a.shape[0]) * _flat_cols(w2_b)
-        if left * right != n:
-            return f"file makes {left * right} elements, model weight is {list(weight_shape)}"
-        return None
-    if patch_type in ("oft", "boft"):
-        blocks = weights[0]
-        size = _numel(blocks.shape[:2]) if patch_type == "oft" else _numel(blocks.shape[1:3])
-        if int(weight_shape[0]) != size if weight_shape else True:
-            return f"file blocks cover {size} rows, model weight is {list(weight_shape)}"
-        if patch_type == "boft" and weights[2] is None:
-            return "BOFT without alpha: ComfyUI's calculate_weight fails on it"
-        return None
-    if patch_type == "diff":
-        tensor = value[0] if len(value) == 1 else value[1][0]
-        pad = len(value) == 2 and len(value[1]) > 1 and isinstance(value[1][1], Mapping)
-        if not pad and _shape(tensor) != tuple(weight_shape):
-            return f"file {list(_shape(tensor))}, model weight is {list(weight_shape)}"
-    return None
+        with self._lock:
+            try:
+                found = self._by_module.get(module)
+                if found is None:
+                    found = self._by_module[module] = {}
+            except TypeError:
+                return None
+            return found
+
+    def clear(self) -> None:
+        with self._lock:
+            self._by_module.clear()
+
+
+RULES = ModuleAnswers()  # leaf_parameter_rule: why ComfyUI's loader never patches a key
 
 
 def leaf_parameter_rule(model) -> Callable[[str], str | None]:
     """key -> why ComfyUI's loader never patches it (None: it does), from the module tree; the
-    answers are kept per module (weakly: caches.py), the tree of a loaded model does not change."""
+    answers are kept per module (weakly: RULES), the tree of a loaded model does not change."""
     get = getattr(model, "get_submodule", None)
-    from .caches import RULES
 
     known = RULES.answers(model)
 

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
+from monitors.lora.patches import delta_shape_mismatch
 from monitors.lora.weights import (
     cheap_linear,
-    delta_shape_mismatch,
     leaf_parameter_rule,
     materialised_change,
     summed_linear_norm,
