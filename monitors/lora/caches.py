@@ -241,7 +241,9 @@ COUNTS = tuple(
 
 class CoverageCache:
     """Key coverage of a LoRA file against the modules it was checked on: a property of the file and
-    the model, kept by (file identity, modules), the modules held weakly, bounded."""
+    the model, kept by (file identity, modules), the modules held weakly, bounded. A hit is a new
+    top-level dict whose nested values (key lists, counts by reason) are the cached ones, read-only:
+    a deep copy is taken once, when the coverage is stored."""
 
     def __init__(self, max_entries: int = MAX_FILES) -> None:
         self._entries: OrderedDict[tuple, tuple] = OrderedDict()
@@ -255,7 +257,7 @@ class CoverageCache:
             found = self._entries.get((file, tuple(id(m) for m in modules)))
         if found is None or not all(_same(ref, m) for ref, m in zip(found[0], modules, strict=True)):
             return None
-        return copy.deepcopy(found[1])
+        return dict(found[1])  # served read-only: a new top-level dict, the nested values shared
 
     def put(self, file: tuple | None, modules: tuple, coverage: dict) -> None:
         if file is None:
@@ -281,7 +283,9 @@ COVERAGE = CoverageCache()
 class FileStatuses:
     """What a LoRA file's header says (file.lora_file_status: the report's status, the tensor
     index), by file identity, at most `max_files`: a header of a real-size LoRA is ~800 entries to
-    parse and check, every prompt. Callers get a copy of the status and must not change the index."""
+    parse and check, every prompt. A hit is a new top-level dict of the status (the caller sets its
+    name) whose nested values are the cached ones, read-only like the index: nothing is copied
+    deeply on a hit."""
 
     def __init__(self, max_files: int = MAX_FILES) -> None:
         self._by_file: OrderedDict = OrderedDict()
@@ -297,7 +301,7 @@ class FileStatuses:
                 return None
             self._by_file.move_to_end(ident)
         status, index = found
-        return copy.deepcopy(status), index
+        return dict(status), index  # served read-only: a new top-level dict, the nested values shared
 
     def put(self, ident: tuple | None, status: dict, index: dict | None) -> None:
         if ident is None or index is None:

@@ -302,16 +302,18 @@ def test_reuse_of_an_entry_without_tensors():
 # -- key coverage --------------------------------------------------------------------------------
 
 
-def test_coverage_by_file_and_modules_a_copy_each_time():
+def test_coverage_by_file_and_modules_stored_as_it_was_and_served_without_a_deep_copy():
     cache = CoverageCache()
     module, other = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
     coverage = {"n_keys": 3, "missing": ["x"]}
     cache.put(FILE_A, (None, module), coverage)
-    coverage["missing"].append("y")
+    coverage["missing"].append("y")  # the caller's value goes on living its own life
     found = cache.get(FILE_A, (None, module))
     assert found == {"n_keys": 3, "missing": ["x"]}
-    found["missing"].append("z")
-    assert cache.get(FILE_A, (None, module)) == {"n_keys": 3, "missing": ["x"]}
+    found["n_keys"] = 4  # a caller may set a key of what it got
+    again = cache.get(FILE_A, (None, module))
+    assert again == {"n_keys": 3, "missing": ["x"]}
+    assert again["missing"] is found["missing"]  # nested values are shared, read-only: no deep copy
     assert cache.get(FILE_A, (None, other)) is None
     assert cache.get(FILE_A, (module, None)) is None
     assert cache.get(FILE_B, (None, module)) is None
@@ -418,7 +420,7 @@ def test_entry_files_a_wrong_strength_anywhere_drops_all():
 # -- LoRA file headers -------------------------------------------------------------------------
 
 
-def test_file_statuses_by_identity_copies_of_the_status_bounded():
+def test_file_statuses_by_identity_served_without_a_deep_copy_bounded():
     statuses = caches.FileStatuses(max_files=2)
     index = {"w": "tensor index"}
     status = {"status": "ok", "keys": ["w"]}
@@ -427,8 +429,9 @@ def test_file_statuses_by_identity_copies_of_the_status_bounded():
     status["keys"].append("changed later")
     found, found_index = statuses.get(FILE_A)
     assert found == {"status": "ok", "keys": ["w"]} and found_index is index
-    found["keys"].append("changed by a caller")
-    assert statuses.get(FILE_A)[0] == {"status": "ok", "keys": ["w"]}
+    found["status"] = "renamed by a caller"  # its own top-level dict
+    again = statuses.get(FILE_A)[0]
+    assert again == {"status": "ok", "keys": ["w"]} and again["keys"] is found["keys"]  # shared, read-only
     statuses.put(FILE_B, {"status": "error"}, None)  # an unreadable header is looked at again
     statuses.put(None, {"status": "ok"}, {})
     assert statuses.get(FILE_B) is None

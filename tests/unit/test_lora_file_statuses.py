@@ -28,14 +28,15 @@ def reads(monkeypatch):
     clear_caches()
 
 
-def test_a_file_seen_before_is_not_read_again_and_its_status_is_a_copy(tmp_path, reads):
+def test_a_file_seen_before_is_not_read_again_and_its_status_is_served_without_a_deep_copy(tmp_path, reads):
     path = str(tmp_path / "a.safetensors")
     save_file({"x.lora_up.weight": torch.zeros(4, 2)}, path, metadata={"ss_network_dim": "2"})
     first, index = lora_file.lora_file_status("a", path)
-    first["metadata"]["ss_network_dim"] = "changed by a caller"
     again, index_again = lora_file.lora_file_status("renamed", path)
     assert reads == [path]
-    assert again["name"] == "renamed" and again["metadata"]["ss_network_dim"] == "2"
+    assert first["name"] == "a" and again["name"] == "renamed"  # each caller's own top-level dict
+    assert again["metadata"] == {"ss_network_dim": "2"}
+    assert again["metadata"] is lora_file.lora_file_status("a", path)[0]["metadata"]  # shared, read-only
     assert again["n_tensors"] == 1 and index_again is index
     save_file({"x.lora_up.weight": torch.zeros(8, 2), "y": torch.zeros(1)}, path)
     os.utime(path, ns=(1, 1))  # another size and mtime: another identity

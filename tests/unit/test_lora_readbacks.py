@@ -193,3 +193,42 @@ def test_the_low_rank_norms_of_a_step_are_one_batched_product_per_shape(lora_fil
     expected = 0.5 * 2.0 / 4 * float(torch.linalg.matrix_norm(up.double() @ down.double()))
     row = next(r for r in rows if r["key"] == "diffusion_model.7.weight")
     assert row["delta_norm"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_steps_never_change_what_the_file_caches_serve_them(lora_files, tmp_path):
+    """The file statuses and key coverage are served without a deep copy (a new top-level dict,
+    the nested values shared): the step that reads them, and its report, must leave them as stored."""
+    import copy
+    import json
+
+    from monitors.lora.caches import COVERAGE, FILE_STATUSES, file_identity
+    from monitors.lora.coverage import key_coverage
+
+    base = Patcher(wide_module(2))
+    graph = prompt(["a.safetensors"], [0.5])
+    ident = file_identity(lora_files["a.safetensors"])
+
+    def coverage(model, clip, path, index):  # as nodes/lora_keys.py keeps it: by the loaded modules
+        modules = (model.model, None)
+        found = COVERAGE.get(file_identity(path), modules)
+        if found is None:
+            found = {**key_coverage(["a.weight", "te.b.weight"], {"a.weight"}), "computed": True}
+            COVERAGE.put(file_identity(path), modules, found)
+        return found
+
+    def run(strength: float) -> dict:
+        patcher = base.clone()
+        patcher.add_patches(adapters(2, 0), strength)
+        graph["10"]["inputs"]["strength_model"] = strength
+        report = build_lora_step("99", graph, patcher, lora_path=lora_files.get, coverage=coverage)
+        return json.loads(json.dumps(report.to_dict()))
+
+    run(0.5)
+    stored_status = copy.deepcopy(FILE_STATUSES.get(ident))
+    stored_coverage = copy.deepcopy(COVERAGE.get(ident, (base.model, None)))
+    assert stored_status is not None and stored_coverage["n_unmatched_keys"] == 1
+    second = run(0.75)
+    assert second["details"]["loaders"][0]["file"]["name"] == "a.safetensors"
+    assert FILE_STATUSES.get(ident)[0] == stored_status[0]
+    assert second["details"]["loaders"][0]["coverage"]["unmatched_keys"] == ["te.b.weight"]
+    assert COVERAGE.get(ident, (base.model, None)) == stored_coverage
