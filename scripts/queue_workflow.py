@@ -2,7 +2,8 @@
 
     python scripts/queue_workflow.py http://127.0.0.1:8188 example_workflows/api/models_profile_demo.json
 
-Prints the report's URL and a short summary. Exit status: 0 when the run succeeded, 1 when it
+Prints the report's URL and a short summary (`--save FILE` also writes the report's JSON, for
+scripts/compare_reports.py). Exit status: 0 when the run succeeded, 1 when it
 failed or no report came back. Standard library only.
 """
 
@@ -104,6 +105,7 @@ def main(argv=None) -> int:
     parser.add_argument("url", help="ComfyUI base URL, e.g. http://127.0.0.1:8188")
     parser.add_argument("workflow", help="API-format workflow JSON")
     parser.add_argument("--timeout", type=float, default=120, help="seconds to wait for the run")
+    parser.add_argument("--save", metavar="FILE", help="also write the report's JSON to FILE")
     args = parser.parse_args(argv)
     base_url = args.url.rstrip("/")
     with open(args.workflow, encoding="utf-8") as f:
@@ -111,6 +113,9 @@ def main(argv=None) -> int:
     started = time.monotonic()
     prompt_id = queue(base_url, prompt, args.workflow)
     report = wait_for_report(base_url, prompt_id, args.timeout)
+    if args.save:
+        with open(args.save, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1, sort_keys=True)
     print(f"Pipeline Monitor report: {base_url}/pipeline_monitor/runs/{prompt_id}")
     print(f"  (round trip {time.monotonic() - started:.2f} s; all runs: {base_url}/pipeline_monitor/runs)")
     for line in summary_lines(report):
