@@ -19,16 +19,17 @@ import re
 import sys
 from collections.abc import Iterator
 
-# A place whose last key matches is a measurement or an id: it differs between any two runs.
-MEASURED = re.compile(
-    r"(_s|_unix_s|_ns|_ms|_pct|_per_s|_ratio_of_wall|uuid|_id|^id|_ids|rss.*|.*_rss_.*|cpu_.*|.*_at_s|"
-    r"peak.*|.*allocated.*|.*reserved.*|.*free.*|.*available.*|.*_used_bytes|method|utilization.*|"
-    r"created.*|started.*|ended.*|finished.*|pid|thread.*|hostname|url|path)$"
+# A key that names a measurement or an id, anywhere in a place: it differs between any two runs.
+MEASURED_KEY = re.compile(
+    r"(_s|_unix_s|_ns|_ms|_pct|_per_s)$|^(span|memory|system_ram|system_available_memory|identity|"
+    r"changes|lows|peaks|pid|hostname|prompt_id|run_id)$|rss|ram_|cpu|uuid|object_id|memory_above|"
+    r"peak|allocated|reserved|free|available|used_bytes|utilization|created|started|ended|finished"
 )
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def flatten(value, place: str = "") -> Iterator[tuple[str, object]]:
-    """(place, leaf) pairs; a place is a JSON-pointer-like path ("steps/0/summary/n_loras")."""
+    """(place, leaf) pairs; a place is a JSON-pointer-like path ("/steps/node 7 lora/summary/n_loras")."""
     if isinstance(value, dict):
         yield place, ("object", len(value))
         for key in sorted(value):
@@ -36,9 +37,16 @@ def flatten(value, place: str = "") -> Iterator[tuple[str, object]]:
     elif isinstance(value, list):
         yield place, ("array", len(value))
         for i, item in enumerate(value):
-            yield from flatten(item, f"{place}/{i}")
+            yield from flatten(item, f"{place}/{_index(item, i)}")
     else:
         yield place, value
+
+
+def _index(item, i: int) -> str:
+    """A node row or a step by its node (and kind): their order follows measured start times."""
+    if isinstance(item, dict) and isinstance(item.get("node_id"), str):
+        return f"node {item['node_id']}" + (f" {item['kind']}" if isinstance(item.get("kind"), str) else "")
+    return str(i)
 
 
 def json_type(value) -> str:
@@ -49,9 +57,16 @@ def json_type(value) -> str:
     return {bool: "boolean", int: "number", float: "number", str: "string"}[type(value)]
 
 
-def measured(place: str) -> bool:
-    last = next((part for part in reversed(place.split("/")) if not part.isdigit()), "")
-    return bool(MEASURED.search(last.lower()))
+def measured(place: str, value=None) -> bool:
+    """A measurement or an id: a key of the place says so, or the value holds a UUID."""
+    keys = [
+        part.lower()
+        for part in place.split("/")
+        if part and not part.isdigit() and not part.startswith("node ")
+    ]
+    return any(MEASURED_KEY.search(key) for key in keys) or (
+        isinstance(value, str) and bool(UUID.search(value))
+    )
 
 
 def compare(before: dict, after: dict) -> dict[str, list[str]]:
@@ -65,7 +80,7 @@ def compare(before: dict, after: dict) -> dict[str, list[str]]:
         if x == y:
             continue
         kinds = (json_type(x), json_type(y))
-        if measured(place):
+        if measured(place, x) or measured(place, y):
             found["measured"].append(f"{place}: {x!r} -> {y!r}")
         elif "null" not in kinds and kinds[0] != kinds[1] or isinstance(x, tuple):
             found["structure"].append(f"{place}: {x!r} -> {y!r}")

@@ -21,7 +21,7 @@ def _module():
 
 
 def report(**changes) -> dict:
-    step = {"kind": "lora", "summary": {"n_loras": 1, "analysis_s": 0.01, "model_patch_bytes": 10}}
+    step = {"kind": "lora", "node_id": "7", "summary": {"n_loras": 1, "analysis_s": 0.01, "model_patch_bytes": 10}}
     base = {"prompt_id": "a", "duration_s": 1.0, "steps": [step], "span": {"peak_rss_bytes": 5}}
     return json.loads(json.dumps(base | changes))
 
@@ -38,11 +38,20 @@ def test_a_changed_count_a_missing_key_and_a_longer_list_are_reported():
     del after["steps"][0]["summary"]["model_patch_bytes"]
     after["extra"] = [1, 2]
     found = _module().compare(report(), after)
-    assert found["value"] == ["/steps/0/summary/n_loras: 1 -> 2"]
-    assert "/steps/0/summary/model_patch_bytes: only in before" in found["structure"]
+    assert found["value"] == ["/steps/node 7 lora/summary/n_loras: 1 -> 2"]
+    assert "/steps/node 7 lora/summary/model_patch_bytes: only in before" in found["structure"]
     assert "/extra: only in after" in found["structure"]
-    longer = report(steps=[*report()["steps"], {"kind": "models"}])
+    longer = report(steps=[*report()["steps"], {"kind": "models", "node_id": "3"}])
     assert any(line.startswith("/steps: ") for line in _module().compare(report(), longer)["structure"])
+
+
+def test_node_rows_and_steps_are_matched_by_node_not_by_position():
+    first, second = {"node_id": "3", "status": "executed"}, {"node_id": "7", "status": "executed"}
+    assert _module().compare({"nodes": [first, second]}, {"nodes": [second, first]}) == {
+        "structure": [],
+        "value": [],
+        "measured": [],
+    }
 
 
 def test_a_value_becoming_unknown_is_a_value_change_and_another_type_is_structural():
@@ -50,7 +59,7 @@ def test_a_value_becoming_unknown_is_a_value_change_and_another_type_is_structur
     assert found["measured"] == ["/prompt_id: 'a' -> None"]
     after = report()
     after["steps"][0]["summary"]["n_loras"] = "one"
-    assert _module().compare(report(), after)["structure"] == ["/steps/0/summary/n_loras: 1 -> 'one'"]
+    assert _module().compare(report(), after)["structure"] == ["/steps/node 7 lora/summary/n_loras: 1 -> 'one'"]
 
 
 def test_the_command_line_exits_1_on_a_difference_and_0_on_measurements_only(tmp_path):
