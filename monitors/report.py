@@ -44,7 +44,7 @@ STEP_KINDS = (
     "latent",
     "tensor_dump",
     "tensor_compare",
-    "profiling",  # the profiling API's throughput, phases and suggestions (monitors/profiling*.py)
+    "profiling",  # the profiling API's throughput, phases and suggestions (monitors/pipeline_profiler*.py)
     "deep_profile",  # torch.profiler over one prompt, per node (monitors/deep_profile/)
 )
 

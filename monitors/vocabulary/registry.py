@@ -27,7 +27,7 @@ def registry() -> dict[str, StepKindVocabulary]:
         from ..latent.summary import LATENT
         from ..lora.summary import LORA
         from ..models.summary import MODELS
-        from ..profiling_step.summary import PROFILING
+        from ..profiler_step.summary import PROFILING
         from ..vae.summary import VAE_ENCODE
 
         kinds = (

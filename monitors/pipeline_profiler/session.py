@@ -20,7 +20,7 @@ from ..engine.node_rows import node_profile_from_span
 from ..engine.sampler import Sampler
 from ..engine.span import Span
 from ..probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
-from ..profiling_step.phases import PhaseAccumulator
+from ..profiler_step.phases import PhaseAccumulator
 from ..report import NodeProfile, to_jsonable
 from .config import ProfilingConfig
 from .display import display_line
