@@ -9,7 +9,8 @@ monitors/, nodes/, bench/ and scripts/ (FILE_CYCLE_FOLDERS).
     python scripts/import_graph.py --json     # the same as JSON
 
 "Up" is against `ROOM_LAYERS` below, the layering docs/architecture.md describes: an arrow
-points up when it goes to a room on a higher floor than its own. Rooms on the same floor may
+points up when it goes to a room on a higher floor than its own. The stages' rooms are read from
+the stage registration (monitors/vocabulary/stages.py), so a new stage needs no line here. Rooms on the same floor may
 import one another as long as no cycle forms.
 """
 
@@ -25,13 +26,15 @@ from pathlib import Path
 PACKAGE = "monitors"
 FILE_CYCLE_FOLDERS = ("monitors", "nodes", "bench", "scripts")
 
-# floor of each room, lowest first; an arrow may point to the same floor or below.
-ROOM_LAYERS: dict[str, int] = {
+# floor of each room, lowest first; an arrow may point to the same floor or below. The stages'
+# rooms (floor 3) are not listed: they are the rooms the stage registration imports (stage_rooms).
+FLOORS_BELOW_THE_STAGES: dict[str, int] = {
     # 0: the foundations every room may use
     "report": 0,
     "summary_fields": 0,
     "detail_fields": 0,
     "node_fields": 0,
+    "stage": 0,
     "lazy": 0,
     "background": 0,
     # 1: every backend read; the numeric kernels
@@ -39,16 +42,11 @@ ROOM_LAYERS: dict[str, int] = {
     "numeric": 1,
     # 2: the run engine
     "engine": 2,
-    # 3: the stages, one step kind each (a stage may use another: lora and conditioning use models)
-    "models": 3,
-    "lora": 3,
-    "conditioning": 3,
-    "latent": 3,
-    "vae": 3,
-    "dumps": 3,
-    "deep_profile": 3,
-    "profiler_step": 3,
-    # 4: the vocabulary (its registry imports every stage's declaration)
+}
+# 3: the stages, one step kind each (a stage may use another: lora and conditioning use models)
+STAGE_FLOOR = 3
+FLOORS_ABOVE_THE_STAGES: dict[str, int] = {
+    # 4: the vocabulary (its stage registration imports every stage)
     "vocabulary": 4,
     # 5: the exporters (HTML, trace, Prometheus, CSV)
     "exporters": 5,
@@ -57,6 +55,29 @@ ROOM_LAYERS: dict[str, int] = {
     "cli": 6,
     "__main__": 7,
 }
+# the stage registration: `from .. import <room>, ...` names the stages' rooms
+STAGES_FILE = Path("vocabulary") / "stages.py"
+
+
+def stage_rooms(package_dir: Path) -> tuple[str, ...]:
+    """The rooms of the registered stages: the rooms `monitors/vocabulary/stages.py` imports
+    (`from .. import lora, models, ...`)."""
+    tree = ast.parse((package_dir / STAGES_FILE).read_text(encoding="utf-8"))
+    return tuple(
+        alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.level == 2 and node.module is None
+        for alias in node.names
+    )
+
+
+def room_layers(package_dir: Path) -> dict[str, int]:
+    """The floor of every room: the ones named above, the stages' rooms on STAGE_FLOOR."""
+    stages = dict.fromkeys(stage_rooms(package_dir), STAGE_FLOOR)
+    return {**FLOORS_BELOW_THE_STAGES, **stages, **FLOORS_ABOVE_THE_STAGES}
+
+
+ROOM_LAYERS: dict[str, int] = room_layers(Path(__file__).resolve().parent.parent / PACKAGE)
 
 
 @dataclass(frozen=True)
