@@ -4,8 +4,8 @@ report (JSON path), its unit and how it is measured.
 The rows are derived from the declarations: the step summaries' (monitors/<kind>/summary.py), the
 declared details' (monitors/<kind>/details.py), the node rows' (monitors/node_fields.py) and the
 deep profile's; the memory pictures' from their layout (reference_figure.py). Only the run's own
-figures (reference_run_rows.py), the findings (reference_detail_rows.py), the profiling session's
-and the usage statistics (reference_session_rows.py) are hand-written rows. `python -m
+figures and the findings (reference_rows.py), the profiling session's and the usage statistics
+(reference_session_rows.py) are hand-written rows. `python -m
 monitors.vocabulary.generated_files --write` regenerates the document with the schema; a unit test
 checks that every path named here appears in reports the test suite builds.
 
@@ -22,9 +22,8 @@ from ..detail_fields import TRACEBACK
 from ..engine.residency_fields import MODEL_RESIDENCY
 from ..node_fields import NODE_ROW
 from . import stages
-from .reference_detail_rows import DETAIL_FIGURES
 from .reference_figure import SPECS, Figure
-from .reference_run_rows import RUN_FIGURES
+from .reference_rows import DETAIL_FIGURES, RUN_FIGURES
 from .reference_session_rows import SESSION_AND_USAGE_FIGURES
 from .registry import registry
 from .subgraph_fields import SUBGRAPH_ROW
