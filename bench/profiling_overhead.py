@@ -40,7 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.verdicts import add_quick_flag, verdict_line  # noqa: E402
-from monitors import profiling as pm  # noqa: E402
+from monitors import pipeline_profiler as pm  # noqa: E402
 
 DISABLED_TARGET_S = 1e-6  # README: a disabled decorator costs well under a microsecond per call
 ENABLED_TIME_ONLY_TARGET_S = 20e-6  # issue 14: enabled, no memory figure configured

@@ -25,8 +25,8 @@ from torch import nn
 # The pack folder holds the `monitors` package; a script in example_pipelines/ does not see it by itself.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from monitors import profiling as pm  # noqa: E402
-from monitors.profiling.inferix import add_profiling_arguments, configure_from_args  # noqa: E402
+from monitors import pipeline_profiler as pm  # noqa: E402
+from monitors.pipeline_profiler.inferix import add_profiling_arguments, configure_from_args  # noqa: E402
 
 log = logging.getLogger("plain_pipeline")
 

@@ -1,8 +1,8 @@
 """Run reports: frozen dataclasses -> plain dicts -> JSON (written atomically) and a log summary.
 
 One vocabulary for Python, JSON and the panel: units in names (`_bytes`, `_s`, `_pct`), counts as
-`n_...`, unknown as None. Each step kind's summary keys are declared once in monitors/vocabulary/registry.py
-(and monitors/<kind>/summary.py). Bump SCHEMA_VERSION on any incompatible change, declare the key
+`n_...`, unknown as None. Each step kind's summary keys are declared once in monitors/<room>/summary.py
+and its stage registered in monitors/vocabulary/stages.py. Bump SCHEMA_VERSION on any incompatible change, declare the key
 renames there, and regenerate `schemas/run_report.schema.json` (python -m monitors.vocabulary.generated_files --write).
 """
 
@@ -36,17 +36,7 @@ READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
 RUN_STATUSES = ("running", "success", "error", "interrupted")
 NODE_STATUSES = ("executed", "cached", "error", "interrupted")
 FINDING_LEVELS = ("info", "warning", "error")
-STEP_KINDS = (
-    "models",
-    "lora",
-    "conditioning",
-    "vae_encode",
-    "latent",
-    "tensor_dump",
-    "tensor_compare",
-    "profiling",  # the profiling API's throughput, phases and suggestions (monitors/profiling*.py)
-    "deep_profile",  # torch.profiler over one prompt, per node (monitors/deep_profile/)
-)
+# The step kinds are the registered stages' (monitors/vocabulary/stages.py: STAGES, step_kinds()).
 
 
 _PLAIN_TYPES = frozenset({str, int, bool, type(None)})

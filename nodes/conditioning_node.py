@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
+from ..monitors.conditioning import STAGE
 from ..monitors.conditioning.prompt_text import input_types_from_spec
 from ..monitors.conditioning.report import build_conditioning_step
 from .node_support import hidden_inputs, run_monitor
@@ -27,7 +28,7 @@ class PipelineMonitorConditioning(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
         return io.Schema(
-            node_id="PipelineMonitorConditioning",
+            node_id=STAGE.node,
             display_name="Pipeline Monitor: Conditioning",
             category="pipeline_monitor",
             description="Passes CONDITIONING (and CLIP) through unchanged and reports what the text "
@@ -82,5 +83,5 @@ class PipelineMonitorConditioning(io.ComfyNode):
                 memory_budget_bytes=(memory_budget_mib or 0) * MIB,
             )
 
-        _, ui = run_monitor("conditioning", node_id, build)
+        _, ui = run_monitor(STAGE.kind, node_id, build)
         return io.NodeOutput(positive, negative, clip, ui=ui)

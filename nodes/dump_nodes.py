@@ -12,6 +12,7 @@ import logging
 
 from comfy_api.latest import io
 
+from ..monitors.dumps import TENSOR_COMPARE_STAGE, TENSOR_DUMP_STAGE
 from ..monitors.dumps.report import (
     LIVE_VALUE,
     NO_DUMPS,
@@ -75,7 +76,7 @@ class PipelineMonitorTensorDump(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
         return io.Schema(
-            node_id="PipelineMonitorTensorDump",
+            node_id=TENSOR_DUMP_STAGE.node,
             display_name="Pipeline Monitor: Tensor Dump",
             category="pipeline_monitor",
             description="Passes CONDITIONING, LATENT and IMAGE through unchanged and writes every tensor "
@@ -117,7 +118,7 @@ class PipelineMonitorTensorDump(io.ComfyNode):
                 prompt_id_unknown_reason=unknown_reason,
             )
 
-        step, ui = run_monitor("tensor_dump", node_id, build)
+        step, ui = run_monitor(TENSOR_DUMP_STAGE.kind, node_id, build)
         file_name = written_file_name(step)
         if file_name is not None:
             ui["dump"] = [file_name]
@@ -129,7 +130,7 @@ class PipelineMonitorTensorCompare(io.ComfyNode):
     def define_schema(cls) -> io.Schema:
         choices = dump_choices()  # recomputed whenever ComfyUI asks for the schema (object_info)
         return io.Schema(
-            node_id="PipelineMonitorTensorCompare",
+            node_id=TENSOR_COMPARE_STAGE.node,
             display_name="Pipeline Monitor: Tensor Compare",
             category="pipeline_monitor",
             description="Compares two dumps, or a dump and a live value, tensor by tensor: shape and "
@@ -171,7 +172,7 @@ class PipelineMonitorTensorCompare(io.ComfyNode):
         node_id, _ = hidden_inputs(cls)
         values = {"conditioning": conditioning, "latent": latent, "image": image}
         _, ui = run_monitor(
-            "tensor_compare",
+            TENSOR_COMPARE_STAGE.kind,
             node_id,
             lambda: build_compare_step(
                 node_id, dump_a, dump_b, float(rtol), float(atol), values, directory=dump_paths.dumps_dir()

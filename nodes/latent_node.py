@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
+from ..monitors.latent import STAGE
 from ..monitors.latent.report import build_latent_step
 from .node_support import hidden_inputs, run_monitor
 from .runtime import get_runtime
@@ -13,7 +14,7 @@ class PipelineMonitorLatent(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
         return io.Schema(
-            node_id="PipelineMonitorLatent",
+            node_id=STAGE.node,
             display_name="Pipeline Monitor: Latent",
             category="pipeline_monitor",
             description="Passes a LATENT through unchanged and reports its shape, image/video kind, the "
@@ -30,6 +31,6 @@ class PipelineMonitorLatent(io.ComfyNode):
     def execute(cls, latent) -> io.NodeOutput:
         node_id, prompt = hidden_inputs(cls)
         _, ui = run_monitor(
-            "latent", node_id, lambda: build_latent_step(node_id, latent, prompt, get_runtime().recorder)
+            STAGE.kind, node_id, lambda: build_latent_step(node_id, latent, prompt, get_runtime().recorder)
         )
         return io.NodeOutput(latent, ui=ui)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
+from ..monitors.lora import STAGE
 from ..monitors.lora.report import build_lora_step
 from .lora_keys import calculate_weight, lora_path, recompute_coverage
 from .node_support import hidden_inputs, run_monitor
@@ -14,7 +15,7 @@ class PipelineMonitorLora(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
         return io.Schema(
-            node_id="PipelineMonitorLora",
+            node_id=STAGE.node,
             display_name="Pipeline Monitor: LoRA",
             category="pipeline_monitor",
             description="Passes MODEL and CLIP through unchanged and reports whether the LoRA(s) before it "
@@ -57,5 +58,5 @@ class PipelineMonitorLora(io.ComfyNode):
                 returned=(model, clip),
             )
 
-        _, ui = run_monitor("lora", node_id, build)
+        _, ui = run_monitor(STAGE.kind, node_id, build)
         return io.NodeOutput(model, clip, ui=ui)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
+from ..monitors.models import STAGE
 from ..monitors.models.report import build_models_step
 from .node_support import hidden_inputs, run_monitor
 from .runtime import get_runtime
@@ -13,7 +14,7 @@ class PipelineMonitorModels(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
         return io.Schema(
-            node_id="PipelineMonitorModels",
+            node_id=STAGE.node,
             display_name="Pipeline Monitor: Models",
             category="pipeline_monitor",
             description="Passes MODEL, CLIP and VAE through unchanged and reports their state, size, "
@@ -38,6 +39,6 @@ class PipelineMonitorModels(io.ComfyNode):
         node_id, prompt = hidden_inputs(cls)
         inputs = {"model": model, "clip": clip, "vae": vae}
         _, ui = run_monitor(
-            "models", node_id, lambda: build_models_step(node_id, inputs, prompt, get_runtime().recorder)
+            STAGE.kind, node_id, lambda: build_models_step(node_id, inputs, prompt, get_runtime().recorder)
         )
         return io.NodeOutput(model, clip, vae, ui=ui)

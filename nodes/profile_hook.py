@@ -25,12 +25,10 @@ import functools
 import logging
 from collections.abc import Mapping
 
-from ..monitors.conditioning.upstream import upstream_node_ids as conditioning_upstream
 from ..monitors.deep_profile import get_controller as deep_profile
 from ..monitors.engine.prompt_info import cached_node_ids, run_outcome, workflow_from_extra_data
-from ..monitors.lora.upstream import upstream_node_ids as lora_upstream
-from ..monitors.models.upstream import upstream_node_ids as models_upstream
 from ..monitors.report import run_summary
+from ..monitors.vocabulary.stages import upstream_walks
 from . import headless, model_residency, seams
 from .runtime import get_runtime
 
@@ -40,14 +38,10 @@ HANDLER_NAME = "pipeline_monitor"
 _WRAPPED = "__pipeline_monitor_wrapped__"
 _handler_class = None
 
-# The passthrough monitors whose work ran upstream, each with its stage's graph walk: their
-# upstream nodes get a full-detail span and the step a memory picture of them
-# (monitors/engine/upstream_memory.py).
-UPSTREAM_WALKS = {
-    "PipelineMonitorModels": models_upstream,
-    "PipelineMonitorLora": lora_upstream,
-    "PipelineMonitorConditioning": conditioning_upstream,
-}
+# The passthrough monitors whose work ran upstream, each with its stage's graph walk (the stages
+# that declare one): their upstream nodes get a full-detail span and the step a memory picture of
+# them (monitors/engine/upstream_memory.py).
+UPSTREAM_WALKS = upstream_walks()
 
 
 def _make_handler_class(progress):

@@ -18,19 +18,20 @@ from comfy_api.latest import io
 from ..monitors.models.patching import MEMORY_MANAGER_DYNAMIC, memory_manager
 from ..monitors.probes import get_probes
 from ..monitors.report import failed_step
+from ..monitors.vae import STAGE
 from ..monitors.vae.chain import run_chain
 from ..monitors.vae.comfy_retry import COMFY_RETRY_TILERS
 from ..monitors.vae.errors import error_for
 from ..monitors.vae.free_memory import DYNAMIC, ESTIMATE_BASED, usable_gpu_free
 from ..monitors.vae.geometry import TileSettings, tiles_from_inputs
 from ..monitors.vae.outcomes import REQUESTS, ChainOptions, CpuEncoded
-from ..monitors.vae.report import STEP_KIND, build_vae_encode_step, log_findings
+from ..monitors.vae.report import build_vae_encode_step, log_findings
 from .memory_snapshot import loaded_models_snapshot
 from .node_support import hidden_inputs, record_step, run_monitor
 
 log = logging.getLogger(__name__)
 
-NODE_ID = "PipelineMonitorVAEEncode"
+NODE_ID = STAGE.node
 # The attributes ComfyUI's loading sets on a layer to cast its weights per operation.
 CAST_FLAGS = ("comfy_cast_weights", "prev_comfy_cast_weights")
 # ComfyUI's VAE.encode logs this when it catches a CUDA OOM and retries tiled on its own.
@@ -339,10 +340,10 @@ class PipelineMonitorVAEEncode(io.ComfyNode):
             result.monitor_errors.extend(cleanup_errors)
         except Exception as exc:  # the chain's own code failed: encode as core VAEEncode does
             log.exception("pipeline monitor: VAE chain failed, encoding directly")
-            record_step(failed_step(STEP_KIND, node_id, exc))
+            record_step(failed_step(STAGE.kind, node_id, exc))
             return io.NodeOutput({"samples": vae.encode(pixels)})
         step, ui = run_monitor(
-            STEP_KIND, node_id, lambda: build_vae_encode_step(node_id, result, vae, bool(allow_dummy))
+            STAGE.kind, node_id, lambda: build_vae_encode_step(node_id, result, vae, bool(allow_dummy))
         )
         log_findings(step, log)
         if result.samples is None:

@@ -14,7 +14,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 
-from ..profiling_step.phases import node_gpu_above_start, node_gpu_peak, profiling_step, report_phases
+from ..profiler_step.phases import node_gpu_above_start, node_gpu_peak, profiling_step, report_phases
 from ..report import READABLE_SCHEMA_VERSIONS
 from ..vocabulary.upgrade import upgrade_report
 

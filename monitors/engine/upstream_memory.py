@@ -22,8 +22,9 @@ imports no stage:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
+from ..stage import UpstreamWalk
 from .span import SpanResult, memory_picture, merge_sequential
 
 MAX_WATCHED_PER_MONITOR = 64  # a pathological graph must not turn every node into a full span
@@ -33,10 +34,6 @@ PROFILE_OFF_REASON = "per-node profile off: the upstream nodes were not measured
 NO_RUN_REASON = "no profiled prompt was running"
 NO_UPSTREAM_REASON = "no upstream node of this step found in the prompt graph"
 CACHED_REASON = "upstream nodes cached: nothing ran"
-
-
-# monitor node id -> the upstream node ids its step describes, in the prompt graph
-UpstreamWalk = Callable[[Mapping, str], list[str]]
 
 
 def watch_plan(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..deep_profile.trace_ops import trace_events as deep_trace_events
-from ..profiling_step.phases import profiling_step
+from ..profiler_step.phases import profiling_step
 from ..report import to_jsonable, write_json_atomic
 from .trace_models import model_trace_events
 

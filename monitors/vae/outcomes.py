@@ -166,6 +166,10 @@ class ChainResult:
     exception: BaseException | None = None  # only a non-OOM error that stopped the chain
     monitor_errors: list[str] = field(default_factory=list)
 
+    def attempt(self, strategy: str) -> Attempt | None:
+        """The first attempt of that strategy, None when the chain did not try it."""
+        return next((attempt for attempt in self.attempts if attempt.strategy == strategy), None)
+
     @property
     def cleanup_reclaimed_bytes(self) -> int | None:
         values = [a.cleanup_reclaimed_bytes for a in self.attempts if a.cleanup_reclaimed_bytes is not None]

@@ -14,7 +14,7 @@ from ..models.state import describe_vae
 from ..numeric.tensor_stats import describe_tensor
 from ..report import StepReport
 from .chain import OOM, SKIPPED, ChainResult
-from .suggestions import attempt_of, suggestions
+from .suggestions import suggestions
 
 STEP_KIND = "vae_encode"
 MiB = 1024**2
@@ -225,8 +225,8 @@ def _throughput_summary(result: ChainResult, pixels: dict, throughput_reason: st
 def _prediction_summary(result: ChainResult) -> dict:
     """Direct's prediction (calibrated or not) and whether the attempts bore it out."""
     direct = result.predictions.get("direct")
-    direct_attempt = attempt_of(result, "direct")
-    used_attempt = attempt_of(result, result.strategy_used) if result.strategy_used else None
+    direct_attempt = result.attempt("direct")
+    used_attempt = result.attempt(result.strategy_used) if result.strategy_used else None
     return {
         "direct_needed_bytes": None if direct is None else direct.needed_bytes,
         "direct_estimate_bytes": None if direct is None else direct.estimate_bytes,

@@ -16,17 +16,10 @@ FRAGMENTATION_RATIO = (
 FRAGMENTATION_MIN_RESERVED_BYTES = 512 * 1024**2
 
 
-def attempt_of(result: ChainResult, strategy: str):
-    for attempt in result.attempts:
-        if attempt.strategy == strategy:
-            return attempt
-    return None
-
-
 def suggestions(
     result: ChainResult, tiles: TileSettings, latent: dict | None, figures: dict
 ) -> list[Finding]:
-    direct = attempt_of(result, "direct")
+    direct = result.attempt("direct")
     prediction = result.predictions.get("direct")
     return [
         *_outcome_findings(result),
@@ -118,8 +111,8 @@ def _fallback_findings(result: ChainResult, tiles: TileSettings) -> list[Finding
             why = "; ".join(f"{a.strategy} {a.outcome}: {a.reason or a.error_message}" for a in gpu_attempts)
             message = f"Encoded on the CPU (slow): {why or 'no GPU strategy ran'}."
         found.append(Finding("warning", message, "cpu_fallback"))
-    found.extend(_cpu_weights_findings(attempt_of(result, "cpu")))
-    tiled = attempt_of(result, "tiled")
+    found.extend(_cpu_weights_findings(result.attempt("cpu")))
+    tiled = result.attempt("tiled")
     shape = (result.pixels_info or {}).get("shape") or []
     if tiled and tiled.outcome != SKIPPED and len(shape) == 4 and tiles.tile_size >= max(shape[1], shape[2]):
         found.append(

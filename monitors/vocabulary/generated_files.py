@@ -65,6 +65,7 @@ def generated_schema(base: Mapping[str, Any]) -> dict:
     }
     schema["properties"][MODEL_RESIDENCY.name] = MODEL_RESIDENCY.schema()
     step = defs["step"]
+    step["properties"]["kind"] = {"enum": list(registry())}  # the registered stages' kinds
     step["properties"]["summary"] = {"type": "object"}  # unknown kinds: any object
     step["properties"]["details"] = {"type": "object"}  # kinds that declare no details: any object
     step["allOf"] = []

@@ -4,8 +4,8 @@ report (JSON path), its unit and how it is measured.
 The rows are derived from the declarations: the step summaries' (monitors/<kind>/summary.py), the
 declared details' (monitors/<kind>/details.py), the node rows' (monitors/node_fields.py) and the
 deep profile's; the memory pictures' from their layout (reference_figure.py). Only the run's own
-figures (reference_run_rows.py), the findings (reference_detail_rows.py), the profiling session's
-and the usage statistics (reference_session_rows.py) are hand-written rows. `python -m
+figures and the findings (reference_rows.py), the profiling session's and the usage statistics
+(reference_session_rows.py) are hand-written rows. `python -m
 monitors.vocabulary.generated_files --write` regenerates the document with the schema; a unit test
 checks that every path named here appears in reports the test suite builds.
 
@@ -21,11 +21,11 @@ import os
 from ..detail_fields import TRACEBACK
 from ..engine.residency_fields import MODEL_RESIDENCY
 from ..node_fields import NODE_ROW
-from .reference_detail_rows import DETAIL_FIGURES
+from . import stages
 from .reference_figure import SPECS, Figure
-from .reference_run_rows import RUN_FIGURES
+from .reference_rows import DETAIL_FIGURES, RUN_FIGURES
 from .reference_session_rows import SESSION_AND_USAGE_FIGURES
-from .registry import details_registry, registry
+from .registry import registry
 from .subgraph_fields import SUBGRAPH_ROW
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -34,24 +34,18 @@ DOC_PATH = os.path.join(REPO_ROOT, "docs", "metrics-reference.md")
 # the figures outside the summaries, in the document's order
 HAND_WRITTEN: tuple[Figure, ...] = (*RUN_FIGURES, *DETAIL_FIGURES, *SESSION_AND_USAGE_FIGURES)
 
-SPEC_OF_KIND = {
-    "vae_encode": "VAE",
-    "conditioning": "TXT",
-    "lora": "LORA",
-    "models": "TXT",
-    "profiling": "PROF",
-}
 
 
 def summary_figures() -> list[Figure]:
-    """One row per declared summary field of every step kind."""
+    """One row per declared summary field of every registered stage."""
     rows = []
-    for kind, vocab in registry().items():
-        for f in vocab.fields:
+    for stage in stages.STAGES:
+        kind = stage.kind
+        for f in registry()[kind].fields:
             rows.append(
                 Figure(
                     f.label,
-                    SPEC_OF_KIND.get(kind, "-"),
+                    stage.spec or "-",
                     f"steps[kind={kind}].summary.{f.name}",
                     f.unit,
                     f.description,
@@ -106,8 +100,9 @@ def residency_figures() -> list[Figure]:
 def detail_figures() -> dict[str, list[Figure]]:
     """kind -> the rows of its declared details (monitors/<kind>/details.py)."""
     return {
-        kind: _declared_rows(group, f"steps[kind={kind}].details", SPEC_OF_KIND.get(kind, "-"))
-        for kind, group in details_registry().items()
+        stage.kind: _declared_rows(stage.details, f"steps[kind={stage.kind}].details", stage.spec or "-")
+        for stage in stages.STAGES
+        if stage.details is not None
     }
 
 

@@ -1,43 +1,38 @@
 """The registry of step kinds: kind -> its summary declaration (`monitors/<kind>/summary.py`), in
-the order of monitors.report.STEP_KINDS, kind -> its details declaration (`monitors/<kind>/details.py`)
-where it has one, and the lookups by kind that everything derived reads."""
+the order of the registered stages (stages.py: STAGES), kind -> its details declaration
+(`monitors/<kind>/details.py`) where it has one, and the lookups by kind that everything derived
+reads."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from .. import report as run_report
 from ..detail_fields import DetailGroup
 from ..summary_fields import StepKindVocabulary, SummaryField
 from .formatting import format_value, label_from_key
 
-_REGISTRY: dict[str, StepKindVocabulary] | None = None
+_BY_KIND: tuple[tuple, dict[str, StepKindVocabulary], dict[str, DetailGroup]] | None = None
+
+
+def _by_kind() -> tuple[dict[str, StepKindVocabulary], dict[str, DetailGroup]]:
+    """The declarations by kind, made again when the registered stages change."""
+    global _BY_KIND
+    # Imported on first use: the node text and the exporters import this module, and only a
+    # lookup needs every stage's declaration (and the stage packages they load).
+    from . import stages
+
+    if _BY_KIND is None or _BY_KIND[0] is not stages.STAGES:
+        stages.step_kinds()  # a kind registered twice fails here
+        summaries = {stage.kind: stage.summary for stage in stages.STAGES}
+        details = {stage.kind: stage.details for stage in stages.STAGES if stage.details is not None}
+        _BY_KIND = (stages.STAGES, summaries, details)
+    return _BY_KIND[1], _BY_KIND[2]
 
 
 def registry() -> dict[str, StepKindVocabulary]:
-    """kind -> its declaration, in the order of monitors.report.STEP_KINDS."""
-    global _REGISTRY
-    if _REGISTRY is None:
-        # Imported on first use: the node text and the exporters import this module, and only a
-        # lookup needs every stage's declaration (and the stage packages they load).
-        from ..conditioning.summary import CONDITIONING
-        from ..deep_profile.summary import DEEP_PROFILE
-        from ..dumps.summary import TENSOR_COMPARE, TENSOR_DUMP
-        from ..latent.summary import LATENT
-        from ..lora.summary import LORA
-        from ..models.summary import MODELS
-        from ..profiling_step.summary import PROFILING
-        from ..vae.summary import VAE_ENCODE
-
-        kinds = (
-            MODELS, LORA, CONDITIONING, VAE_ENCODE, LATENT, TENSOR_DUMP, TENSOR_COMPARE, PROFILING, DEEP_PROFILE
-        )
-        by_kind = {k.kind: k for k in kinds}
-        if tuple(by_kind) != tuple(run_report.STEP_KINDS):
-            raise RuntimeError(f"vocabulary kinds {tuple(by_kind)} differ from STEP_KINDS {run_report.STEP_KINDS}")
-        _REGISTRY = by_kind
-    return _REGISTRY
+    """kind -> its summary declaration, in the order of the registered stages (stages.py: STAGES)."""
+    return _by_kind()[0]
 
 
 def vocabulary(kind: str) -> StepKindVocabulary | None:
@@ -65,11 +60,7 @@ def details_registry() -> dict[str, DetailGroup]:
     """kind -> the declaration of its `details` (monitors/<kind>/details.py), for the kinds that
     declare them; the schema's `details_<kind>`, the panel's card labels and the metrics reference's
     detail rows come from it."""
-    from ..conditioning.details import CONDITIONING_DETAILS
-    from ..lora.details import LORA_DETAILS
-    from ..vae.details import VAE_ENCODE_DETAILS
-
-    return {"lora": LORA_DETAILS, "conditioning": CONDITIONING_DETAILS, "vae_encode": VAE_ENCODE_DETAILS}
+    return _by_kind()[1]
 
 
 def detail_key(kind: str, path: str) -> str:

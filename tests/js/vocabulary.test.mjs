@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import { formatValue, labelFromKey } from "../../web/lib/format.mjs";
 import { stepCard } from "../../web/lib/report_view.mjs";
-import { STEP_KINDS, kindInfo, upgradeReport } from "../../web/lib/step_kinds.mjs";
+import { BADGES, STEP_KINDS, kindInfo, upgradeReport } from "../../web/lib/step_kinds.mjs";
 import { KEYS, SCHEMA_VERSION, VOCABULARY } from "../../web/lib/vocabulary.generated.mjs";
 
 const V1 = JSON.parse(readFileSync(new URL("../fixtures/run_report_v1.json", import.meta.url), "utf8"));
@@ -15,6 +15,13 @@ test("every declared kind is a panel kind with its title and headline figures, p
     assert.equal(kindInfo(kind).title, info.title);
     assert.deepEqual(kindInfo(kind).first, info.headline);
   }
+});
+
+test("badges are only for declared kinds, and a declared kind without badges is a panel kind all the same", () => {
+  for (const kind of Object.keys(BADGES)) assert.ok(kind in VOCABULARY, kind);
+  const plain = Object.keys(VOCABULARY).filter((kind) => !(kind in BADGES));
+  for (const kind of plain) assert.deepEqual(kindInfo(kind), { title: VOCABULARY[kind].title, first: VOCABULARY[kind].headline });
+  assert.equal(typeof kindInfo("lora").badges, "function");
 });
 
 test("labels and units of declared keys come from the vocabulary", () => {

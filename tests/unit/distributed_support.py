@@ -15,7 +15,7 @@ def rank_worker(rank: int, world_size: int, init_file: str, out_dir: str) -> Non
     import torch
     import torch.distributed as dist
 
-    from monitors import profiling as pm
+    from monitors import pipeline_profiler as pm
     from tests.unit.fake_clock import FakeClock, install
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)

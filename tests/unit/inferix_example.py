@@ -9,7 +9,7 @@ import time
 import torch
 
 # The guide's line: from inferix.profiling.decorators import profile_method, profile_session, ...
-from monitors.profiling.decorators import (
+from monitors.pipeline_profiler.decorators import (
     add_profiling_event,
     profile_block_computation,
     profile_diffusion_step,
@@ -96,7 +96,7 @@ class TinyPipeline(CustomPipeline):
 def wait_for_a_sample(limit_s: float = 10.0) -> None:
     """A real generation lasts long enough for the sampler's timeline; this tiny one waits for
     its first tick (cpu_monitor_interval) so that the report's timeline is not empty."""
-    from monitors.profiling import current_session
+    from monitors.pipeline_profiler import current_session
 
     session = current_session()
     deadline = time.monotonic() + limit_s
@@ -106,7 +106,7 @@ def wait_for_a_sample(limit_s: float = 10.0) -> None:
 
 def run_pipeline(argv: list[str]) -> torch.Tensor:
     """A pipeline's entry as Inferix's run scripts have it: its own flags plus the profiling ones."""
-    from monitors.profiling.inferix import add_profiling_arguments, configure_from_args
+    from monitors.pipeline_profiler.inferix import add_profiling_arguments, configure_from_args
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--prompt", required=True)

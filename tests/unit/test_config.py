@@ -2,7 +2,8 @@
 
 import pytest
 
-from monitors.profiling.config import ConfigError, ProfilingConfig, load_config
+from monitors.pipeline_profiler.config import ConfigError, ProfilingConfig
+from monitors.pipeline_profiler.config_files import load_config
 
 
 def test_defaults():

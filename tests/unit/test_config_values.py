@@ -1,11 +1,12 @@
-"""monitors.profiling.config: the default values, which files each format writes, and the
+"""monitors.pipeline_profiler.config: the default values, which files each format writes, and the
 error messages word for word (they name the key, the value and its type)."""
 
 import dataclasses
 
 import pytest
 
-from monitors.profiling.config import ConfigError, ProfilingConfig, load_config, merge_config
+from monitors.pipeline_profiler.config import ConfigError, ProfilingConfig, merge_config
+from monitors.pipeline_profiler.config_files import load_config
 
 
 def test_default_values():

@@ -284,7 +284,7 @@ def test_the_html_report_shows_the_per_node_table_with_top_ops_escaped(tmp_path)
 
 
 def test_profile_session_deep_gives_the_per_stage_breakdown_and_nests_ops_in_its_trace(tmp_path):
-    from monitors import profiling as pm
+    from monitors import pipeline_profiler as pm
 
     pm.configure(probes=fake_probes(), report={"output_dir": str(tmp_path), "format": "json", "trace": True})
     try:

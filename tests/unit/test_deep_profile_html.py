@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 import types
 
-from monitors.deep_profile import library
 from monitors.exporters.deep_profile_html import deep_profile_html, esc
+from monitors.pipeline_profiler import deep_session as library
 
 
 def step(rows, reasons=None):

@@ -1,5 +1,6 @@
-"""The house keeps its budget: no cycle between the rooms of monitors/, no arrow pointing up, at most
-8 modules at the root of monitors/, no hand-written product file over 400 lines and no Python
+"""The house keeps its budget: no cycle between the rooms of monitors/, no cycle between the files of
+one folder (monitors/, nodes/, bench/, scripts/), no arrow pointing up, at most
+9 modules at the root of monitors/, no hand-written product file over 400 lines and no Python
 function over 80 lines.
 
 Today's offenders are named below; the lists may only shrink. A file or function that is back
@@ -17,7 +18,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 80
-MAX_ROOT_MODULES = 8
+# report, summary_fields, detail_fields, node_fields, stage (the terms every room declares in),
+# lazy, background, __init__ and __main__
+MAX_ROOT_MODULES = 9
 PRODUCT_FOLDERS = ("monitors", "nodes", "web")
 PRODUCT_SUFFIXES = (".py", ".mjs", ".js")
 
@@ -26,6 +29,14 @@ ALLOWED_LONG_FILES: set[str] = set()
 
 # Python functions over MAX_FUNCTION_LINES today ("path:qualified name").
 ALLOWED_LONG_FUNCTIONS: set[str] = set()
+
+# Cycles between the files of one folder today, each being removed by another part of issue 39.
+KNOWN_FILE_CYCLES = [
+    # removed by the lora restructure
+    ["monitors/lora/caches.py", "monitors/lora/entries.py", "monitors/lora/templates.py", "monitors/lora/weights.py"],
+    # removed by the move of the shared tensor helpers into numeric/
+    ["monitors/numeric/fused_kernels.py", "monitors/numeric/tensor_stats.py"],
+]
 
 
 def _import_graph_module():
@@ -94,7 +105,33 @@ def test_the_graph_counts_imports_inside_functions_and_finds_cycles(tmp_path):
     assert graph.arrows_up == [("room", "top")]
 
 
-def test_at_most_eight_modules_at_the_root_of_monitors():
+def test_no_cycle_between_the_files_of_a_folder_but_the_named_ones():
+    graph_module = _import_graph_module()
+    cycles = graph_module.all_file_cycles(REPO)  # monitors/, nodes/, bench/, scripts/
+    assert [c for c in cycles if c not in KNOWN_FILE_CYCLES] == [], "cycles between the files of a folder"
+    gone = [c for c in KNOWN_FILE_CYCLES if c not in cycles]
+    assert gone == [], f"no longer a cycle: remove from KNOWN_FILE_CYCLES: {gone}"
+
+
+def test_file_cycles_count_imports_inside_functions_and_stay_inside_a_folder(tmp_path):
+    graph_module = _import_graph_module()
+    package = tmp_path / "monitors"
+    (package / "room").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "room" / "__init__.py").write_text("from . import a\n")
+    (package / "room" / "a.py").write_text("from .b import x\n")
+    (package / "room" / "b.py").write_text("def late():\n    from .a import y\n")
+    (package / "room" / "c.py").write_text("from ..top import z\n")
+    (package / "top.py").write_text("from .room import c\n")
+    assert graph_module.file_cycles(package) == [["monitors/room/a.py", "monitors/room/b.py"]]
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "one.py").write_text("import two\n")
+    (scripts / "two.py").write_text("def late():\n    from one import f\n")
+    assert graph_module.file_cycles(scripts) == [["scripts/one.py", "scripts/two.py"]]
+
+
+def test_at_most_nine_modules_at_the_root_of_monitors():
     root_modules = sorted(path.name for path in (REPO / "monitors").glob("*.py"))
     assert len(root_modules) <= MAX_ROOT_MODULES, root_modules
 

@@ -1,4 +1,4 @@
-"""monitors.profiling.inferix: Inferix's extractor forms, the event decorator's argument passing,
+"""monitors.pipeline_profiler.inferix: Inferix's extractor forms, the event decorator's argument passing,
 metadata events, model figure defaults and the command-line flags."""
 
 import argparse
@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from monitors import profiling as pm
+from monitors import pipeline_profiler as pm
+from monitors.pipeline_profiler import inferix, usage
 from monitors.probes.fake import fake_probes
-from monitors.profiling import inferix, usage
 
 
 @pytest.fixture

@@ -16,14 +16,13 @@ import time
 
 import pytest
 
-from monitors import profiling as pm
+from monitors import pipeline_profiler as pm
 from monitors.cli.commands import EXIT_OK, main
-from monitors.probes import GpuReading, Snapshot
-from monitors.probes.fake import fake_probes
-from monitors.profiling import usage
-from monitors.profiling.config import ConfigError, load_config
-from monitors.profiling.display import display_line
-from monitors.profiling.inferix import (
+from monitors.pipeline_profiler import usage
+from monitors.pipeline_profiler.config import ConfigError
+from monitors.pipeline_profiler.config_files import load_config
+from monitors.pipeline_profiler.display import display_line
+from monitors.pipeline_profiler.inferix import (
     add_profiling_arguments,
     add_profiling_event,
     configure_from_args,
@@ -31,6 +30,8 @@ from monitors.profiling.inferix import (
     profile_method,
     profile_session,
 )
+from monitors.probes import GpuReading, Snapshot
+from monitors.probes.fake import fake_probes
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -327,7 +328,7 @@ def test_display_line_has_memory_used_of_total_and_percent():
 
 
 def test_realtime_line_is_logged_during_a_session(tmp_path, clean_profiling, caplog):
-    caplog.set_level(logging.INFO, logger="monitors.profiling.session")
+    caplog.set_level(logging.INFO, logger="monitors.pipeline_profiler.session")
     pm.configure(
         display={"realtime": True, "interval_s": 0.01},
         sampling={"cpu_interval_s": 0.01, "gpu_interval_s": 0.01},
@@ -470,16 +471,16 @@ def check_documented_figures(report: dict, rank: int | None, world_size: int | N
 
 
 def test_guide_example_runs_with_the_pack_entry_as_its_only_import(tmp_path, clean_profiling, monkeypatch):
-    """The guide's class with `from monitors.profiling import ...` in place of Inferix's import:
+    """The guide's class with `from monitors.pipeline_profiler import ...` in place of Inferix's import:
     the pack's own entry takes Inferix's extractor forms and its add_profiling_event decorator."""
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
     source = (pathlib.Path(REPO) / "tests" / "unit" / "inferix_example.py").read_text()
-    guide_import = "from monitors.profiling.decorators import ("
+    guide_import = "from monitors.pipeline_profiler.decorators import ("
     assert source.count(guide_import) == 1
     # a file of its own, imported as any module is (the registry's pack check rejects exec)
     example = tmp_path / "inferix_example_pack_entry.py"
-    example.write_text(source.replace(guide_import, "from monitors.profiling import ("))
+    example.write_text(source.replace(guide_import, "from monitors.pipeline_profiler import ("))
     spec = importlib.util.spec_from_file_location("inferix_example_pack_entry", example)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,19 +1,19 @@
-"""monitors.profiling.inferix_config.from_inferix on mappings: the pack's keys it gives, and the
+"""monitors.pipeline_profiler.inferix_config.from_inferix on mappings: the pack's keys it gives, and the
 one warning per key it cannot follow, word for word."""
 
 import logging
 
 import pytest
 
-from monitors.profiling.inferix_config import KNOWN_KEYS, from_inferix, is_inferix
+from monitors.pipeline_profiler.inferix_config import KNOWN_KEYS, from_inferix, is_inferix
 
 
 @pytest.fixture
 def warnings(caplog):
-    caplog.set_level(logging.WARNING, logger="monitors.profiling.inferix_config")
+    caplog.set_level(logging.WARNING, logger="monitors.pipeline_profiler.inferix_config")
 
     def read():
-        return [r.getMessage() for r in caplog.records if r.name == "monitors.profiling.inferix_config"]
+        return [r.getMessage() for r in caplog.records if r.name == "monitors.pipeline_profiler.inferix_config"]
 
     return read
 

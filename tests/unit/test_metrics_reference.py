@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from monitors import profiling as pm
+from monitors import pipeline_profiler as pm
 from monitors.conditioning.report import build_conditioning_step
 from monitors.conditioning.upstream import upstream_node_ids as conditioning_upstream
 from monitors.dumps.report import LIVE_VALUE, build_compare_step, build_dump_step
@@ -22,8 +22,8 @@ from monitors.latent.report import build_latent_step
 from monitors.lora.report import build_lora_step
 from monitors.lora.upstream import upstream_node_ids as lora_upstream
 from monitors.models.report import build_models_step
+from monitors.pipeline_profiler import usage
 from monitors.probes.fake import GiB, fake_probes
-from monitors.profiling import usage
 from monitors.vae.chain import run_chain
 from monitors.vae.report import build_step as build_vae_step
 from monitors.vocabulary.metrics_reference import DOC_PATH, all_figures, document_text

@@ -10,9 +10,9 @@ import jsonschema
 import pytest
 import torch
 
-from monitors import profiling as pm
+from monitors import pipeline_profiler as pm
+from monitors.pipeline_profiler import usage
 from monitors.probes.fake import GiB, fake_probes
-from monitors.profiling import usage
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCHEMA = json.load(open(os.path.join(REPO, "schemas", "run_report.schema.json")))
@@ -306,7 +306,7 @@ def test_samples_follow_the_metric_choices(configured):
 
 
 def test_realtime_display_logs_lines(configured, caplog):
-    caplog.set_level("INFO", logger="monitors.profiling.session")
+    caplog.set_level("INFO", logger="monitors.pipeline_profiler.session")
     configured(display={"realtime": True, "interval_s": 0.01})
 
     def live_lines():

@@ -1,4 +1,4 @@
-"""monitors.profiling.api: configure's checks, session statuses and errors, stage decorators and
+"""monitors.pipeline_profiler.api: configure's checks, session statuses and errors, stage decorators and
 `with` blocks (on and off), step and block titles, events, and model parameters."""
 
 import asyncio
@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from monitors import profiling as pm
+from monitors import pipeline_profiler as pm
+from monitors.pipeline_profiler import api, usage
+from monitors.pipeline_profiler import session as session_module
+from monitors.pipeline_profiler.config import ProfilingConfig
 from monitors.probes.fake import fake_probes
-from monitors.profiling import api, usage
-from monitors.profiling import session as session_module
-from monitors.profiling.config import ProfilingConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -338,8 +338,8 @@ def test_model_parameters_outside_a_session_and_when_disabled(on, monkeypatch):
 
 def test_profiling_is_on_in_a_fresh_process():
     code = (
-        "from monitors import profiling as pm\n"
-        "from monitors.profiling.config import ProfilingConfig\n"
+        "from monitors import pipeline_profiler as pm\n"
+        "from monitors.pipeline_profiler.config import ProfilingConfig\n"
         "print(pm.is_enabled(), pm.get_config() == ProfilingConfig(), pm.current_session())\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)

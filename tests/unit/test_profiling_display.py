@@ -1,7 +1,7 @@
-"""monitors.profiling.display: the real-time line, word for word, with and without totals."""
+"""monitors.pipeline_profiler.display: the real-time line, word for word, with and without totals."""
 
+from monitors.pipeline_profiler.display import display_line, gpu_text, used_of_total
 from monitors.probes.readings import GpuReading, Snapshot
-from monitors.profiling.display import display_line, gpu_text, used_of_total
 
 GiB = 1024**3
 

@@ -6,9 +6,9 @@ import os
 
 import jsonschema
 
-from monitors import profiling as pm
+from monitors import pipeline_profiler as pm
 from monitors.cli.aggregate import load_report
-from monitors.profiling import usage
+from monitors.pipeline_profiler import usage
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

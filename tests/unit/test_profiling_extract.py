@@ -1,11 +1,11 @@
-"""monitors.profiling.extract: which extractor form a function is, what a decorated call's
+"""monitors.pipeline_profiler.extract: which extractor form a function is, what a decorated call's
 extractor result becomes in the report, and a model's parameter figures."""
 
 import math
 
 import torch
 
-from monitors.profiling.extract import (
+from monitors.pipeline_profiler.extract import (
     _plain,
     describe_parameters,
     either_form,

@@ -1,4 +1,4 @@
-"""monitors.profiling.report piece by piece, on stand-in sessions: the step's summary figures,
+"""monitors.pipeline_profiler.report piece by piece, on stand-in sessions: the step's summary figures,
 the system block, the device name and the files written as configured."""
 
 import json
@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from monitors.pipeline_profiler import report as pr
+from monitors.pipeline_profiler.config_files import load_config
 from monitors.probes.readings import GpuReading, Snapshot
-from monitors.profiling import report as pr
-from monitors.profiling.config import load_config
 
 
 class Session:

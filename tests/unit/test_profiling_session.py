@@ -1,4 +1,4 @@
-"""monitors.profiling.session.ProfileSession driven directly, with fake probes: notes, stage
+"""monitors.pipeline_profiler.session.ProfileSession driven directly, with fake probes: notes, stage
 nesting and closing, the bounds, steps, blocks, events, and which sampled metrics are kept."""
 
 import threading
@@ -6,11 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from monitors.pipeline_profiler import session as session_module
+from monitors.pipeline_profiler.config_files import load_config
+from monitors.pipeline_profiler.session import MAX_EVENTS, MAX_MONITOR_ERRORS, ProfileSession
 from monitors.probes.fake import GiB, fake_probes
 from monitors.probes.readings import GpuReading, Snapshot
-from monitors.profiling import session as session_module
-from monitors.profiling.config import load_config
-from monitors.profiling.session import MAX_EVENTS, MAX_MONITOR_ERRORS, ProfileSession
 
 NO_MEMORY = {"system_memory": False, "gpu_memory": False}
 
@@ -302,7 +302,7 @@ def test_a_column_that_appears_later_is_padded_before():
 
 
 def test_the_live_line_at_its_interval(caplog):
-    caplog.set_level("INFO", logger="monitors.profiling.session")
+    caplog.set_level("INFO", logger="monitors.pipeline_profiler.session")
     session = make(
         display={"realtime": True, "interval_s": 2.0}, sampling={"cpu_interval_s": 1.0, "gpu_interval_s": 1.0}
     )
@@ -392,7 +392,7 @@ def test_host_name_and_offsets_from_the_start(monkeypatch):
 
 
 def test_a_failing_suggestion_rule_loses_only_the_findings(tmp_path, monkeypatch):
-    from monitors.profiling import report as report_module
+    from monitors.pipeline_profiler import report as report_module
 
     def broken(*args):
         raise KeyError("rule")

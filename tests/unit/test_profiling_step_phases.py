@@ -1,11 +1,11 @@
-"""Phases (monitors/profiling_step/phases.py): exact per-name totals of timed rows, from the
+"""Phases (monitors/profiler_step/phases.py): exact per-name totals of timed rows, from the
 profiling API's accumulator or from a report's node rows."""
 
 from __future__ import annotations
 
 import pytest
 
-from monitors.profiling_step.phases import (
+from monitors.profiler_step.phases import (
     PhaseAccumulator,
     node_gpu_above_start,
     phases_from_nodes,

@@ -1,9 +1,9 @@
-"""monitors.profiling.suggestions on hand-made report dicts: each rule fires exactly at its bound,
+"""monitors.pipeline_profiler.suggestions on hand-made report dicts: each rule fires exactly at its bound,
 says the figures it read, and GPU advice comes only for a run that had a GPU."""
 
 import pytest
 
-from monitors.profiling import suggestions as sg
+from monitors.pipeline_profiler import suggestions as sg
 from monitors.report import Finding
 
 GiB = 1024**3

@@ -8,10 +8,10 @@ import threading
 import jsonschema
 import pytest
 
-from monitors import profiling as pm
+from monitors import pipeline_profiler as pm
 from monitors.engine import span as span_module
-from monitors.profiling import usage
-from monitors.profiling.session import measures_memory
+from monitors.pipeline_profiler import usage
+from monitors.pipeline_profiler.session import measures_memory
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCHEMA = json.load(open(os.path.join(REPO, "schemas", "run_report.schema.json")))

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from monitors.vocabulary.reference_figure import SPECS, Figure, picture_figures
-from monitors.vocabulary.reference_run_rows import RUN_FIGURES
+from monitors.vocabulary.reference_rows import RUN_FIGURES
 from monitors.vocabulary.reference_session_rows import SESSION_AND_USAGE_FIGURES
 
 

@@ -1,4 +1,4 @@
-"""Which run a profiled session is (monitors/profiling/run_identity.py): rank and world size from
+"""Which run a profiled session is (monitors/pipeline_profiler/run_identity.py): rank and world size from
 torchrun's variables or an initialised process group, and a file-name-safe run id."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 import sys
 import types
 
-from monitors.profiling.run_identity import distributed_info, make_run_id
+from monitors.pipeline_profiler.run_identity import distributed_info, make_run_id
 
 
 def group(initialized=True, available=True, rank=3, world=8, fails=False):
@@ -68,7 +68,7 @@ def test_run_ids_are_file_name_safe():
 def test_the_run_ids_tail_is_the_clocks_last_six_digits(monkeypatch):
     import time
 
-    from monitors.profiling import run_identity
+    from monitors.pipeline_profiler import run_identity
 
     clock = types.SimpleNamespace(strftime=time.strftime, gmtime=time.gmtime, monotonic_ns=lambda: 3_000_123)
     monkeypatch.setattr(run_identity, "time", clock)

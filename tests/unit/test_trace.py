@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from monitors import profiling as pm
+from monitors import pipeline_profiler as pm
 from monitors.engine.sampler import Sampler
 from monitors.exporters.trace import reports_to_trace, write_trace
 from monitors.probes.fake import fake_probes

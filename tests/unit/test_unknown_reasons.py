@@ -15,10 +15,10 @@ from monitors.conditioning.prompt_text import trace_text_encoders
 from monitors.engine.recorder import RunRecorder
 from monitors.engine.store import RunStore
 from monitors.models.state import describe_clip, describe_model, describe_vae
+from monitors.pipeline_profiler.session import distributed_info
 from monitors.probes import Probes
 from monitors.probes.fake import FakeHost, FakeNvml, fake_probes
 from monitors.probes.torch_alloc import TorchAllocatorBackend
-from monitors.profiling.session import distributed_info
 from monitors.vae.chain import run_chain
 from monitors.vae.geometry import TileSettings, predict
 from monitors.vae.outcomes import ChainOptions

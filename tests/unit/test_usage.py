@@ -5,9 +5,9 @@ import logging
 import pytest
 import torch
 
-from monitors import profiling as pm
+from monitors import pipeline_profiler as pm
+from monitors.pipeline_profiler import usage
 from monitors.probes.fake import GiB, fake_probes
-from monitors.profiling import usage
 from tests.unit.fake_clock import FakeClock, install
 
 

@@ -1,4 +1,4 @@
-"""monitors.profiling.usage on a tracker of its own: exact totals, peaks, the summary lines word
+"""monitors.pipeline_profiler.usage on a tracker of its own: exact totals, peaks, the summary lines word
 for word, the memory in use now with a device of unknown figures, and the export's formats."""
 
 import logging
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
+from monitors.pipeline_profiler import usage
 from monitors.probes.fake import GiB, fake_probes
-from monitors.profiling import usage
 
 
 def generation(

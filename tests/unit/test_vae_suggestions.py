@@ -10,7 +10,6 @@ from monitors.vae.geometry import Prediction
 from monitors.vae.outcomes import ERROR, OK, OOM, SKIPPED, Attempt, ChainResult
 from monitors.vae.suggestions import (
     FRAGMENTATION_MIN_RESERVED_BYTES,
-    attempt_of,
     suggestions,
 )
 from monitors.vae.tiles import TileSettings
@@ -39,10 +38,10 @@ def codes(r, **kwargs):
     return [code for _, code, _ in found(r, **kwargs)]
 
 
-def test_attempt_of_is_the_first_attempt_of_that_strategy():
+def test_a_results_attempt_is_its_first_attempt_of_that_strategy():
     first, second = Attempt("direct", OOM), Attempt("direct", OK)
-    assert attempt_of(result(Attempt("tiled", OK), first, second), "direct") is first
-    assert attempt_of(result(first), "cpu") is None
+    assert result(Attempt("tiled", OK), first, second).attempt("direct") is first
+    assert result(first).attempt("cpu") is None
 
 
 def test_a_plain_success_has_no_findings():

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from monitors.report import SCHEMA_VERSION, STEP_KINDS, Finding, StepReport
+from monitors.report import SCHEMA_VERSION, Finding, StepReport
 from monitors.vocabulary import headline, registry, upgrade
+from monitors.vocabulary.stages import step_kinds
 
 # -- registry ----------------------------------------------------------------------------------
 
 
 def test_the_registry_is_built_once_in_step_kind_order():
     first = registry.registry()
-    assert tuple(first) == STEP_KINDS
+    assert tuple(first) == step_kinds()
     assert registry.registry() is first
     assert registry.vocabulary("lora") is first["lora"]
     assert registry.vocabulary("not_a_kind") is None

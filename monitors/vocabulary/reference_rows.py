@@ -1,9 +1,15 @@
-"""docs/metrics-reference.md's hand-written rows of the run level (the prompt's span and the
-system): figures outside the step summaries and the declared details and node rows."""
+"""docs/metrics-reference.md's hand-written rows of a run report: the figures outside the step
+summaries, the declared details and the node rows.
+
+The run level (the prompt's span and the system), and of the steps' details the memory pictures
+(generated from their layout, reference_figure.py picture_figures), the monitors' errors and the
+findings. Every other key of the details of the VAE encode, text encoding and LoRA steps is
+declared in its stage's details.py and listed from there (metrics_reference.py detail_figures).
+"""
 
 from __future__ import annotations
 
-from .reference_figure import Figure
+from .reference_figure import UPSTREAM_SCOPE, Figure, picture_figures
 
 F = Figure
 RUN_FIGURES: tuple[Figure, ...] = (
@@ -32,4 +38,12 @@ RUN_FIGURES: tuple[Figure, ...] = (
     F("GPU name", "USE", "system.gpus[].name", None, "NVML, else torch", True),
     F("GPU total memory", "VAE", "system.gpus[].total_bytes", "bytes", "NVML total memory", True),
     F("system RAM total", "VAE", "system.ram_total_bytes", "bytes", "psutil"),
+)
+
+DETAIL_FIGURES: tuple[Figure, ...] = (
+    *picture_figures("vae_encode", "VAE", "VAE encode "),
+    *picture_figures("conditioning", "TXT", "text encode ", UPSTREAM_SCOPE.format(nodes="text encode nodes")),
+    *picture_figures("lora", "LORA", "LoRA application ", UPSTREAM_SCOPE.format(nodes="LoRA loader nodes")),
+    F("errors of a monitor", "TXT", "steps[].monitor_errors", None, "what monitoring failed to do"),
+    F("findings", "TXT", "steps[].findings[].message", None, "checks of each step"),
 )

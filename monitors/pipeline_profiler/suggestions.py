@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 
-from ..profiling_step.phases import profiling_step, report_phases
+from ..profiler_step.phases import profiling_step, report_phases
 from ..report import Finding, format_bytes
 
 GiB = 1024**3

@@ -1,13 +1,13 @@
-"""The deep profile in the profiling library: `profile_session(..., deep=True)` profiles the
-session with torch.profiler, one `record_function` range per stage call, and adds the same
-`deep_profile` step as a deep-profiled ComfyUI prompt (one row per stage call)."""
+"""A deep-profiled session of the pipeline profiler: `profile_session(..., deep=True)` profiles the
+session with torch.profiler (monitors/deep_profile/), one `record_function` range per stage call,
+and adds the same `deep_profile` step as a deep-profiled ComfyUI prompt (one row per stage call)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 
-from .session import DeepProfiler, build_step
+from ..deep_profile.session import DeepProfiler, build_step
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """Code written for Inferix's profiling module runs on this pack unchanged but for its import line:
 
     from inferix.profiling.decorators import profile_method, ...      # before
-    from monitors.profiling.inferix import profile_method, ...        # here
-    from monitors.profiling.decorators import profile_method, ...     # the same names, Inferix's path
-    from monitors.profiling import profile_method, ...                # the pack's own entry, too
+    from monitors.pipeline_profiler.inferix import profile_method, ...        # here
+    from monitors.pipeline_profiler.decorators import profile_method, ...     # the same names, Inferix's path
+    from monitors.pipeline_profiler import profile_method, ...                # the pack's own entry, too
 
 Thin adapters over this pack's own API (api.py stays the primary one), in Inferix's documented
 forms: extractors take `(args, kwargs)` with `self` left out of `args`; `add_profiling_event` is a

@@ -15,13 +15,13 @@ import threading
 import time
 from collections import deque
 
-from ..deep_profile import library as deep_library
 from ..engine.node_rows import node_profile_from_span
 from ..engine.sampler import Sampler
 from ..engine.span import Span
 from ..probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
-from ..profiling_step.phases import PhaseAccumulator
+from ..profiler_step.phases import PhaseAccumulator
 from ..report import NodeProfile, to_jsonable
+from . import deep_session
 from .config import ProfilingConfig
 from .display import display_line
 from .report import build_report, write_report_files
@@ -125,7 +125,7 @@ class ProfileSession:
         except Exception as exc:
             self.note(f"sampler failed to start: {type(exc).__name__}: {exc}")
         if self.deep_requested:
-            self.deep = deep_library.start(self)
+            self.deep = deep_session.start(self)
         return self
 
     def finish(self, status: str, error: dict | None = None):
@@ -150,7 +150,7 @@ class ProfileSession:
         self.report = build_report(
             self, status, error, span_result, time.monotonic() - self._started_monotonic
         )
-        self.report = deep_library.finish(self, self.report)
+        self.report = deep_session.finish(self, self.report)
         self.paths = write_report_files(self, self.report)
         return self.report
 

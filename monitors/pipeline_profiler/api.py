@@ -1,6 +1,6 @@
 """Profiling API for any Python pipeline (diffusers scripts, video frameworks, torchrun jobs).
 
-    from monitors import profiling as pm
+    from monitors import pipeline_profiler as pm
 
     pm.configure(preset="development")                 # or a YAML path, or keyword arguments
 
@@ -36,7 +36,8 @@ from collections.abc import Callable, Mapping
 from ..probes import Probes
 from ..report import to_jsonable
 from . import usage
-from .config import STAGE_INFERENCE_STEPS, ProfilingConfig, load_config
+from .config import STAGE_INFERENCE_STEPS, ProfilingConfig
+from .config_files import load_config
 from .extract import describe_parameters, either_form, safe_extract
 from .session import ProfileSession
 

@@ -1,5 +1,5 @@
 """Profiling any Python pipeline: the decorator API (`api.py`), sessions, configuration, phases,
-suggestions, usage statistics and the profiling report. `from monitors import profiling as pm` is the entry.
+suggestions, usage statistics and the profiling report. `from monitors import pipeline_profiler as pm` is the entry.
 The stage decorators take this pack's extractors `(args, kwargs, result)` and Inferix's `(args, kwargs)`.
 """
 

@@ -40,7 +40,7 @@ def n_positional(fn: Callable) -> int | None:
 def either_form(extract: Callable | None, fn: Callable) -> Callable | None:
     """This pack's `extract(args, kwargs, result)`, or Inferix's `extract(args, kwargs)` (two
     positional parameters) with `self` left out of `args`, so code written for Inferix's
-    decorators runs with `from monitors.profiling import ...` too."""
+    decorators runs with `from monitors.pipeline_profiler import ...` too."""
     if extract is None or n_positional(extract) != 2:
         return extract
     method = is_method(fn)

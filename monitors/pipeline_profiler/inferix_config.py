@@ -1,6 +1,6 @@
 """Inferix's profiling YAML (a top-level `profiling:` mapping of flat keys) read as is.
 
-`load_config` calls `from_inferix` on every file whose top level holds `profiling:`; the result is
+`load_config` (config_files.py) calls `from_inferix` on every file whose top level holds `profiling:`; the result is
 this pack's own configuration keys, checked by the same rules as any file. Inferix files are
 written for another tool, so nothing in them stops a run: a key this pack has no counterpart for, a
 value of the wrong type, or a setting it cannot follow is named in one warning each and left out.
