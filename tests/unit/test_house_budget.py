@@ -32,8 +32,6 @@ ALLOWED_LONG_FUNCTIONS: set[str] = set()
 
 # Cycles between the files of one folder today, each being removed by another part of issue 39.
 KNOWN_FILE_CYCLES = [
-    # removed by the lora restructure
-    ["monitors/lora/caches.py", "monitors/lora/entries.py", "monitors/lora/templates.py", "monitors/lora/weights.py"],
     # removed by the move of the shared tensor helpers into numeric/
     ["monitors/numeric/fused_kernels.py", "monitors/numeric/tensor_stats.py"],
 ]
