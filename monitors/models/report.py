@@ -9,6 +9,7 @@ from ..engine.upstream_memory import step_memory
 from ..probes import get_probes
 from ..report import Finding, StepReport, sum_known
 from .state import describe
+from .summary import ModelsSide, ModelsSummary
 
 STEP_KIND = "models"
 INPUT_KINDS = ("model", "clip", "vae")
@@ -46,20 +47,22 @@ def build_models_step(
         )
     loaders = {} if recorder is None else recorder.upstream_profiles(node_id, prompt, INPUT_KINDS)
     baseline = get_probes().snapshot().to_dict()
-    summary = {
-        "n_objects": len(objects),
-        "total_size_bytes": sum_known(o.get("size_bytes") for o in objects.values()),
-        "loaders_duration_s": sum_known(p.get("duration_s") for p in loaders.values()),
-        "process_rss_bytes": baseline.get("process_rss_bytes"),
+    sides = {
+        kind: ModelsSide(class_=info.get("module_class") or info.get("class"), size_bytes=info.get("size_bytes"))
+        for kind, info in objects.items()
     }
-    summary["model_config_class"] = objects.get("model", {}).get("config_class")
-    for kind, info in objects.items():
-        summary[f"{kind}_class"] = info.get("module_class") or info.get("class")
-        summary[f"{kind}_size_bytes"] = info.get("size_bytes")
+    summary = ModelsSummary(
+        n_objects=len(objects),
+        total_size_bytes=sum_known(o.get("size_bytes") for o in objects.values()),
+        loaders_duration_s=sum_known(p.get("duration_s") for p in loaders.values()),
+        process_rss_bytes=baseline.get("process_rss_bytes"),
+        model_config_class=objects.get("model", {}).get("config_class"),
+        **sides,  # the objects connected: model, clip, vae
+    )
     return StepReport(
         kind=STEP_KIND,
         node_id=node_id,
-        summary=summary,
+        summary=summary.to_dict(),
         details={
             "objects": objects,
             "loaders": loaders,

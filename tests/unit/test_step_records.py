@@ -1,0 +1,140 @@
+"""Typed step records (monitors/summary_fields.py StepRecord): each kind's summary is the dataclass its
+builder constructs, and everything else reads that declaration.
+
+What the source scans below cover, and what they do not:
+- every `StepReport(...)` a builder in monitors/ makes takes its summary from a record's `to_dict()`
+  (the latent step passes on what analyse_latent made the same way);
+- every string key read from a step's summary in monitors/ and nodes/ (`x["key"]`, `x.get("key")`
+  where `x`'s source names a summary) is a record field of some kind, or a key of the run-list row
+  (monitors.report.run_summary), which is a summary of the run, not of a step.
+They do not see keys read through a variable (`summary[name]`: those are declared names the
+vocabulary hands out), nor the panel's JavaScript, whose keys come from its generated vocabulary
+(`KEYS`, web/lib/vocabulary.generated.mjs) and are checked by tests/js.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from monitors.report import RunReport, run_summary
+from monitors.summary_fields import NOT_GIVEN, StepRecord
+from monitors.vocabulary import registry as vocab
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _records() -> dict[str, type[StepRecord]]:
+    return {kind: declared.record for kind, declared in vocab.registry().items()}
+
+
+def test_every_kind_declares_its_summary_by_a_record():
+    for kind, record in _records().items():
+        assert record is not None and issubclass(record, StepRecord), kind
+        assert vocab.names(kind) == record.names(), kind
+
+
+def test_a_misspelt_figure_fails_at_construction():
+    record = _records()["lora"]
+    with pytest.raises(TypeError):
+        record(n_lora=1)
+    with pytest.raises(TypeError):
+        record(1)  # keywords only: a figure is named where it is given
+
+
+def test_to_dict_in_declaration_order_sides_flattened_and_figures_not_given_left_out():
+    from monitors.lora.summary import LoraSide, LoraSummary
+
+    summary = LoraSummary(analysis_s=0.5, success=True, model=LoraSide(n_hops=2), clip=None)
+    out = summary.to_dict()
+    assert list(out)[:2] == ["success", "model_n_hops"]
+    assert out["model_n_hops"] == 2 and "model_patch_bytes" not in out  # a side's figure not given
+    assert all(out[f"clip_{name}"] is None for name in LoraSide.names())  # a side unknown: all None
+    assert list(out)[-1] == "analysis_s"
+    assert "n_loras" not in out
+    assert LoraSummary().to_dict() == {}
+    assert repr(NOT_GIVEN) == "NOT_GIVEN"
+
+
+def test_a_value_json_cannot_hold_is_refused():
+    from monitors.latent.summary import LatentSummary
+
+    assert LatentSummary(shape=[1, 4, 8, 8], mean=0.5).to_dict() == {"shape": [1, 4, 8, 8], "mean": 0.5}
+    with pytest.raises(TypeError, match="dtype"):
+        LatentSummary(dtype=object()).to_dict()
+
+
+def test_a_figure_must_be_declared_with_a_known_annotation():
+    from dataclasses import dataclass
+
+    from monitors.summary_fields import figure
+
+    @dataclass(frozen=True, kw_only=True)
+    class Odd(StepRecord):
+        size_bytes: bytes | None = figure("size", "bytes", "a size")
+
+    with pytest.raises(TypeError, match="annotate"):
+        Odd.summary_fields()
+
+
+def _python_files(*folders: str):
+    for folder in folders:
+        yield from sorted((ROOT / folder).rglob("*.py"))
+
+
+def test_every_step_summary_comes_from_a_record():
+    passed_on = {("monitors/latent/report.py", "summary")}  # analyse_latent's LatentSummary.to_dict()
+    seen = 0
+    for path in _python_files("monitors"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "StepReport"):
+                continue
+            for keyword in node.keywords:
+                if keyword.arg != "summary":
+                    continue
+                seen += 1
+                value = keyword.value
+                from_record = (
+                    isinstance(value, ast.Call)
+                    and isinstance(value.func, ast.Attribute)
+                    and value.func.attr == "to_dict"
+                )
+                where = (str(path.relative_to(ROOT)), ast.unparse(value))
+                assert from_record or where in passed_on, f"{where[0]}:{node.lineno}: summary={where[1]}"
+    assert seen >= 9  # one builder per kind at least
+
+
+def _string_keys_read(tree: ast.AST):
+    """(receiver source, key, line) of every `x["key"]` and `x.get("key", ...)`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            if isinstance(node.slice.value, str):
+                yield ast.unparse(node.value), node.slice.value, node.lineno
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            yield ast.unparse(node.func.value), node.args[0].value, node.lineno
+
+
+def test_summary_keys_read_by_hand_are_record_fields():
+    declared = {name for record in _records().values() for name in record.names()}
+    run_row = set(run_summary(RunReport("p", "success", 0.0, 1.0, 1.0).to_dict()))
+    unknown = []
+    for path in _python_files("monitors", "nodes"):
+        for receiver, key, line in _string_keys_read(ast.parse(path.read_text(encoding="utf-8"))):
+            if "summary" in receiver.lower() and key not in declared | run_row:
+                unknown.append(f"{path.relative_to(ROOT)}:{line}: {receiver}[{key!r}]")
+    assert unknown == []
+
+
+def test_the_scan_sees_a_misspelt_summary_key():
+    source = 'summary = step.summary\nsummary["n_lora"]\nstep.summary.get("n_loras")\n'
+    keys = [(receiver, key) for receiver, key, _ in _string_keys_read(ast.parse(source))]
+    assert keys == [("summary", "n_lora"), ("step.summary", "n_loras")]
