@@ -1,6 +1,6 @@
 """The registry of step kinds: kind -> its summary declaration (`monitors/<kind>/summary.py`), in
 the order of monitors.report.STEP_KINDS, kind -> its details declaration (`monitors/<kind>/details.py`)
-where it has one, and the lookups by kind that everything derived reads."""
+(every kind declares them), and the lookups by kind that everything derived reads."""
 
 from __future__ import annotations
 
@@ -66,10 +66,25 @@ def details_registry() -> dict[str, DetailGroup]:
     declare them; the schema's `details_<kind>`, the panel's card labels and the metrics reference's
     detail rows come from it."""
     from ..conditioning.details import CONDITIONING_DETAILS
+    from ..deep_profile.details import DEEP_PROFILE_DETAILS
+    from ..dumps.details import TENSOR_COMPARE_DETAILS, TENSOR_DUMP_DETAILS
+    from ..latent.details import LATENT_DETAILS
     from ..lora.details import LORA_DETAILS
+    from ..models.details import MODELS_DETAILS
+    from ..profiling_step.details import PROFILING_DETAILS
     from ..vae.details import VAE_ENCODE_DETAILS
 
-    return {"lora": LORA_DETAILS, "conditioning": CONDITIONING_DETAILS, "vae_encode": VAE_ENCODE_DETAILS}
+    return {
+        "models": MODELS_DETAILS,
+        "lora": LORA_DETAILS,
+        "conditioning": CONDITIONING_DETAILS,
+        "vae_encode": VAE_ENCODE_DETAILS,
+        "latent": LATENT_DETAILS,
+        "tensor_dump": TENSOR_DUMP_DETAILS,
+        "tensor_compare": TENSOR_COMPARE_DETAILS,
+        "profiling": PROFILING_DETAILS,
+        "deep_profile": DEEP_PROFILE_DETAILS,
+    }
 
 
 def detail_key(kind: str, path: str) -> str:

@@ -7,9 +7,14 @@ What the source scans below cover, and what they do not:
 - every string key read from a step's summary in monitors/ and nodes/ (`x["key"]`, `x.get("key")`
   where `x`'s source names a summary) is a record field of some kind, or a key of the run-list row
   (monitors.report.run_summary), which is a summary of the run, not of a step.
+- every string key read from a step's details the same way (`x` names details), and every string
+  key of a dict literal that starts a step's details (`details = {...}`, `StepReport(details={...})`),
+  is declared in some kind's details (monitors/<kind>/details.py, at any depth).
 They do not see keys read through a variable (`summary[name]`: those are declared names the
-vocabulary hands out), nor the panel's JavaScript, whose keys come from its generated vocabulary
-(`KEYS`, web/lib/vocabulary.generated.mjs) and are checked by tests/js.
+vocabulary hands out), the keys of nested objects a helper assembles (the schema's closed groups
+catch those: every report the tests write is validated, tests/report_validation.py), nor the
+panel's JavaScript, whose keys come from its generated vocabulary (`KEYS`, `DETAILS`,
+web/lib/vocabulary.generated.mjs; tests/js/details.test.mjs).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from monitors.detail_fields import DetailGroup
 from monitors.report import RunReport, run_summary
 from monitors.summary_fields import NOT_GIVEN, StepRecord
 from monitors.vocabulary import registry as vocab
@@ -138,3 +144,59 @@ def test_the_scan_sees_a_misspelt_summary_key():
     source = 'summary = step.summary\nsummary["n_lora"]\nstep.summary.get("n_loras")\n'
     keys = [(receiver, key) for receiver, key, _ in _string_keys_read(ast.parse(source))]
     assert keys == [("summary", "n_lora"), ("step.summary", "n_loras")]
+
+
+def _detail_names() -> set[str]:
+    names: set[str] = set()
+
+    def walk(group: DetailGroup) -> None:
+        for key in group.fields:
+            names.add(key.name)
+            if isinstance(key, DetailGroup):
+                walk(key)
+
+    for group in vocab.details_registry().values():
+        walk(group)
+    return names
+
+
+def _details_literal_keys(tree: ast.AST):
+    """(key, line) of every string key of a dict literal that starts a step's details."""
+    for node in ast.walk(tree):
+        value = None
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "details" for t in targets):
+                value = node.value
+        elif isinstance(node, ast.keyword) and node.arg == "details":
+            value = node.value
+        if isinstance(value, ast.Dict):
+            for key in value.keys:
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    yield key.value, key.lineno
+
+
+def test_detail_keys_typed_by_hand_are_declared():
+    declared = _detail_names()
+    unknown, n_literal_keys = [], 0
+    for path in _python_files("monitors", "nodes"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        where = path.relative_to(ROOT)
+        for receiver, key, line in _string_keys_read(tree):
+            if "details" in receiver.lower() and key not in declared:
+                unknown.append(f"{where}:{line}: {receiver}[{key!r}]")
+        for key, line in _details_literal_keys(tree):
+            n_literal_keys += 1
+            if key not in declared:
+                unknown.append(f"{where}:{line}: details = {{{key!r}: ...}}")
+    assert unknown == []
+    assert n_literal_keys > 30  # the builders' details literals are seen
+
+
+def test_every_kind_declares_its_details():
+    assert tuple(vocab.details_registry()) == tuple(vocab.registry())
+
+
+def test_the_scan_sees_a_misspelt_details_key():
+    source = 'details = {"objectz": 1}\nStepReport(details={"objects": 2})\n'
+    assert [key for key, _ in _details_literal_keys(ast.parse(source))] == ["objectz", "objects"]
