@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from ..latent.analysis import STATS_MAX_ELEMENTS
 from ..models.state import describe_clip
 from ..report import Finding, StepReport
+from .details import CONDITIONING_DETAILS
 from .encode_cost import describe_diffusion_model, describe_encode
 from .entry import (  # noqa: F401 (MAX_EXTRAS is imported from here)
     MAX_EXTRAS,
@@ -236,14 +237,14 @@ def analyse_conditioning(
         kind="conditioning",
         node_id=None if node_id is None else str(node_id),
         summary=summary.to_dict(),
-        details={
-            "positive": sides["positive"],
-            "negative": sides["negative"],
-            "comparison": comparison,
-            "clip": clip_info,
-            "encode": encode,
-            "diffusion_model": diffusion_model,
-        },
+        details=CONDITIONING_DETAILS.build(
+            positive=sides["positive"],
+            negative=sides["negative"],
+            comparison=comparison,
+            clip=clip_info,
+            encode=encode,
+            diffusion_model=diffusion_model,
+        ),
         findings=tuple(findings.items),
         monitor_errors=tuple(errors),
         created_unix_s=time.time(),

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 
 from ..report import Finding, StepReport
 from . import analysis, trace_ops
+from .details import DEEP_PROFILE_DETAILS
 from .links import restore_links
 from .summary import DeepProfileSummary
 
@@ -203,7 +204,7 @@ def build_step(
         kind=KIND,
         node_id=None,
         summary=summary.to_dict(),
-        details=details,
+        details=DEEP_PROFILE_DETAILS.build(**details),
         findings=findings,
         monitor_errors=tuple(errors),
         created_unix_s=time.time(),

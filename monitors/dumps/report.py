@@ -15,6 +15,7 @@ from ..latent.analysis import describe_tensor_bounded
 from ..report import Finding, StepReport
 from .collect import collect_tensors, guess_encoder_family
 from .compare import compare_dump_with, compare_dumps
+from .details import TENSOR_COMPARE_DETAILS, TENSOR_DUMP_DETAILS
 from .files import DumpResult, list_dumps, write_dump
 from .names import DUMP_SUFFIX, DumpError, DumpNameError, DumpTooLargeError, dump_file_name
 from .summary import TensorCompareSummary, TensorDumpSummary
@@ -138,7 +139,7 @@ def build_dump_step(
         kind="tensor_dump",
         node_id=node_id,
         summary=summary.to_dict(),
-        details=details,
+        details=TENSOR_DUMP_DETAILS.build(**details),
         findings=tuple(findings),
         monitor_errors=tuple(monitor_errors),
         created_unix_s=started,
@@ -253,7 +254,7 @@ def build_compare_step(
         kind="tensor_compare",
         node_id=node_id,
         summary=summary.to_dict(),
-        details=details,
+        details=TENSOR_COMPARE_DETAILS.build(**details),
         findings=tuple(findings),
         created_unix_s=started,
     )

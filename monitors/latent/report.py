@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from ..report import StepReport
 from ..summary_fields import NOT_GIVEN
 from .analysis import analyse_latent
+from .details import LATENT_DETAILS
 
 STEP_KIND = "latent"
 
@@ -27,7 +28,7 @@ def build_latent_step(
         kind=STEP_KIND,
         node_id=node_id,
         summary=summary,
-        details=details,
+        details=LATENT_DETAILS.build(**details),
         findings=tuple(findings),
         created_unix_s=time.time(),
     )

@@ -16,6 +16,7 @@ from ..engine.upstream_memory import step_memory
 from ..report import MAX_TRACEBACK_CHARS, Finding, StepReport, sum_known
 from .caches import file_identity
 from .coverage import attribute_hops, loader_findings, merge_loaders, upstream_loaders
+from .details import LORA_DETAILS
 from .file import lora_file_status
 from .side import analyse_side
 from .state_dicts import with_shared_state_dicts
@@ -232,15 +233,15 @@ def build_lora_step(
         kind=STEP_KIND,
         node_id=node_id,
         summary=summary.to_dict(),
-        details={
-            "loaders": loaders,
+        details=LORA_DETAILS.build(
+            loaders=loaders,
             **sides,
-            "returned": returned_ids,
-            "exceptions": exceptions[:MAX_EXCEPTIONS],
-            "n_exceptions": len(exceptions),
+            returned=returned_ids,
+            exceptions=exceptions[:MAX_EXCEPTIONS],
+            n_exceptions=len(exceptions),
             # the picture over the LoRA loaders' own spans (monitors/engine/upstream_memory.py)
             **step_memory(recorder, node_id),
-        },
+        ),
         findings=tuple(findings),
         monitor_errors=tuple(errors),
         created_unix_s=time.time(),

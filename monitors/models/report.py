@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from ..engine.upstream_memory import step_memory
 from ..probes import get_probes
 from ..report import Finding, StepReport, sum_known
+from .details import MODELS_DETAILS
 from .state import describe
 from .summary import ModelsSide, ModelsSummary
 
@@ -63,13 +64,13 @@ def build_models_step(
         kind=STEP_KIND,
         node_id=node_id,
         summary=summary.to_dict(),
-        details={
-            "objects": objects,
-            "loaders": loaders,
-            "memory_baseline": baseline,
+        details=MODELS_DETAILS.build(
+            objects=objects,
+            loaders=loaders,
+            memory_baseline=baseline,
             # the picture over the loaders' own spans (monitors/engine/upstream_memory.py)
             **step_memory(recorder, node_id),
-        },
+        ),
         findings=tuple(findings),
         monitor_errors=tuple(errors),
         created_unix_s=time.time(),

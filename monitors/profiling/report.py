@@ -17,6 +17,7 @@ from ..deep_profile.trace_ops import read_ops
 from ..engine.span import memory_picture
 from ..exporters.html import render_html
 from ..exporters.trace import reports_to_trace
+from ..profiling_step.details import PROFILING_DETAILS
 from ..profiling_step.summary import ProfilingSummary
 from ..report import Finding, RunReport, StepReport, format_run_summary, write_json_atomic
 from . import usage
@@ -105,7 +106,7 @@ def build_report(session, status: str, error: dict | None, span_result, duration
         kind=STEP_KIND,
         node_id=None,
         summary=summary.to_dict(),
-        details=details,
+        details=PROFILING_DETAILS.build(**details),
         findings=tuple(findings),
         created_unix_s=time.time(),
     )

@@ -14,6 +14,7 @@ from ..models.state import describe_vae
 from ..numeric.tensor_stats import describe_tensor
 from ..report import StepReport
 from .chain import OOM, SKIPPED, ChainResult
+from .details import VAE_ENCODE_DETAILS
 from .suggestions import attempt_of, suggestions
 from .summary import VaeEncodeSummary
 
@@ -183,7 +184,7 @@ def build_step(
         kind=STEP_KIND,
         node_id=node_id,
         summary=summary.to_dict(),
-        details=_details(result, latent, vae_info, allow_dummy, throughput_reason),
+        details=VAE_ENCODE_DETAILS.build(**_details(result, latent, vae_info, allow_dummy, throughput_reason)),
         findings=tuple(findings),
         monitor_errors=tuple(result.monitor_errors),
         created_unix_s=time.time(),
