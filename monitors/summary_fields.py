@@ -1,8 +1,10 @@
-"""The language a step kind declares its summary in: a field (name with its unit, label, unit,
-description, JSON type, headline or not) and a kind (its fields, title, v1 renames).
+"""The language a step kind declares its summary in: a record (a frozen dataclass of `figure()`
+fields, below) that its builder constructs, and what the record yields for everything derived: a
+field (name with its unit, label, unit, description, JSON type, headline or not) and a kind (its
+fields, title, v1 renames).
 
-Each `monitors/<kind>/summary.py` declares its kind with these; `monitors/vocabulary/registry.py` collects
-the declarations and derives everything else from them.
+Each `monitors/<kind>/summary.py` declares its kind's record and derives its StepKindVocabulary from
+it; `monitors/vocabulary/registry.py` collects the declarations and derives everything else from them.
 """
 
 from __future__ import annotations
@@ -33,9 +35,6 @@ class SummaryField:
     process_wide: bool = False
     # the values a string may take (a node row's status); None: any
     choices: tuple[str, ...] | None = None
-    # Where the builder takes the figure from, for a summary assembled from its declaration: a
-    # dotted path in the analysis it summarises (a LoRA side's "overall.totals.n_keys").
-    source: str | None = None
 
     def __post_init__(self):
         if self.unit is not None and self.unit not in UNITS:
@@ -107,7 +106,6 @@ def sided(prefixes: tuple[str, ...], templates: tuple[SummaryField, ...], headli
                     t.json_type,
                     headline=name in headline,
                     nullable=t.nullable,
-                    source=t.source,
                 )
             )
     return tuple(out)
