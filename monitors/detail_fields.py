@@ -18,10 +18,10 @@ declared keys are the ones the panel and the reference read, and others may foll
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any
 
-from .summary_fields import SummaryField
+from .summary_fields import NOT_GIVEN, SummaryField
 
 REPEATS = (None, "list", "map")
 
@@ -90,6 +90,22 @@ class DetailGroup:
             else:
                 yield path, f.label, f
 
+    def record(self) -> type[DetailsRecord]:
+        """The frozen dataclass of this group's keys, made from the declaration: a builder constructs
+        its step's details with it (keywords: a key the group does not declare raises TypeError)."""
+        made = self.__dict__.get("_record")
+        if made is None:
+            keys = [(f.name, Any, field(default=NOT_GIVEN)) for f in self.fields]
+            name = "".join(part.title() for part in self.label.replace("_", " ").split()) + "Record"
+            made = make_dataclass(name, keys, bases=(DetailsRecord,), frozen=True, kw_only=True)
+            object.__setattr__(self, "_record", made)
+        return made
+
+    def build(self, **values: Any) -> dict[str, Any]:
+        """The group's object from its keys, through its record: in declaration order, the keys not
+        given left out."""
+        return self.record()(**values).to_dict()
+
     def js(self) -> dict:
         """The panel's view of the group: label, description and its keys, nested."""
         return {
@@ -101,6 +117,15 @@ class DetailGroup:
 
 
 DetailKey = SummaryField | DetailGroup
+
+
+@dataclass(frozen=True, kw_only=True)
+class DetailsRecord:
+    """The base of a group's record (DetailGroup.record): `to_dict()` in declaration order, the keys
+    not given left out (a step's details carry what its builder found)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not NOT_GIVEN}
 
 
 def key_schema(key: DetailKey) -> dict:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from ..latent.analysis import STATS_MAX_ELEMENTS
 from ..models.state import describe_clip
 from ..report import Finding, StepReport
+from .details import CONDITIONING_DETAILS
 from .encode_cost import describe_diffusion_model, describe_encode
 from .entry import (  # noqa: F401 (MAX_EXTRAS is imported from here)
     MAX_EXTRAS,
@@ -24,7 +25,7 @@ from .entry import (  # noqa: F401 (MAX_EXTRAS is imported from here)
 )
 from .family import families_from_encoder_class, family_from_shape, identify_family, remember_family
 from .prompt_text import attach_texts
-from .summary import SIDE_SOURCES
+from .summary import ConditioningSide, ConditioningSummary
 
 SIDES = ("positive", "negative")
 MAX_ENTRIES = 64  # entries described per side; the count of the rest is reported
@@ -231,19 +232,19 @@ def analyse_conditioning(
     diffusion_model = describe_diffusion_model(model)
     if findings.n_dropped:
         errors.append(f"{findings.n_dropped} more finding(s) dropped (limit {MAX_FINDINGS})")
-    summary = {**summarise(sides, clip_info, comparison), **_cost_summary(encode, diffusion_model)}
+    summary = summarise(sides, clip_info, comparison, encode, diffusion_model)
     return StepReport(
         kind="conditioning",
         node_id=None if node_id is None else str(node_id),
-        summary=summary,
-        details={
-            "positive": sides["positive"],
-            "negative": sides["negative"],
-            "comparison": comparison,
-            "clip": clip_info,
-            "encode": encode,
-            "diffusion_model": diffusion_model,
-        },
+        summary=summary.to_dict(),
+        details=CONDITIONING_DETAILS.build(
+            positive=sides["positive"],
+            negative=sides["negative"],
+            comparison=comparison,
+            clip=clip_info,
+            encode=encode,
+            diffusion_model=diffusion_model,
+        ),
         findings=tuple(findings.items),
         monitor_errors=tuple(errors),
         created_unix_s=time.time(),
@@ -282,31 +283,43 @@ def _family_findings(
         )
 
 
-def _cost_summary(encode: dict, diffusion_model: dict) -> dict:
-    """What the text encode nodes cost, and the diffusion model as it was at encode time."""
-    return {
-        "encode_total_s": encode["total_s"],
-        "encode_peak_gpu_allocated_above_start_bytes": encode["peak_gpu_allocated_above_start_bytes"],
-        "encode_peak_rss_above_start_bytes": encode["peak_rss_above_start_bytes"],
-        "memory_budget_bytes": encode["memory_budget"]["budget_bytes"],
-        "memory_budget_exceeded": encode["memory_budget"]["exceeded"],
-        "model_class": diffusion_model["class"],
-        "model_device": diffusion_model["device"],
-    }
+def summarise(
+    sides: dict, clip_info: dict | None, comparison: dict | None, encode: dict, diffusion_model: dict
+) -> ConditioningSummary:
+    """The step's summary: the encoder, each side's figures, what the text encode nodes cost and the
+    diffusion model as it was at encode time."""
+    return ConditioningSummary(
+        family=(sides["positive"].get("family") or {}).get("family"),
+        encoder_class=None if clip_info is None else clip_info.get("encoder_class"),
+        clip_n_patches=None if clip_info is None else clip_info.get("n_patches"),
+        negative_connected=sides["negative"]["connected"],
+        hidden_size_match=None if comparison is None else comparison["hidden_size_match"],
+        encode_total_s=encode["total_s"],
+        encode_peak_gpu_allocated_above_start_bytes=encode["peak_gpu_allocated_above_start_bytes"],
+        encode_peak_rss_above_start_bytes=encode["peak_rss_above_start_bytes"],
+        memory_budget_bytes=encode["memory_budget"]["budget_bytes"],
+        memory_budget_exceeded=encode["memory_budget"]["exceeded"],
+        model_class=diffusion_model["class"],
+        model_device=diffusion_model["device"],
+        positive=_side_figures(sides["positive"]),
+        negative=_side_figures(sides["negative"]),
+    )
 
 
-def summarise(sides: dict, clip_info: dict | None, comparison: dict | None) -> dict:
-    positive_family = (sides["positive"].get("family") or {}).get("family")
-    summary = {
-        "family": positive_family,
-        "encoder_class": None if clip_info is None else clip_info.get("encoder_class"),
-        "clip_n_patches": None if clip_info is None else clip_info.get("n_patches"),
-        "negative_connected": sides["negative"]["connected"],
-        "hidden_size_match": None if comparison is None else comparison["hidden_size_match"],
-    }
-    for where in SIDES:
-        side = sides[where]
-        for name, key in SIDE_SOURCES:  # the declared per-side fields (summary.py)
-            value = (side.get("family") or {}).get("family") if key is None else side.get(key)
-            summary[f"{where}_{name}"] = value
-    return summary
+def _side_figures(side: dict) -> ConditioningSide:
+    """A side's figures from its description (an unconnected negative: all None)."""
+    return ConditioningSide(
+        family=(side.get("family") or {}).get("family"),
+        n_entries=side.get("n_entries"),
+        n_tokens=side.get("n_tokens"),
+        hidden_size=side.get("hidden_size"),
+        pooled_size=side.get("pooled_size"),
+        bytes=side.get("total_bytes"),
+        n_nan=side.get("n_nan"),
+        n_characters=side.get("n_characters"),
+        n_words=side.get("n_words"),
+        n_special_characters=side.get("n_special_characters"),
+        encode_s=side.get("encode_duration_s"),
+        characters_per_s=side.get("characters_per_s"),
+        bytes_per_character=side.get("bytes_per_character"),
+    )

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from ..engine.upstream_memory import step_memory
 from ..report import StepReport
 from .analysis import analyse_conditioning
+from .details import CONDITIONING_DETAILS
 from .prompt_text import trace_text_encoders
 
 STEP_KIND = "conditioning"
@@ -43,4 +44,5 @@ def build_conditioning_step(
         node_id, positive, negative, clip, traces, model=model, memory_budget_bytes=memory_budget_bytes
     )
     # the picture over the text encode nodes' own spans (monitors/engine/upstream_memory.py)
-    return dataclasses.replace(step, details={**step.details, **step_memory(recorder, node_id)})
+    details = CONDITIONING_DETAILS.build(**step.details, **step_memory(recorder, node_id))
+    return dataclasses.replace(step, details=details)

@@ -13,7 +13,9 @@ from collections.abc import Callable, Mapping
 
 from ..report import Finding, StepReport
 from . import analysis, trace_ops
+from .details import DEEP_PROFILE_DETAILS
 from .links import restore_links
+from .summary import DeepProfileSummary
 
 log = logging.getLogger(__name__)
 
@@ -171,9 +173,12 @@ def build_step(
         errors.append(profiler.failed_reason)
     if profiler.unlinked_reason:
         reasons["device"] = profiler.unlinked_reason
-    summary = {**node_totals, **_overhead(profiler, baseline, reasons)}
-    summary["n_trace_events"] = trace["n_host_events"] + trace["n_device_events"]
-    summary["n_trace_events_dropped"] = trace["n_dropped"]
+    summary = DeepProfileSummary(
+        **node_totals,
+        **_overhead(profiler, baseline, reasons),
+        n_trace_events=trace["n_host_events"] + trace["n_device_events"],
+        n_trace_events_dropped=trace["n_dropped"],
+    )
     if not profiler.cuda:
         reasons["device"] = analysis.NO_CUDA_REASON
     details = {
@@ -186,11 +191,11 @@ def build_step(
         "analysis_s": time.monotonic() - started,
     }
     findings = ()
-    if summary.get("overhead_ratio") is not None:
+    if summary.overhead_ratio is not None:
         findings = (
             Finding(
                 "info",
-                f"timings of this prompt include the profiler's overhead: {summary['overhead_ratio']:.2f}x "
+                f"timings of this prompt include the profiler's overhead: {summary.overhead_ratio:.2f}x "
                 f"the wall time of the workflow's last plain run",
                 "deep_profile_overhead",
             ),
@@ -198,8 +203,8 @@ def build_step(
     return StepReport(
         kind=KIND,
         node_id=None,
-        summary=summary,
-        details=details,
+        summary=summary.to_dict(),
+        details=DEEP_PROFILE_DETAILS.build(**details),
         findings=findings,
         monitor_errors=tuple(errors),
         created_unix_s=time.time(),

@@ -1,105 +1,106 @@
-"""The `deep_profile` step's declaration (see monitors/vocabulary/registry.py): its summary fields, and
-the fields of each row of `details.nodes` and of each row's `top_ops` (documented in the metrics
-reference, labelled in the panel and the HTML report from here)."""
+"""The `deep_profile` step's declaration (see monitors/vocabulary/registry.py): its summary record
+(monitors/deep_profile/session.py constructs it), and the fields of each row of `details.nodes` and
+of each row's `top_ops` (documented in the metrics reference, labelled in the panel and the HTML
+report from here)."""
 
 from __future__ import annotations
 
-from ..summary_fields import StepKindVocabulary, SummaryField
+from dataclasses import dataclass
+
+from ..summary_fields import StepRecord, SummaryField, figure
 
 _NO_CUDA = "null without CUDA"
 
-DEEP_PROFILE = StepKindVocabulary(
-    kind="deep_profile",
-    title="Deep profile",
-    fields=(
-        SummaryField(
-            "slowest_node",
-            "slowest node",
-            None,
-            "the profiled node with the longest wall time",
-            "string",
-            headline=True,
+
+@dataclass(frozen=True, kw_only=True)
+class DeepProfileSummary(StepRecord):
+    """The `deep_profile` step's summary."""
+
+    slowest_node: str | None = figure(
+        "slowest node",
+        None,
+        "the profiled node with the longest wall time",
+        headline=True,
+    )
+    prompt_wall_s: float | None = figure(
+        "prompt wall time",
+        "s",
+        (
+            "wall time of the prompt under the profiler: from its start to the end of the"
+            " deep profile's own work (stopping the profiler, reading its events, writing"
+            " the ops file)"
         ),
-        SummaryField(
-            "prompt_wall_s",
-            "prompt wall time",
-            "s",
-            "wall time of the prompt under the profiler: from its start to the end of the deep profile's own "
-            "work (stopping the profiler, reading its events, writing the ops file)",
-            "number",
-            headline=True,
+        headline=True,
+    )
+    overhead_ratio: float | None = figure(
+        "profiler overhead",
+        "ratio",
+        (
+            "this prompt's wall time over the wall time of the same workflow's last plain"
+            " (not deep-profiled) successful run; null without one. A first run that "
+            "loaded the models is no fair baseline"
         ),
-        SummaryField(
-            "overhead_ratio",
-            "profiler overhead",
-            "ratio",
-            "this prompt's wall time over the wall time of the same workflow's last plain (not "
-            "deep-profiled) successful run; null without one. A first run that loaded the models "
-            "is no fair baseline",
-            "number",
-            headline=True,
+        headline=True,
+    )
+    baseline_wall_s: float | None = figure(
+        "plain run wall time",
+        "s",
+        (
+            "wall time of the workflow's last plain run (details.baseline_prompt_id)"
         ),
-        SummaryField(
-            "baseline_wall_s",
-            "plain run wall time",
-            "s",
-            "wall time of the workflow's last plain run (details.baseline_prompt_id)",
-            "number",
+    )
+    host_op_time_s: float | None = figure(
+        "host op time",
+        "s",
+        (
+            "time in the torch operations the nodes called on the host, summed over the "
+            "nodes"
         ),
-        SummaryField(
-            "host_op_time_s",
-            "host op time",
-            "s",
-            "time in the torch operations the nodes called on the host, summed over the nodes",
-            "number",
-            headline=True,
+        headline=True,
+    )
+    device_time_s: float | None = figure(
+        "device time",
+        "s",
+        (
+            "time the nodes' CUDA kernels ran on the device, summed over the nodes; null "
+            "without CUDA"
         ),
-        SummaryField(
-            "device_time_s",
-            "device time",
-            "s",
-            f"time the nodes' CUDA kernels ran on the device, summed over the nodes; {_NO_CUDA}",
-            "number",
-            headline=True,
+        headline=True,
+    )
+    gpu_busy_pct: float | None = figure(
+        "GPU busy",
+        "pct",
+        (
+            "share of the nodes' wall time during which one of their kernels ran; null "
+            "without CUDA"
         ),
-        SummaryField(
-            "gpu_busy_pct",
-            "GPU busy",
-            "pct",
-            f"share of the nodes' wall time during which one of their kernels ran; {_NO_CUDA}",
-            "number",
-            headline=True,
+        headline=True,
+    )
+    n_syncs: int | None = figure(
+        "host-device syncs",
+        "count",
+        (
+            "CUDA synchronisations the host waited for (device, stream and event "
+            "synchronise, blocking copies), summed over the nodes; null without CUDA"
         ),
-        SummaryField(
-            "n_syncs",
-            "host-device syncs",
-            "count",
-            "CUDA synchronisations the host waited for (device, stream and event synchronise, "
-            f"blocking copies), summed over the nodes; {_NO_CUDA}",
-            "integer",
+    )
+    n_nodes_profiled: int | None = figure("nodes profiled", "count", "executed nodes the profiler saw")
+    nodes_wall_s: float | None = figure("nodes wall time", "s", "wall time inside the nodes' ranges, summed")
+    n_trace_events: int | None = figure(
+        "trace events",
+        "count",
+        "ops and kernels kept for the Perfetto trace",
+    )
+    n_trace_events_dropped: int | None = figure(
+        "trace events dropped",
+        "count",
+        (
+            "ops and kernels left out of the trace by its size cap (the shortest first)"
         ),
-        SummaryField(
-            "n_nodes_profiled", "nodes profiled", "count", "executed nodes the profiler saw", "integer"
-        ),
-        SummaryField(
-            "nodes_wall_s", "nodes wall time", "s", "wall time inside the nodes' ranges, summed", "number"
-        ),
-        SummaryField(
-            "n_trace_events",
-            "trace events",
-            "count",
-            "ops and kernels kept for the Perfetto trace",
-            "integer",
-        ),
-        SummaryField(
-            "n_trace_events_dropped",
-            "trace events dropped",
-            "count",
-            "ops and kernels left out of the trace by its size cap (the shortest first)",
-            "integer",
-        ),
-    ),
-)
+    )
+
+
+DEEP_PROFILE = DeepProfileSummary.vocabulary("deep_profile", "Deep profile")
 
 # One row of `details.nodes`: per executed node.
 NODE_FIELDS = (

@@ -15,8 +15,10 @@ from ..latent.analysis import describe_tensor_bounded
 from ..report import Finding, StepReport
 from .collect import collect_tensors, guess_encoder_family
 from .compare import compare_dump_with, compare_dumps
+from .details import TENSOR_COMPARE_DETAILS, TENSOR_DUMP_DETAILS
 from .files import DumpResult, list_dumps, write_dump
 from .names import DUMP_SUFFIX, DumpError, DumpNameError, DumpTooLargeError, dump_file_name
+from .summary import TensorCompareSummary, TensorDumpSummary
 
 VALUE_INPUTS = ("conditioning", "latent", "image")
 LIVE_VALUE = "(live value)"
@@ -136,8 +138,8 @@ def build_dump_step(
     return StepReport(
         kind="tensor_dump",
         node_id=node_id,
-        summary=summary,
-        details=details,
+        summary=summary.to_dict(),
+        details=TENSOR_DUMP_DETAILS.build(**details),
         findings=tuple(findings),
         monitor_errors=tuple(monitor_errors),
         created_unix_s=started,
@@ -176,18 +178,18 @@ def _write(
         return None, [Finding("error", f"Dump not written: {type(exc).__name__}: {exc}", "not_written")]
 
 
-def _dump_summary(result, collected, connected: list[str], encoder_family: str | None) -> dict:
-    return {
-        "file_name": None if result is None else result.file_name,
-        "written": result is not None,
-        "n_tensors": len(collected.tensors),
-        "tensor_bytes": collected.total_bytes,
-        "file_bytes": None if result is None else result.file_bytes,
-        "write_s": None if result is None else result.write_s,
-        "n_npy_files": None if result is None else len(result.npy_files),
-        "value_kinds": connected,
-        "encoder_family": encoder_family,
-    }
+def _dump_summary(result, collected, connected: list[str], encoder_family: str | None) -> TensorDumpSummary:
+    return TensorDumpSummary(
+        file_name=None if result is None else result.file_name,
+        written=result is not None,
+        n_tensors=len(collected.tensors),
+        tensor_bytes=collected.total_bytes,
+        file_bytes=None if result is None else result.file_bytes,
+        write_s=None if result is None else result.write_s,
+        n_npy_files=None if result is None else len(result.npy_files),
+        value_kinds=connected,
+        encoder_family=encoder_family,
+    )
 
 
 def written_file_name(step: StepReport) -> str | None:
@@ -229,30 +231,30 @@ def build_compare_step(
     if result is not None:
         level = {"identical": "info", "close": "info", "different": "warning"}.get(result["status"], "error")
         findings.append(Finding(level, result["verdict"], result["status"]))
-        summary = {
-            "status": result["status"],
-            "verdict": result["verdict"],
-            "dump_a": dump_a,
-            "dump_b": dump_b,
-            "rtol": rtol,
-            "atol": atol,
-            "n_compared": result["n_compared"],
-            "n_different": result["n_different"],
-            "n_incompatible": result["n_incompatible"],
-            "max_abs_diff": result["max_abs_diff"],
-            "max_relative_error_ratio": result["max_relative_error"],
-            "min_cosine_similarity": result["min_cosine_similarity"],
-        }
+        summary = TensorCompareSummary(
+            status=result["status"],
+            verdict=result["verdict"],
+            dump_a=dump_a,
+            dump_b=dump_b,
+            rtol=rtol,
+            atol=atol,
+            n_compared=result["n_compared"],
+            n_different=result["n_different"],
+            n_incompatible=result["n_incompatible"],
+            max_abs_diff=result["max_abs_diff"],
+            max_relative_error_ratio=result["max_relative_error"],
+            min_cosine_similarity=result["min_cosine_similarity"],
+        )
         details = {k: result[k] for k in ("tensors", "only_in_a", "only_in_b", "a", "b")}
     else:
         message = findings[-1].message if findings else "comparison failed"
-        summary = {"status": "error", "verdict": f"error: {message}", "dump_a": dump_a, "dump_b": dump_b}
+        summary = TensorCompareSummary(status="error", verdict=f"error: {message}", dump_a=dump_a, dump_b=dump_b)
         details = {}
     return StepReport(
         kind="tensor_compare",
         node_id=node_id,
-        summary=summary,
-        details=details,
+        summary=summary.to_dict(),
+        details=TENSOR_COMPARE_DETAILS.build(**details),
         findings=tuple(findings),
         created_unix_s=started,
     )

@@ -3,6 +3,7 @@ and the latent step.
 """
 
 from ..stage import Stage
+from .details import LATENT_DETAILS
 from .summary import LATENT
 
-STAGE = Stage(kind="latent", summary=LATENT, node="PipelineMonitorLatent")
+STAGE = Stage(kind="latent", summary=LATENT, details=LATENT_DETAILS, node="PipelineMonitorLatent")

@@ -15,6 +15,8 @@ from typing import Any
 
 from ..numeric.tensor_stats import describe_tensor
 from ..report import Finding, sum_known
+from ..summary_fields import NOT_GIVEN
+from .summary import LatentSummary
 
 # Above this many elements only metadata is reported: statistics of a 128 Mi-element tensor
 # already take seconds on a CPU, and a reshaped view of an expanded tensor would be materialised.
@@ -161,9 +163,10 @@ def analyse_samples(samples) -> tuple[dict, list[Finding]]:
     return info, findings
 
 
-def analyse_latent(latent) -> tuple[dict, dict, list[Finding]]:
+def analyse_latent(latent, made_by: str | None = NOT_GIVEN) -> tuple[dict, dict, list[Finding]]:
     """(summary, details, findings) of a LATENT value: its samples (one tensor or the parts of a
-    nested one), then the noise mask, batch index and other keys, then the summary."""
+    nested one), then the noise mask, batch index and other keys, then the summary. `made_by`: the
+    class of the node that made it, where the step knows it."""
     findings: list[Finding] = []
     if not isinstance(latent, Mapping):
         findings.append(
@@ -173,7 +176,8 @@ def analyse_latent(latent) -> tuple[dict, dict, list[Finding]]:
                 "not_a_latent",
             )
         )
-        return {"latent_type": None}, {"value_type": type(latent).__name__}, findings
+        summary = LatentSummary(latent_type=None, source_class=made_by)
+        return summary.to_dict(), {"value_type": type(latent).__name__}, findings
     details: dict[str, Any] = {"keys": sorted(str(k) for k in latent)}
     if "type" in latent:
         details["latent_type"] = str(latent["type"])
@@ -189,7 +193,8 @@ def analyse_latent(latent) -> tuple[dict, dict, list[Finding]]:
     extras = _describe_extras(latent)
     if extras:
         details["extras"] = extras
-    return _summary(described, latent.get("noise_mask") is not None, details.get("nested")), details, findings
+    summary = _summary(described, latent.get("noise_mask") is not None, details.get("nested"), made_by)
+    return summary.to_dict(), details, findings
 
 
 def _sample_parts(samples, details: dict, findings: list[Finding]) -> list:
@@ -240,23 +245,24 @@ def _describe_extras(latent: Mapping) -> dict:
     return extras
 
 
-def _summary(described: list[dict], has_noise_mask: bool, nested: bool | None) -> dict:
+def _summary(described: list[dict], has_noise_mask: bool, nested: bool | None, made_by) -> LatentSummary:
     """The first part's facts, sizes and NaN/Inf counts over all parts."""
     first = described[0] if described else {}
-    return {
-        "latent_type": first.get("kind"),
-        "shape": first.get("shape"),
-        "family": first.get("family"),
-        "n_channels": first.get("channels"),
-        "n_frames": first.get("frames"),
-        "dtype": first.get("dtype"),
-        "device": first.get("device"),
-        "size_bytes": sum(d["bytes"] for d in described) if described else None,
-        "n_elements": sum(d["n_elements"] for d in described) if described else None,
-        "n_nan": sum_known(d.get("n_nan") for d in described),
-        "n_inf": sum_known(d.get("n_inf") for d in described),
-        "mean": first.get("mean"),
-        "std": first.get("std"),
-        "has_noise_mask": has_noise_mask,
-        "n_parts": len(described) if nested else None,
-    }
+    return LatentSummary(
+        latent_type=first.get("kind"),
+        shape=first.get("shape"),
+        family=first.get("family"),
+        n_channels=first.get("channels"),
+        n_frames=first.get("frames"),
+        dtype=first.get("dtype"),
+        device=first.get("device"),
+        size_bytes=sum(d["bytes"] for d in described) if described else None,
+        n_elements=sum(d["n_elements"] for d in described) if described else None,
+        n_nan=sum_known(d.get("n_nan") for d in described),
+        n_inf=sum_known(d.get("n_inf") for d in described),
+        mean=first.get("mean"),
+        std=first.get("std"),
+        has_noise_mask=has_noise_mask,
+        n_parts=len(described) if nested else None,
+        source_class=made_by,
+    )

@@ -16,10 +16,11 @@ from ..engine.upstream_memory import step_memory
 from ..report import MAX_TRACEBACK_CHARS, Finding, StepReport, sum_known
 from .caches import file_identity
 from .coverage import attribute_hops, loader_findings, merge_loaders, upstream_loaders
+from .details import LORA_DETAILS
 from .file import lora_file_status
 from .side import analyse_side
 from .state_dicts import with_shared_state_dicts
-from .summary import SIDE_FIELDS, SIDES
+from .summary import LoraSide, LoraSummary
 
 log = logging.getLogger(__name__)
 
@@ -227,21 +228,20 @@ def build_lora_step(
     exceptions.extend(loader_exceptions)
     findings.extend(_step_findings(loaders, sides, clip))
     returned_ids = _returned(returned)
-    summary = _step_summary(loaders, sides, findings, returned_ids)
-    summary["analysis_s"] = time.perf_counter() - started
+    summary = _step_summary(loaders, sides, findings, returned_ids, time.perf_counter() - started)
     return StepReport(
         kind=STEP_KIND,
         node_id=node_id,
-        summary=summary,
-        details={
-            "loaders": loaders,
+        summary=summary.to_dict(),
+        details=LORA_DETAILS.build(
+            loaders=loaders,
             **sides,
-            "returned": returned_ids,
-            "exceptions": exceptions[:MAX_EXCEPTIONS],
-            "n_exceptions": len(exceptions),
+            returned=returned_ids,
+            exceptions=exceptions[:MAX_EXCEPTIONS],
+            n_exceptions=len(exceptions),
             # the picture over the LoRA loaders' own spans (monitors/engine/upstream_memory.py)
             **step_memory(recorder, node_id),
-        },
+        ),
         findings=tuple(findings),
         monitor_errors=tuple(errors),
         created_unix_s=time.time(),
@@ -285,23 +285,26 @@ def _step_findings(loaders: list[dict], sides: dict, clip) -> list[Finding]:
     return findings
 
 
-def _step_summary(loaders: list[dict], sides: dict, findings: list, returned_ids: dict) -> dict:
+def _step_summary(
+    loaders: list[dict], sides: dict, findings: list, returned_ids: dict, analysis_s: float
+) -> LoraSummary:
     """The step's summary: success, loaders and their key coverage, what it hands on, each side's."""
     applied = _applied(sides.get("model")) or _applied(sides.get("clip"))
     coverages = [
         loader["coverage"] for loader in loaders if loader["coverage"] and loader["coverage"].get("computed")
     ]
-    summary = {
-        "success": applied and not any(f.level == "error" for f in findings),
-        "n_loras": len(loaders),
-        "n_loras_skipped": sum(1 for loader in loaders if loader["skipped"]),
-        "n_file_keys": sum_known(c["n_file_keys"] for c in coverages),
-        "n_matched_keys": sum_known(c["n_matched_keys"] for c in coverages),
-        "n_unmatched_keys": sum_known(c["n_unmatched_keys"] for c in coverages),
-        "n_models_returned": returned_ids["n_models"],
-    }
-    _side_summary(summary, sides)
-    return summary
+    return LoraSummary(
+        success=applied and not any(f.level == "error" for f in findings),
+        n_loras=len(loaders),
+        n_loras_skipped=sum(1 for loader in loaders if loader["skipped"]),
+        n_file_keys=sum_known(c["n_file_keys"] for c in coverages),
+        n_matched_keys=sum_known(c["n_matched_keys"] for c in coverages),
+        n_unmatched_keys=sum_known(c["n_unmatched_keys"] for c in coverages),
+        n_models_returned=returned_ids["n_models"],
+        model=_side_figures(sides.get("model")),
+        clip=_side_figures(sides.get("clip")),
+        analysis_s=analysis_s,
+    )
 
 
 def _sides(pairs, loaders, calculate, findings: list, errors: list, exceptions: list) -> dict:
@@ -324,14 +327,25 @@ def _sides(pairs, loaders, calculate, findings: list, errors: list, exceptions: 
     return sides
 
 
-def _side_summary(summary: dict, sides: dict) -> None:
-    """Each side's declared figures (SIDE_FIELDS), each from its `source` in the side's analysis;
-    all None for a side not analysed or without patches."""
-    for kind in SIDES:
-        side = sides.get(kind)
-        totals = side["overall"]["totals"] if side and side.get("analysed") else {}
-        for field in SIDE_FIELDS:
-            summary[f"{kind}_{field.name}"] = _at(side, field.source) if totals else None
+def _side_figures(side: dict | None) -> LoraSide | None:
+    """A side's figures from its analysis (monitors/lora/side.py); None (all unknown) for a side not
+    analysed or without patches."""
+    totals = side["overall"]["totals"] if side and side.get("analysed") else {}
+    if not totals:
+        return None
+    return LoraSide(
+        relative_change_ratio=totals.get("relative_change"),
+        relative_change_partial=totals.get("relative_change_partial"),
+        n_weights_relative_change=totals.get("n_with_relative_change"),
+        n_patch_keys_added=totals.get("n_keys"),
+        n_hops=_at(side, "identity.n_hops"),
+        delta_norm=totals.get("delta_norm"),
+        delta_norm_partial=totals.get("delta_norm_partial"),
+        n_patches_not_applied=totals.get("n_not_applied"),
+        patch_bytes=totals.get("patch_bytes"),
+        n_state_dict_keys_before=_at(side, "weight_modifications.n_state_dict_keys_before"),
+        n_state_dict_keys_after=_at(side, "weight_modifications.n_state_dict_keys_after"),
+    )
 
 
 def _at(value, path: str):

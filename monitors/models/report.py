@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from ..engine.upstream_memory import step_memory
 from ..probes import get_probes
 from ..report import Finding, StepReport, sum_known
+from .details import MODELS_DETAILS
 from .state import describe
+from .summary import ModelsSide, ModelsSummary
 
 STEP_KIND = "models"
 INPUT_KINDS = ("model", "clip", "vae")
@@ -46,27 +48,29 @@ def build_models_step(
         )
     loaders = {} if recorder is None else recorder.upstream_profiles(node_id, prompt, INPUT_KINDS)
     baseline = get_probes().snapshot().to_dict()
-    summary = {
-        "n_objects": len(objects),
-        "total_size_bytes": sum_known(o.get("size_bytes") for o in objects.values()),
-        "loaders_duration_s": sum_known(p.get("duration_s") for p in loaders.values()),
-        "process_rss_bytes": baseline.get("process_rss_bytes"),
+    sides = {
+        kind: ModelsSide(class_=info.get("module_class") or info.get("class"), size_bytes=info.get("size_bytes"))
+        for kind, info in objects.items()
     }
-    summary["model_config_class"] = objects.get("model", {}).get("config_class")
-    for kind, info in objects.items():
-        summary[f"{kind}_class"] = info.get("module_class") or info.get("class")
-        summary[f"{kind}_size_bytes"] = info.get("size_bytes")
+    summary = ModelsSummary(
+        n_objects=len(objects),
+        total_size_bytes=sum_known(o.get("size_bytes") for o in objects.values()),
+        loaders_duration_s=sum_known(p.get("duration_s") for p in loaders.values()),
+        process_rss_bytes=baseline.get("process_rss_bytes"),
+        model_config_class=objects.get("model", {}).get("config_class"),
+        **sides,  # the objects connected: model, clip, vae
+    )
     return StepReport(
         kind=STEP_KIND,
         node_id=node_id,
-        summary=summary,
-        details={
-            "objects": objects,
-            "loaders": loaders,
-            "memory_baseline": baseline,
+        summary=summary.to_dict(),
+        details=MODELS_DETAILS.build(
+            objects=objects,
+            loaders=loaders,
+            memory_baseline=baseline,
             # the picture over the loaders' own spans (monitors/engine/upstream_memory.py)
             **step_memory(recorder, node_id),
-        },
+        ),
         findings=tuple(findings),
         monitor_errors=tuple(errors),
         created_unix_s=time.time(),

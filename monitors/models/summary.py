@@ -1,58 +1,56 @@
-"""The `models` step's summary fields: the one declaration (see monitors/vocabulary/registry.py)."""
+"""The `models` step's summary: the record monitors/models/report.py constructs, and its vocabulary
+(see monitors/vocabulary/registry.py)."""
 
 from __future__ import annotations
 
-from ..summary_fields import StepKindVocabulary, SummaryField, sided
+from dataclasses import dataclass
 
-INPUT_KINDS = ("model", "clip", "vae")
+from ..summary_fields import StepRecord, figure, side
 
-MODELS = StepKindVocabulary(
-    kind="models",
-    title="Models",
-    fields=(
-        SummaryField(
-            "n_objects",
-            "objects connected",
-            "count",
-            "MODEL / CLIP / VAE inputs described",
-            "integer",
-            headline=True,
+
+@dataclass(frozen=True, kw_only=True)
+class ModelsSide(StepRecord):
+    """Each connected object's figures (model, clip, vae); an object not connected is left out."""
+
+    class_: str | None = figure("class", None, "the object's (inner model's) class", name="class")
+    size_bytes: int | None = figure("size", "bytes", "size of its weights")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelsSummary(StepRecord):
+    """The `models` step's summary."""
+
+    n_objects: int | None = figure(
+        "objects connected",
+        "count",
+        "MODEL / CLIP / VAE inputs described",
+        headline=True,
+    )
+    total_size_bytes: int | None = figure("total size", "bytes", "sum of the weights' sizes", headline=True)
+    loaders_duration_s: float | None = figure(
+        "loaders' time",
+        "s",
+        "time of the loader nodes (from the profile)",
+        headline=True,
+    )
+    model: ModelsSide | None = side(ModelsSide, headline=("class", "size_bytes"))
+    clip: ModelsSide | None = side(ModelsSide, headline=("class", "size_bytes"))
+    vae: ModelsSide | None = side(ModelsSide, headline=("class", "size_bytes"))
+    model_config_class: str | None = figure(
+        "model config",
+        None,
+        (
+            "the model configuration ComfyUI detected (SD15, SD20, WAN21_T2V...): "
+            "model_class alone is BaseModel for both SD1.5 and SD2.x"
         ),
-        SummaryField(
-            "total_size_bytes", "total size", "bytes", "sum of the weights' sizes", "integer", headline=True
-        ),
-        SummaryField(
-            "loaders_duration_s",
-            "loaders' time",
-            "s",
-            "time of the loader nodes (from the profile)",
-            "number",
-            headline=True,
-        ),
-        *sided(
-            INPUT_KINDS,
-            (
-                SummaryField("class", "class", None, "the object's (inner model's) class", "string"),
-                SummaryField("size_bytes", "size", "bytes", "size of its weights", "integer"),
-            ),
-            headline=tuple(f"{k}_{n}" for k in INPUT_KINDS for n in ("class", "size_bytes")),
-        ),
-        SummaryField(
-            "model_config_class",
-            "model config",
-            None,
-            "the model configuration ComfyUI detected (SD15, SD20, WAN21_T2V...): model_class alone is "
-            "BaseModel for both SD1.5 and SD2.x",
-            "string",
-            headline=True,
-        ),
-        SummaryField(
-            "process_rss_bytes",
-            "process RSS",
-            "bytes",
-            "resident memory of the process at the step (the baseline)",
-            "integer",
-            process_wide=True,
-        ),
-    ),
-)
+        headline=True,
+    )
+    process_rss_bytes: int | None = figure(
+        "process RSS",
+        "bytes",
+        "resident memory of the process at the step (the baseline)",
+        process_wide=True,
+    )
+
+
+MODELS = ModelsSummary.vocabulary("models", "Models")

@@ -17,6 +17,8 @@ from ..deep_profile.trace_ops import read_ops
 from ..engine.span import memory_picture
 from ..exporters.html import render_html
 from ..exporters.trace import reports_to_trace
+from ..profiler_step.details import PROFILING_DETAILS
+from ..profiler_step.summary import ProfilingSummary
 from ..report import Finding, RunReport, StepReport, format_run_summary, write_json_atomic
 from . import usage
 from .suggestions import suggest
@@ -103,8 +105,8 @@ def build_report(session, status: str, error: dict | None, span_result, duration
     step = StepReport(
         kind=STEP_KIND,
         node_id=None,
-        summary=summary,
-        details=details,
+        summary=summary.to_dict(),
+        details=PROFILING_DETAILS.build(**details),
         findings=tuple(findings),
         created_unix_s=time.time(),
     )
@@ -156,47 +158,49 @@ def _findings(session, run: dict, details: dict, phases: list) -> list[Finding]:
         return []
 
 
-def _summary(session, phases: list, models: list, n_events: int, span_result, system: dict) -> dict:
+def _summary(session, phases: list, models: list, n_events: int, span_result, system: dict) -> ProfilingSummary:
     """Throughput and totals: stage calls, diffusion steps, blocks, frames, models, peaks."""
     totals = session.totals
-    return {
-        "session": session.name,
-        "rank": session.distributed["rank"],
-        "world_size": session.distributed["world_size"],
-        "n_stage_calls": sum(p["n_calls"] for p in phases),
-        "n_stages": len(phases),
-        "slowest_stage": next((p["stage"] for p in phases if p["depth"] == 0), None),
-        "n_steps": totals["n_steps"],
-        "steps_total_s": totals["steps_s"] if totals["n_steps"] else None,
-        "steps_per_s": _rate(totals["n_steps"], totals["steps_s"]),
-        "n_blocks": totals["n_blocks"],
-        "blocks_per_s": _rate(totals["n_blocks"], totals["blocks_s"]),
-        "n_frames": totals["n_frames"] or None,
-        "frames_per_s": _rate(totals["n_frames"], totals["blocks_s"]),
-        "n_events": n_events,
-        "n_models": len(models),
-        "model_init_s": sum(m["init_s"] for m in models) if models else None,
-        "n_model_parameters": sum(m.get("n_parameters") or 0 for m in models) if models else None,
+    return ProfilingSummary(
+        session=session.name,
+        rank=session.distributed["rank"],
+        world_size=session.distributed["world_size"],
+        n_stage_calls=sum(p["n_calls"] for p in phases),
+        n_stages=len(phases),
+        slowest_stage=next((p["stage"] for p in phases if p["depth"] == 0), None),
+        n_steps=totals["n_steps"],
+        steps_total_s=totals["steps_s"] if totals["n_steps"] else None,
+        steps_per_s=_rate(totals["n_steps"], totals["steps_s"]),
+        n_blocks=totals["n_blocks"],
+        blocks_per_s=_rate(totals["n_blocks"], totals["blocks_s"]),
+        n_frames=totals["n_frames"] or None,
+        frames_per_s=_rate(totals["n_frames"], totals["blocks_s"]),
+        n_events=n_events,
+        n_models=len(models),
+        model_init_s=sum(m["init_s"] for m in models) if models else None,
+        n_model_parameters=sum(m.get("n_parameters") or 0 for m in models) if models else None,
         # Unknown (None) where no model's bytes are known, e.g. figures given as a mapping without them
-        "model_parameter_bytes": _known_sum(m.get("parameter_bytes") for m in models),
-        "peak_rss_bytes": None if span_result is None else span_result.peak_rss_bytes,
-        "peak_gpu_allocated_bytes": _max_gpu_peak(span_result),
-        "device_name": device_name(system),
-    }
+        model_parameter_bytes=_known_sum(m.get("parameter_bytes") for m in models),
+        peak_rss_bytes=None if span_result is None else span_result.peak_rss_bytes,
+        peak_gpu_allocated_bytes=_max_gpu_peak(span_result),
+        device_name=device_name(system),
+    )
 
 
-def _record_generation(session, status: str, duration_s: float, summary: dict, details: dict) -> None:
+def _record_generation(
+    session, status: str, duration_s: float, summary: ProfilingSummary, details: dict
+) -> None:
     """The run in the process's usage history (usage.py)."""
     usage.tracker.record_generation(
         name=session.name,
         run_id=session.run_id,
         duration_s=duration_s,
         status=status,
-        peak_rss_bytes=summary["peak_rss_bytes"],
-        peak_gpu_allocated_bytes=summary["peak_gpu_allocated_bytes"],
+        peak_rss_bytes=summary.peak_rss_bytes,
+        peak_gpu_allocated_bytes=summary.peak_gpu_allocated_bytes,
         gpu_utilization_before_pct=details["gpu_utilization_before_pct"],
         gpu_utilization_after_pct=details["gpu_utilization_after_pct"],
-        device_name=summary["device_name"],
+        device_name=summary.device_name,
     )
 
 

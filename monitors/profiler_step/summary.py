@@ -1,77 +1,67 @@
-"""The `profiling` step's summary fields: the one declaration (see monitors/vocabulary/registry.py)."""
+"""The `profiling` step's summary: the record monitors/profiling/report.py constructs, and its
+vocabulary (see monitors/vocabulary/registry.py)."""
 
 from __future__ import annotations
 
-from ..summary_fields import StepKindVocabulary, SummaryField
+from dataclasses import dataclass
 
-PROFILING = StepKindVocabulary(
-    kind="profiling",
-    title="Profiling",
-    fields=(
-        SummaryField("session", "session", None, "the profile session's name", "string", headline=True),
-        SummaryField(
-            "slowest_stage",
-            "slowest stage",
-            None,
-            "the top-level stage that took longest",
-            "string",
-            headline=True,
-        ),
-        SummaryField(
-            "n_steps", "denoising steps", "count", "denoising steps recorded", "integer", headline=True
-        ),
-        SummaryField(
-            "steps_total_s", "time in steps", "s", "time inside denoising steps", "number", headline=True
-        ),
-        SummaryField(
-            "steps_per_s", "steps per second", "per_s", "denoising steps per second", "number", headline=True
-        ),
-        SummaryField(
-            "frames_per_s",
-            "frames per second",
-            "per_s",
-            "frames decoded per second of block time",
-            "number",
-            headline=True,
-        ),
-        SummaryField(
-            "peak_rss_bytes",
-            "peak RSS",
-            "bytes",
-            "peak resident memory of the session",
-            "integer",
-            headline=True,
-        ),
-        SummaryField(
-            "peak_gpu_allocated_bytes",
-            "peak GPU allocated",
-            "bytes",
-            "peak torch-allocated GPU memory",
-            "integer",
-            headline=True,
-        ),
-        SummaryField("device_name", "device", None, "GPU names, or the CPU", "string", headline=True),
-        SummaryField("rank", "rank", None, "rank of a distributed job", "integer"),
-        SummaryField("world_size", "world size", None, "ranks of a distributed job", "integer"),
-        SummaryField("n_stage_calls", "stage calls", "count", "calls of profiled stages", "integer"),
-        SummaryField("n_stages", "stages", "count", "distinct stages", "integer"),
-        SummaryField("n_blocks", "blocks", "count", "decode blocks recorded", "integer"),
-        SummaryField("blocks_per_s", "blocks per second", "per_s", "decode blocks per second", "number"),
-        SummaryField("n_frames", "frames", "count", "frames decoded", "integer"),
-        SummaryField("n_events", "events", "count", "events recorded", "integer"),
-        SummaryField("n_models", "models", "count", "models tracked", "integer"),
-        SummaryField(
-            "model_init_s", "model init time", "s", "time to initialise the tracked models", "number"
-        ),
-        SummaryField(
-            "n_model_parameters", "model parameters", "count", "parameters of the tracked models", "integer"
-        ),
-        SummaryField(
-            "model_parameter_bytes",
-            "model parameter size",
-            "bytes",
-            "bytes of the tracked models' parameters",
-            "integer",
-        ),
-    ),
-)
+from ..summary_fields import StepRecord, figure
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfilingSummary(StepRecord):
+    """The `profiling` step's summary."""
+
+    session: str | None = figure("session", None, "the profile session's name", headline=True)
+    slowest_stage: str | None = figure(
+        "slowest stage",
+        None,
+        "the top-level stage that took longest",
+        headline=True,
+    )
+    n_steps: int | None = figure("denoising steps", "count", "denoising steps recorded", headline=True)
+    steps_total_s: float | None = figure("time in steps", "s", "time inside denoising steps", headline=True)
+    steps_per_s: float | None = figure(
+        "steps per second",
+        "per_s",
+        "denoising steps per second",
+        headline=True,
+    )
+    frames_per_s: float | None = figure(
+        "frames per second",
+        "per_s",
+        "frames decoded per second of block time",
+        headline=True,
+    )
+    peak_rss_bytes: int | None = figure(
+        "peak RSS",
+        "bytes",
+        "peak resident memory of the session",
+        headline=True,
+    )
+    peak_gpu_allocated_bytes: int | None = figure(
+        "peak GPU allocated",
+        "bytes",
+        "peak torch-allocated GPU memory",
+        headline=True,
+    )
+    device_name: str | None = figure("device", None, "GPU names, or the CPU", headline=True)
+    rank: int | None = figure("rank", None, "rank of a distributed job")
+    world_size: int | None = figure("world size", None, "ranks of a distributed job")
+    n_stage_calls: int | None = figure("stage calls", "count", "calls of profiled stages")
+    n_stages: int | None = figure("stages", "count", "distinct stages")
+    n_blocks: int | None = figure("blocks", "count", "decode blocks recorded")
+    blocks_per_s: float | None = figure("blocks per second", "per_s", "decode blocks per second")
+    n_frames: int | None = figure("frames", "count", "frames decoded")
+    n_events: int | None = figure("events", "count", "events recorded")
+    n_models: int | None = figure("models", "count", "models tracked")
+    model_init_s: float | None = figure("model init time", "s", "time to initialise the tracked models")
+    n_model_parameters: int | None = figure("model parameters", "count", "parameters of the tracked models")
+    model_parameter_bytes: int | None = figure(
+        "model parameter size",
+        "bytes",
+        "bytes of the tracked models' parameters",
+    )
+
+
+PROFILING = ProfilingSummary.vocabulary("profiling", "Profiling")

@@ -14,7 +14,9 @@ from ..models.state import describe_vae
 from ..numeric.tensor_stats import describe_tensor
 from ..report import StepReport
 from .chain import OOM, SKIPPED, ChainResult
+from .details import VAE_ENCODE_DETAILS
 from .suggestions import suggestions
+from .summary import VaeEncodeSummary
 
 STEP_KIND = "vae_encode"
 MiB = 1024**2
@@ -168,19 +170,21 @@ def build_step(
     pixels = result.pixels_info or {}
     figures = memory_figures(result)
     throughput_reason = _throughput_unknown_reason(result)
-    summary = {
+    # Each part a mapping of record fields (the memory figures' names per metric): a name the record
+    # does not declare raises here.
+    summary = VaeEncodeSummary(
         **_outcome_summary(result, latent, pixels),
         **_throughput_summary(result, pixels, throughput_reason),
         **_prediction_summary(result),
         **_shape_summary(pixels, latent),
         **figures,
-    }
+    )
     findings = [*result.input_findings, *suggestions(result, result.tiles, latent, figures)]
     return StepReport(
         kind=STEP_KIND,
         node_id=node_id,
-        summary=summary,
-        details=_details(result, latent, vae_info, allow_dummy, throughput_reason),
+        summary=summary.to_dict(),
+        details=VAE_ENCODE_DETAILS.build(**_details(result, latent, vae_info, allow_dummy, throughput_reason)),
         findings=tuple(findings),
         monitor_errors=tuple(result.monitor_errors),
         created_unix_s=time.time(),

@@ -1,6 +1,6 @@
 """The registry of step kinds: kind -> its summary declaration (`monitors/<kind>/summary.py`), in
 the order of the registered stages (stages.py: STAGES), kind -> its details declaration
-(`monitors/<kind>/details.py`) where it has one, and the lookups by kind that everything derived
+(`monitors/<kind>/details.py`; every kind declares them), and the lookups by kind that everything derived
 reads."""
 
 from __future__ import annotations

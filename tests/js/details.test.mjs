@@ -11,7 +11,8 @@ test("a detail's label is its declaration's, capitalised; an undeclared path thr
   assert.deepEqual(detailColumn("vae_encode", "attempts.duration_s", { num: true }),
     { label: "Time", title: "wall time of the attempt", num: true });
   assert.throws(() => detailLabel("lora", "loaders.file.size"), /lora declares no detail loaders\.file\.size/);
-  assert.throws(() => detailLabel("models", "objects"), /models declares no detail/);
+  assert.throws(() => detailLabel("models", "objectz"), /models declares no detail/);
+  assert.equal(detailLabel("models", "objects"), "Objects"); // every kind declares its details
 });
 
 test("node rows are declared with their GPU peaks", () => {

@@ -29,7 +29,7 @@ def field(name="size_bytes", unit="bytes", json_type="integer", **extra):
 
 def test_a_field_defaults():
     f = field()
-    assert (f.headline, f.nullable, f.process_wide, f.choices, f.source) == (False, True, False, None, None)
+    assert (f.headline, f.nullable, f.process_wide, f.choices) == (False, True, False, None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         f.name = "other"
 
@@ -68,13 +68,13 @@ def test_a_kind_names_headline_and_lookup():
 
 
 def test_sided_fields_once_per_side():
-    templates = (field("n_tokens", "count", source="tokens.n"), field("wall_s", "s", "number", nullable=False))
+    templates = (field("n_tokens", "count"), field("wall_s", "s", "number", nullable=False))
     out = sided(("positive", "negative"), templates, headline=("negative_wall_s",))
     assert [f.name for f in out] == ["positive_n_tokens", "positive_wall_s", "negative_n_tokens", "negative_wall_s"]
     assert [f.headline for f in out] == [False, False, False, True]
     first = out[0]
-    assert (first.label, first.unit, first.description, first.json_type, first.nullable, first.source) == (
-        "positive label of n_tokens", "count", "positive: what n_tokens is", "integer", True, "tokens.n"
+    assert (first.label, first.unit, first.description, first.json_type, first.nullable) == (
+        "positive label of n_tokens", "count", "positive: what n_tokens is", "integer", True
     )
     assert out[1].nullable is False and isinstance(out, tuple)
 

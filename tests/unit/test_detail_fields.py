@@ -123,15 +123,12 @@ def test_detail_key_names_a_declared_path():
         vocab.detail_key("lora", "loaders.file.size")
 
 
-def test_every_lora_side_figure_is_taken_from_a_key_of_the_side_analysis():
-    from monitors.lora.summary import SIDE_FIELDS
-
+def test_the_lora_side_figures_are_the_side_analysis_totals():
     step = build_lora_step("9", {}, patched(1.0))
     side = step.details["model"]
-    for field in SIDE_FIELDS:
-        value = side
-        for key in field.source.split("."):
-            assert isinstance(value, dict) and key in value, f"{field.name}: {field.source}"
-            value = value[key]
-        assert step.summary[f"model_{field.name}"] == value, field.name
+    totals = side["overall"]["totals"]
+    assert step.summary["model_n_patch_keys_added"] == totals["n_keys"]
+    assert step.summary["model_relative_change_ratio"] == totals["relative_change"]
+    assert step.summary["model_patch_bytes"] == totals["patch_bytes"]
     assert step.summary["model_n_hops"] == len(side["hops"]) == 1
+    assert step.summary["model_n_state_dict_keys_before"] == side["weight_modifications"]["n_state_dict_keys_before"]

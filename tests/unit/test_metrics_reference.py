@@ -117,6 +117,13 @@ MODEL_EVENTS = {
 }
 
 
+class _Nested:  # the shape of comfy.nested_tensor.NestedTensor
+    is_nested = True
+
+    def __init__(self, tensors):
+        self.tensors = tensors
+
+
 @pytest.fixture
 def run_report(tmp_path):
     probes = fake_probes("1 GPU")
@@ -149,6 +156,15 @@ def run_report(tmp_path):
             memory_budget_bytes=GiB,
         ),
         build_latent_step("9", latent, PROMPT, recorder),
+        # every key a latent's details may carry: a mask, a batch index, its type, another key; a
+        # nested latent; a value that is no LATENT
+        build_latent_step(
+            "11",
+            {"samples": torch.ones(2, 4, 8, 8), "noise_mask": torch.ones(1, 8, 8), "batch_index": [0, 1],
+             "type": "image", "strength": 0.5},
+        ),
+        build_latent_step("12", {"samples": _Nested([torch.ones(1, 4, 8, 8), torch.ones(1, 4, 4, 4)])}),
+        build_latent_step("13", "not a latent"),
         build_dump_step(
             "9", PROMPT, {"latent": latent}, "pm_ref", False, directory=str(tmp_path), prompt_id="p1"
         ),

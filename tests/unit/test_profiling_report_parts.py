@@ -137,7 +137,7 @@ def test_summary_figures():
         {"init_s": 0.25, "n_parameters": None},
     ]
     span = SimpleNamespace(peak_rss_bytes=123, peaks={"cuda:0.allocated_bytes": SimpleNamespace(value=9)})
-    summary = pr._summary(session, phases, models, 3, span, {"gpus": [{"name": "G"}]})
+    summary = pr._summary(session, phases, models, 3, span, {"gpus": [{"name": "G"}]}).to_dict()
     assert summary == {
         "session": "gen",
         "rank": 2,
@@ -166,7 +166,7 @@ def test_summary_figures():
 def test_summary_of_a_session_that_recorded_nothing():
     summary = pr._summary(
         Session(), [{"stage": "x", "n_calls": 1, "depth": 1}], [], 0, None, {"cpu_count": 2}
-    )
+    ).to_dict()
     assert summary["slowest_stage"] is None
     assert (summary["steps_total_s"], summary["steps_per_s"], summary["blocks_per_s"]) == (None, None, None)
     assert (summary["n_frames"], summary["frames_per_s"]) == (None, None)

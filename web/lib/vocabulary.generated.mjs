@@ -1560,6 +1560,289 @@ export const DEEP_PROFILE_FIELDS = {
 /** @typedef {{label: string, unit?: string | null, description: string, repeated?: string, fields?: Record<string, DetailInfo>}} DetailInfo */
 /** Each kind's declared details (monitors/<kind>/details.py): labels of the card's rows and columns. @type {Record<string, DetailInfo>} */
 export const DETAILS = {
+ "models": {
+  "label": "models details",
+  "description": "what the models monitor found: each connected object, its loader's row, the memory baseline and the memory over the loaders' spans",
+  "fields": {
+   "objects": {
+    "label": "objects",
+    "description": "kind (model, clip, vae) -> the connected object described (monitors/models/state.py)",
+    "repeated": "map",
+    "fields": {
+     "class": {
+      "label": "class",
+      "unit": null,
+      "description": "the object's class"
+     },
+     "module_class": {
+      "label": "inner class",
+      "unit": null,
+      "description": "the inner model's class"
+     },
+     "config_class": {
+      "label": "model config",
+      "unit": null,
+      "description": "the model configuration ComfyUI detected"
+     },
+     "size_bytes": {
+      "label": "size",
+      "unit": "bytes",
+      "description": "size of its weights"
+     },
+     "n_elements": {
+      "label": "elements",
+      "unit": "count",
+      "description": "elements of its weights"
+     }
+    }
+   },
+   "loaders": {
+    "label": "loaders",
+    "description": "kind -> the row of the node that produced that input",
+    "repeated": "map",
+    "fields": {
+     "node_id": {
+      "label": "node id",
+      "unit": null,
+      "description": "the node's id in the prompt"
+     },
+     "class_type": {
+      "label": "node class",
+      "unit": null,
+      "description": "the node's class"
+     },
+     "status": {
+      "label": "status",
+      "unit": null,
+      "description": "executed, cached, error or interrupted"
+     },
+     "cached": {
+      "label": "cached",
+      "unit": null,
+      "description": "ComfyUI took the node's outputs from its cache"
+     },
+     "start_offset_s": {
+      "label": "start",
+      "unit": "s",
+      "description": "seconds after the prompt's start"
+     },
+     "duration_s": {
+      "label": "node time",
+      "unit": "s",
+      "description": "ComfyUI progress hook, node start to finish"
+     },
+     "peak_rss_bytes": {
+      "label": "peak RSS",
+      "unit": "bytes",
+      "description": "the process's highest RSS while the node ran, its baseline included (VmHWM reset at the node's start)"
+     },
+     "peak_rss_method": {
+      "label": "peak RSS method",
+      "unit": null,
+      "description": "kernel_hwm (VmHWM, exact) or sampled (the sampler's highest tick)"
+     },
+     "rss_change_bytes": {
+      "label": "RSS change",
+      "unit": "bytes",
+      "description": "RSS at the node's end minus at its start"
+     },
+     "gpu_peaks": {
+      "label": "GPU peaks",
+      "description": "per device the node used: torch allocator peaks (reset at the node's start) and counters",
+      "repeated": "list",
+      "fields": {
+       "device": {
+        "label": "device",
+        "unit": null,
+        "description": "the torch device (cuda:0)"
+       },
+       "peak_allocated_bytes": {
+        "label": "GPU allocated peak",
+        "unit": "bytes",
+        "description": "highest memory held by tensors while the node ran; absolute: includes what other work left allocated"
+       },
+       "peak_reserved_bytes": {
+        "label": "GPU reserved peak",
+        "unit": "bytes",
+        "description": "highest memory reserved by the caching allocator while the node ran"
+       },
+       "peak_allocated_above_start_bytes": {
+        "label": "GPU allocated added",
+        "unit": "bytes",
+        "description": "allocated peak minus allocated at the node's start: what the node itself added"
+       },
+       "peak_reserved_above_start_bytes": {
+        "label": "GPU reserved added",
+        "unit": "bytes",
+        "description": "reserved peak minus reserved at the node's start"
+       },
+       "allocated_start_bytes": {
+        "label": "GPU allocated at start",
+        "unit": "bytes",
+        "description": "torch allocator counter of the device allocated at the node's start"
+       },
+       "allocated_end_bytes": {
+        "label": "GPU allocated at end",
+        "unit": "bytes",
+        "description": "torch allocator counter of the device allocated at the node's end"
+       },
+       "allocated_change_bytes": {
+        "label": "GPU allocated change",
+        "unit": "bytes",
+        "description": "end minus start"
+       },
+       "reserved_start_bytes": {
+        "label": "GPU reserved at start",
+        "unit": "bytes",
+        "description": "torch allocator counter of the device reserved at the node's start"
+       },
+       "reserved_end_bytes": {
+        "label": "GPU reserved at end",
+        "unit": "bytes",
+        "description": "torch allocator counter of the device reserved at the node's end"
+       },
+       "reserved_change_bytes": {
+        "label": "GPU reserved change",
+        "unit": "bytes",
+        "description": "end minus start"
+       },
+       "peak_allocated_at_s": {
+        "label": "GPU allocated peak time",
+        "unit": "s",
+        "description": "seconds after the node's start"
+       },
+       "peak_reserved_at_s": {
+        "label": "GPU reserved peak time",
+        "unit": "s",
+        "description": "seconds after the node's start"
+       },
+       "peak_process_used_bytes": {
+        "label": "process device memory peak",
+        "unit": "bytes",
+        "description": "this process's device memory as the driver counts it (NVML, per process): torch's reserved blocks, allocations outside torch (dynamic VRAM's, cuMem) and the CUDA context; the highest reading at the node's start, end and the sampler's ticks"
+       },
+       "process_used_unknown_reason": {
+        "label": "process device memory unknown",
+        "unit": null,
+        "description": "why peak_process_used_bytes is null (no NVML, the process not in NVML's list: another PID namespace)"
+       },
+       "peak_aimdo_used_bytes": {
+        "label": "dynamic VRAM peak",
+        "unit": "bytes",
+        "description": "VRAM comfy-aimdo holds (dynamic VRAM's weights and cast buffers, outside torch's counters), by its own count; the highest reading while the node ran"
+       },
+       "aimdo_used_unknown_reason": {
+        "label": "dynamic VRAM unknown",
+        "unit": null,
+        "description": "why peak_aimdo_used_bytes is null (dynamic VRAM off, comfy-aimdo without the figure)"
+       }
+      }
+     },
+     "title": {
+      "label": "title",
+      "unit": null,
+      "description": "the node's title in the workflow"
+     },
+     "peak_rss_above_start_bytes": {
+      "label": "peak RSS above start",
+      "unit": "bytes",
+      "description": "peak RSS minus RSS at the node's start: what the node itself added (peak_rss_bytes is the process's, baseline included)"
+     },
+     "rss_start_bytes": {
+      "label": "RSS at start",
+      "unit": "bytes",
+      "description": "process RSS at the node's start"
+     },
+     "rss_end_bytes": {
+      "label": "RSS at end",
+      "unit": "bytes",
+      "description": "process RSS at the node's end"
+     },
+     "peak_rss_at_s": {
+      "label": "peak RSS time",
+      "unit": "s",
+      "description": "seconds after the node's start when the RSS peak was seen (kernel_hwm: when it was read)"
+     },
+     "gpu_time_s": {
+      "label": "GPU span",
+      "unit": "s",
+      "description": "GPU span (gpu_time_s) is the time between CUDA events recorded on the current stream of the current device when the node starts and ends: the node's span on that stream, idle time included. A node that waits for the GPU (a save, a loader that synchronises) gets its whole wall time; it also counts work queued before the node that was still running, and misses the node's kernels on other streams or devices. Wall time is when the host ran the node."
+     },
+     "gpu_time_unknown_reason": {
+      "label": "GPU span unknown",
+      "unit": null,
+      "description": "why gpu_time_s is null (no CUDA device in use, CUDA initialised during the node, events unreadable, read only at the prompt's end); null for cached nodes"
+     },
+     "gpu_busy_s": {
+      "label": "GPU busy",
+      "unit": "s",
+      "description": "GPU busy (gpu_busy_s) is the time a kernel ran on that device within the node's window, from NVML's utilization samples: an idle node shows about 0. It counts other processes' kernels on the same GPU, is good to about one sampling period (1/6 s to 1 s) at each end, and is unknown for a node shorter than that period."
+     },
+     "gpu_busy_unknown_reason": {
+      "label": "GPU busy unknown",
+      "unit": null,
+      "description": "why gpu_busy_s is null (the node shorter than NVML's sampling period, no NVML, no sample after the node yet, no CUDA device in use); null for cached nodes"
+     },
+     "weights_loaded_bytes": {
+      "label": "weights loaded",
+      "unit": "bytes",
+      "description": "model weights the model manager loaded while the node ran (ComfyUI's loaded_size() after minus before, run.model_residency's events); null: none moved"
+     },
+     "weights_unloaded_bytes": {
+      "label": "weights unloaded",
+      "unit": "bytes",
+      "description": "model weights unloaded while the node ran (to make room, or an explicit free); null: none moved"
+     },
+     "weights_moved_s": {
+      "label": "weights moved time",
+      "unit": "s",
+      "description": "seconds of the node's time spent loading, unloading and patching model weights"
+     }
+    }
+   },
+   "memory_baseline": {
+    "label": "memory baseline",
+    "unit": null,
+    "description": "the probes' snapshot at the step (monitors/probes): process, system and device memory"
+   },
+   "memory": {
+    "label": "memory",
+    "unit": null,
+    "description": "the memory picture (monitors.span.memory_picture): per figure its start, end, change and peak with its time; null with memory_unknown_reason"
+   },
+   "memory_unknown_reason": {
+    "label": "memory unknown",
+    "unit": null,
+    "description": "why memory is null, e.g. the upstream nodes were cached and did not run this prompt"
+   },
+   "memory_scope": {
+    "label": "memory scope",
+    "description": "which upstream nodes the memory picture covers",
+    "fields": {
+     "upstream_node_ids": {
+      "label": "upstream nodes",
+      "unit": null,
+      "description": "the nodes the monitor looked at"
+     },
+     "measured_node_ids": {
+      "label": "measured nodes",
+      "unit": null,
+      "description": "the nodes whose spans the picture merges"
+     },
+     "not_run_node_ids": {
+      "label": "nodes not run",
+      "unit": null,
+      "description": "upstream nodes that did not run (cached)"
+     }
+    }
+   },
+   "traceback": {
+    "label": "traceback",
+    "unit": null,
+    "description": "the error of a monitor that failed outright (its last characters)"
+   }
+  }
+ },
  "lora": {
   "label": "lora details",
   "description": "what the LoRA monitor found: its loaders with their files and key coverage, each side's patch hops and weights, the objects handed on, and the memory over the loaders' spans",
@@ -3475,6 +3758,537 @@ export const DETAILS = {
       "description": "system-wide: includes every other process"
      }
     }
+   },
+   "traceback": {
+    "label": "traceback",
+    "unit": null,
+    "description": "the error of a monitor that failed outright (its last characters)"
+   }
+  }
+ },
+ "latent": {
+  "label": "latent details",
+  "description": "what the latent monitor found: the samples, the noise mask, the batch index, other keys and the node that made it",
+  "fields": {
+   "value_type": {
+    "label": "value type",
+    "unit": null,
+    "description": "the type of a value that is not a LATENT"
+   },
+   "keys": {
+    "label": "keys",
+    "unit": null,
+    "description": "the keys of the LATENT dict"
+   },
+   "latent_type": {
+    "label": "latent type",
+    "unit": null,
+    "description": "the LATENT's own `type` key"
+   },
+   "nested": {
+    "label": "nested",
+    "unit": null,
+    "description": "true for a nested latent (its parts in samples)"
+   },
+   "samples": {
+    "label": "samples",
+    "unit": null,
+    "description": "a tensor described (monitors/latent/analysis.py analyse_samples): shape, dtype, device, statistics; a list of them for a nested latent"
+   },
+   "noise_mask": {
+    "label": "noise mask",
+    "unit": null,
+    "description": "a tensor described (monitors/latent/analysis.py analyse_samples): shape, dtype, device, statistics"
+   },
+   "batch_index": {
+    "label": "batch index",
+    "unit": null,
+    "description": "the batch indices (the first ones), or the value's text when it is no list"
+   },
+   "n_batch_index": {
+    "label": "batch indices",
+    "unit": "count",
+    "description": "batch indices in the LATENT"
+   },
+   "extras": {
+    "label": "other keys",
+    "unit": null,
+    "description": "other keys of the LATENT, described"
+   },
+   "source": {
+    "label": "made by",
+    "description": "the row of the node that made the latent",
+    "fields": {
+     "node_id": {
+      "label": "node id",
+      "unit": null,
+      "description": "the node's id in the prompt"
+     },
+     "class_type": {
+      "label": "node class",
+      "unit": null,
+      "description": "the node's class"
+     },
+     "status": {
+      "label": "status",
+      "unit": null,
+      "description": "executed, cached, error or interrupted"
+     },
+     "cached": {
+      "label": "cached",
+      "unit": null,
+      "description": "ComfyUI took the node's outputs from its cache"
+     },
+     "start_offset_s": {
+      "label": "start",
+      "unit": "s",
+      "description": "seconds after the prompt's start"
+     },
+     "duration_s": {
+      "label": "node time",
+      "unit": "s",
+      "description": "ComfyUI progress hook, node start to finish"
+     },
+     "peak_rss_bytes": {
+      "label": "peak RSS",
+      "unit": "bytes",
+      "description": "the process's highest RSS while the node ran, its baseline included (VmHWM reset at the node's start)"
+     },
+     "peak_rss_method": {
+      "label": "peak RSS method",
+      "unit": null,
+      "description": "kernel_hwm (VmHWM, exact) or sampled (the sampler's highest tick)"
+     },
+     "rss_change_bytes": {
+      "label": "RSS change",
+      "unit": "bytes",
+      "description": "RSS at the node's end minus at its start"
+     },
+     "gpu_peaks": {
+      "label": "GPU peaks",
+      "description": "per device the node used: torch allocator peaks (reset at the node's start) and counters",
+      "repeated": "list",
+      "fields": {
+       "device": {
+        "label": "device",
+        "unit": null,
+        "description": "the torch device (cuda:0)"
+       },
+       "peak_allocated_bytes": {
+        "label": "GPU allocated peak",
+        "unit": "bytes",
+        "description": "highest memory held by tensors while the node ran; absolute: includes what other work left allocated"
+       },
+       "peak_reserved_bytes": {
+        "label": "GPU reserved peak",
+        "unit": "bytes",
+        "description": "highest memory reserved by the caching allocator while the node ran"
+       },
+       "peak_allocated_above_start_bytes": {
+        "label": "GPU allocated added",
+        "unit": "bytes",
+        "description": "allocated peak minus allocated at the node's start: what the node itself added"
+       },
+       "peak_reserved_above_start_bytes": {
+        "label": "GPU reserved added",
+        "unit": "bytes",
+        "description": "reserved peak minus reserved at the node's start"
+       },
+       "allocated_start_bytes": {
+        "label": "GPU allocated at start",
+        "unit": "bytes",
+        "description": "torch allocator counter of the device allocated at the node's start"
+       },
+       "allocated_end_bytes": {
+        "label": "GPU allocated at end",
+        "unit": "bytes",
+        "description": "torch allocator counter of the device allocated at the node's end"
+       },
+       "allocated_change_bytes": {
+        "label": "GPU allocated change",
+        "unit": "bytes",
+        "description": "end minus start"
+       },
+       "reserved_start_bytes": {
+        "label": "GPU reserved at start",
+        "unit": "bytes",
+        "description": "torch allocator counter of the device reserved at the node's start"
+       },
+       "reserved_end_bytes": {
+        "label": "GPU reserved at end",
+        "unit": "bytes",
+        "description": "torch allocator counter of the device reserved at the node's end"
+       },
+       "reserved_change_bytes": {
+        "label": "GPU reserved change",
+        "unit": "bytes",
+        "description": "end minus start"
+       },
+       "peak_allocated_at_s": {
+        "label": "GPU allocated peak time",
+        "unit": "s",
+        "description": "seconds after the node's start"
+       },
+       "peak_reserved_at_s": {
+        "label": "GPU reserved peak time",
+        "unit": "s",
+        "description": "seconds after the node's start"
+       },
+       "peak_process_used_bytes": {
+        "label": "process device memory peak",
+        "unit": "bytes",
+        "description": "this process's device memory as the driver counts it (NVML, per process): torch's reserved blocks, allocations outside torch (dynamic VRAM's, cuMem) and the CUDA context; the highest reading at the node's start, end and the sampler's ticks"
+       },
+       "process_used_unknown_reason": {
+        "label": "process device memory unknown",
+        "unit": null,
+        "description": "why peak_process_used_bytes is null (no NVML, the process not in NVML's list: another PID namespace)"
+       },
+       "peak_aimdo_used_bytes": {
+        "label": "dynamic VRAM peak",
+        "unit": "bytes",
+        "description": "VRAM comfy-aimdo holds (dynamic VRAM's weights and cast buffers, outside torch's counters), by its own count; the highest reading while the node ran"
+       },
+       "aimdo_used_unknown_reason": {
+        "label": "dynamic VRAM unknown",
+        "unit": null,
+        "description": "why peak_aimdo_used_bytes is null (dynamic VRAM off, comfy-aimdo without the figure)"
+       }
+      }
+     },
+     "title": {
+      "label": "title",
+      "unit": null,
+      "description": "the node's title in the workflow"
+     },
+     "peak_rss_above_start_bytes": {
+      "label": "peak RSS above start",
+      "unit": "bytes",
+      "description": "peak RSS minus RSS at the node's start: what the node itself added (peak_rss_bytes is the process's, baseline included)"
+     },
+     "rss_start_bytes": {
+      "label": "RSS at start",
+      "unit": "bytes",
+      "description": "process RSS at the node's start"
+     },
+     "rss_end_bytes": {
+      "label": "RSS at end",
+      "unit": "bytes",
+      "description": "process RSS at the node's end"
+     },
+     "peak_rss_at_s": {
+      "label": "peak RSS time",
+      "unit": "s",
+      "description": "seconds after the node's start when the RSS peak was seen (kernel_hwm: when it was read)"
+     },
+     "gpu_time_s": {
+      "label": "GPU span",
+      "unit": "s",
+      "description": "GPU span (gpu_time_s) is the time between CUDA events recorded on the current stream of the current device when the node starts and ends: the node's span on that stream, idle time included. A node that waits for the GPU (a save, a loader that synchronises) gets its whole wall time; it also counts work queued before the node that was still running, and misses the node's kernels on other streams or devices. Wall time is when the host ran the node."
+     },
+     "gpu_time_unknown_reason": {
+      "label": "GPU span unknown",
+      "unit": null,
+      "description": "why gpu_time_s is null (no CUDA device in use, CUDA initialised during the node, events unreadable, read only at the prompt's end); null for cached nodes"
+     },
+     "gpu_busy_s": {
+      "label": "GPU busy",
+      "unit": "s",
+      "description": "GPU busy (gpu_busy_s) is the time a kernel ran on that device within the node's window, from NVML's utilization samples: an idle node shows about 0. It counts other processes' kernels on the same GPU, is good to about one sampling period (1/6 s to 1 s) at each end, and is unknown for a node shorter than that period."
+     },
+     "gpu_busy_unknown_reason": {
+      "label": "GPU busy unknown",
+      "unit": null,
+      "description": "why gpu_busy_s is null (the node shorter than NVML's sampling period, no NVML, no sample after the node yet, no CUDA device in use); null for cached nodes"
+     },
+     "weights_loaded_bytes": {
+      "label": "weights loaded",
+      "unit": "bytes",
+      "description": "model weights the model manager loaded while the node ran (ComfyUI's loaded_size() after minus before, run.model_residency's events); null: none moved"
+     },
+     "weights_unloaded_bytes": {
+      "label": "weights unloaded",
+      "unit": "bytes",
+      "description": "model weights unloaded while the node ran (to make room, or an explicit free); null: none moved"
+     },
+     "weights_moved_s": {
+      "label": "weights moved time",
+      "unit": "s",
+      "description": "seconds of the node's time spent loading, unloading and patching model weights"
+     }
+    }
+   },
+   "traceback": {
+    "label": "traceback",
+    "unit": null,
+    "description": "the error of a monitor that failed outright (its last characters)"
+   }
+  }
+ },
+ "tensor_dump": {
+  "label": "tensor_dump details",
+  "description": "what the tensor dump collected and wrote",
+  "fields": {
+   "tensors": {
+    "label": "tensors",
+    "unit": null,
+    "description": "name -> the tensor collected, described"
+   },
+   "extras": {
+    "label": "other values",
+    "unit": null,
+    "description": "name -> a value that is not a tensor, described"
+   },
+   "skipped": {
+    "label": "skipped",
+    "unit": null,
+    "description": "name -> why the value was not collected"
+   },
+   "sources": {
+    "label": "sources",
+    "unit": null,
+    "description": "input -> the node that produced it"
+   },
+   "download_url": {
+    "label": "download",
+    "unit": null,
+    "description": "where the panel downloads the dump"
+   },
+   "npy_files": {
+    "label": "npy files",
+    "unit": null,
+    "description": ".npy files written next to the dump"
+   },
+   "metadata": {
+    "label": "metadata",
+    "unit": null,
+    "description": "the dump's metadata as written (without its tensors)"
+   },
+   "traceback": {
+    "label": "traceback",
+    "unit": null,
+    "description": "the error of a monitor that failed outright (its last characters)"
+   }
+  }
+ },
+ "tensor_compare": {
+  "label": "tensor_compare details",
+  "description": "the comparison per tensor and the two dumps compared",
+  "fields": {
+   "tensors": {
+    "label": "tensors",
+    "unit": null,
+    "description": "name -> the comparison of the tensor in both dumps"
+   },
+   "only_in_a": {
+    "label": "only in a",
+    "unit": null,
+    "description": "tensors only in the reference dump"
+   },
+   "only_in_b": {
+    "label": "only in b",
+    "unit": null,
+    "description": "tensors only in the other dump"
+   },
+   "a": {
+    "label": "dump a",
+    "unit": null,
+    "description": "the reference dump's metadata"
+   },
+   "b": {
+    "label": "dump b",
+    "unit": null,
+    "description": "the other dump's metadata, or the live value's"
+   },
+   "traceback": {
+    "label": "traceback",
+    "unit": null,
+    "description": "the error of a monitor that failed outright (its last characters)"
+   }
+  }
+ },
+ "profiling": {
+  "label": "profiling details",
+  "description": "what the profiling session recorded: its phases, steps, blocks, models, events and samples",
+  "fields": {
+   "tags": {
+    "label": "tags",
+    "unit": null,
+    "description": "the session's tags"
+   },
+   "phases": {
+    "label": "phases",
+    "unit": null,
+    "description": "per stage: calls, time and depth"
+   },
+   "diffusion_steps": {
+    "label": "diffusion steps",
+    "unit": null,
+    "description": "each diffusion step recorded"
+   },
+   "blocks": {
+    "label": "blocks",
+    "unit": null,
+    "description": "each block recorded"
+   },
+   "models": {
+    "label": "models",
+    "unit": null,
+    "description": "the models the session saw initialised"
+   },
+   "events": {
+    "label": "events",
+    "unit": null,
+    "description": "the session's events"
+   },
+   "samples": {
+    "label": "samples",
+    "unit": null,
+    "description": "name -> the samples taken during the run"
+   },
+   "stage_threads": {
+    "label": "stage threads",
+    "unit": null,
+    "description": "stage -> the thread it ran on"
+   },
+   "gpu_utilization_before_pct": {
+    "label": "GPU utilization before",
+    "unit": "pct",
+    "description": "each GPU's utilization before the run (%)"
+   },
+   "gpu_utilization_after_pct": {
+    "label": "GPU utilization after",
+    "unit": "pct",
+    "description": "each GPU's utilization after the run (%)"
+   },
+   "config": {
+    "label": "config",
+    "unit": null,
+    "description": "the session's configuration"
+   },
+   "memory": {
+    "label": "memory",
+    "unit": null,
+    "description": "the memory picture over the run (monitors.span.memory_picture); null without a span"
+   },
+   "traceback": {
+    "label": "traceback",
+    "unit": null,
+    "description": "the error of a monitor that failed outright (its last characters)"
+   }
+  }
+ },
+ "deep_profile": {
+  "label": "deep_profile details",
+  "description": "what torch.profiler saw per node, the trace kept and why any figure is unknown",
+  "fields": {
+   "activities": {
+    "label": "activities",
+    "unit": null,
+    "description": "what the profiler recorded: cpu, and cuda with CUDA"
+   },
+   "nodes": {
+    "label": "nodes",
+    "description": "per executed node, what torch.profiler saw",
+    "repeated": "list",
+    "fields": {
+     "node_id": {
+      "label": "node",
+      "unit": null,
+      "description": "the node's id in the prompt"
+     },
+     "class_type": {
+      "label": "class",
+      "unit": null,
+      "description": "the node's class"
+     },
+     "wall_s": {
+      "label": "wall time",
+      "unit": "s",
+      "description": "wall time of the node's record_function range(s)"
+     },
+     "host_op_time_s": {
+      "label": "host op time",
+      "unit": "s",
+      "description": "time in the torch operations the node called directly (their children included)"
+     },
+     "device_time_s": {
+      "label": "device time",
+      "unit": "s",
+      "description": "time the kernels the node launched ran on the device; null without CUDA (device_time_unknown_reason)"
+     },
+     "gpu_busy_pct": {
+      "label": "GPU busy",
+      "unit": "pct",
+      "description": "share of the node's wall time during which one of its kernels ran; null without CUDA"
+     },
+     "n_syncs": {
+      "label": "host-device syncs",
+      "unit": "count",
+      "description": "CUDA synchronisations under the node; null without CUDA (n_syncs_unknown_reason)"
+     },
+     "n_ops": {
+      "label": "ops",
+      "unit": "count",
+      "description": "torch operations the node called directly"
+     },
+     "top_ops_by": {
+      "label": "top ops by",
+      "unit": null,
+      "description": "what ranks top_ops: device time with CUDA, host time without"
+     }
+    }
+   },
+   "baseline_prompt_id": {
+    "label": "baseline run",
+    "unit": null,
+    "description": "the workflow's last plain run, for the overhead"
+   },
+   "trace": {
+    "label": "trace",
+    "description": "the ops kept for the Perfetto trace",
+    "fields": {
+     "file": {
+      "label": "trace file",
+      "unit": null,
+      "description": "the ops file's name; null when none was written"
+     },
+     "n_host_events": {
+      "label": "host events",
+      "unit": "count",
+      "description": "ops kept"
+     },
+     "n_device_events": {
+      "label": "device events",
+      "unit": "count",
+      "description": "kernels kept"
+     },
+     "n_dropped": {
+      "label": "events dropped",
+      "unit": "count",
+      "description": "ops and kernels left out (the cap)"
+     },
+     "max_events": {
+      "label": "events cap",
+      "unit": null,
+      "description": "the most ops and kernels kept (a count)"
+     }
+    }
+   },
+   "unknown_reasons": {
+    "label": "unknown reasons",
+    "unit": null,
+    "description": "figure -> why it is unknown"
+   },
+   "profiler_start_s": {
+    "label": "profiler start",
+    "unit": "s",
+    "description": "seconds the profiler took to start"
+   },
+   "analysis_s": {
+    "label": "analysis time",
+    "unit": "s",
+    "description": "seconds the events took to read"
    },
    "traceback": {
     "label": "traceback",

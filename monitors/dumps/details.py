@@ -1,0 +1,33 @@
+"""The `tensor_dump` and `tensor_compare` steps' details: the one declaration of their keys (see
+monitors/detail_fields.py)."""
+
+from __future__ import annotations
+
+from ..detail_fields import details_of
+from ..summary_fields import SummaryField as F
+
+TENSOR_DUMP_DETAILS = details_of(
+    "tensor_dump",
+    (
+        F("tensors", "tensors", None, "name -> the tensor collected, described", "object"),
+        F("extras", "other values", None, "name -> a value that is not a tensor, described", "object"),
+        F("skipped", "skipped", None, "name -> why the value was not collected", "object"),
+        F("sources", "sources", None, "input -> the node that produced it", "object"),
+        F("download_url", "download", None, "where the panel downloads the dump", "string"),
+        F("npy_files", "npy files", None, ".npy files written next to the dump", "array"),
+        F("metadata", "metadata", None, "the dump's metadata as written (without its tensors)", "object"),
+    ),
+    "what the tensor dump collected and wrote",
+)
+
+TENSOR_COMPARE_DETAILS = details_of(
+    "tensor_compare",
+    (
+        F("tensors", "tensors", None, "name -> the comparison of the tensor in both dumps", "object"),
+        F("only_in_a", "only in a", None, "tensors only in the reference dump", "array"),
+        F("only_in_b", "only in b", None, "tensors only in the other dump", "array"),
+        F("a", "dump a", None, "the reference dump's metadata", "object"),
+        F("b", "dump b", None, "the other dump's metadata, or the live value's", "object"),
+    ),
+    "the comparison per tensor and the two dumps compared",
+)
