@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .node_fields import NodeProfile
+
 # 2: unit suffixes on summary keys (e.g. model_relative_change -> model_relative_change_ratio);
 # 3: one meaning per name: conditioning's encode_peak_above_start_bytes (GPU allocated on a GPU,
 # RSS on a CPU) split into encode_peak_gpu_allocated_above_start_bytes and
@@ -90,91 +92,6 @@ class Finding:
     level: str  # info | warning | error
     message: str
     code: str | None = None
-
-    def to_dict(self) -> dict:
-        return _fields_dict(self)
-
-
-@dataclass(frozen=True)
-class GpuPeak:
-    device: str
-    peak_allocated_bytes: int | None  # absolute: includes what other work left allocated
-    peak_reserved_bytes: int | None
-    # what the node itself added: the peak minus the counter at the node's start
-    peak_allocated_above_start_bytes: int | None = None
-    peak_reserved_above_start_bytes: int | None = None
-    # The counters at the node's start and end and when each peak was seen: read by the span
-    # anyway, so they cost nothing more (node rows stay cheap: no system RAM or NVML here).
-    allocated_start_bytes: int | None = None
-    allocated_end_bytes: int | None = None
-    allocated_change_bytes: int | None = None
-    reserved_start_bytes: int | None = None
-    reserved_end_bytes: int | None = None
-    reserved_change_bytes: int | None = None
-    peak_allocated_at_s: float | None = None
-    peak_reserved_at_s: float | None = None
-    # This process's device memory beside torch's counters (monitors/probes/aimdo.py, nvml.py): the
-    # driver's per-process figure and dynamic VRAM's own, highest reading while the node ran (its
-    # start and end and the sampler's ticks); None with the reason.
-    peak_process_used_bytes: int | None = None
-    process_used_unknown_reason: str | None = None
-    peak_aimdo_used_bytes: int | None = None
-    aimdo_used_unknown_reason: str | None = None
-
-    def to_dict(self) -> dict:
-        return _fields_dict(self)
-
-
-GPU_TIME_CAVEAT = (
-    "GPU span (gpu_time_s) is the time between CUDA events recorded on the current stream of the "
-    "current device when the node starts and ends: the node's span on that stream, idle time included. "
-    "A node that waits for the GPU (a save, a loader that synchronises) gets its whole wall time; it also "
-    "counts work queued before the node that was still running, and misses the node's kernels on other "
-    "streams or devices. Wall time is when the host ran the node."
-)
-GPU_BUSY_CAVEAT = (
-    "GPU busy (gpu_busy_s) is the time a kernel ran on that device within the node's window, from NVML's "
-    "utilization samples: an idle node shows about 0. It counts other processes' kernels on the same GPU, "
-    "is good to about one sampling period (1/6 s to 1 s) at each end, and is unknown for a node shorter "
-    "than that period."
-)
-GPU_TIME_NO_CUDA = "no CUDA device in use by this process"
-
-
-@dataclass(frozen=True)
-class NodeProfile:
-    node_id: str
-    class_type: str | None
-    status: str  # executed | cached | error | interrupted
-    cached: bool
-    start_offset_s: float | None = None  # since the run started
-    duration_s: float | None = None
-    peak_rss_bytes: int | None = None  # the process's peak while the node ran (its baseline included)
-    peak_rss_method: str | None = None
-    rss_change_bytes: int | None = None
-    gpu_peaks: tuple[GpuPeak, ...] = ()
-    title: str | None = None
-    # What the node itself added: its peak above the process's RSS at the node's start. Badges,
-    # bars and regressions use this, since the absolute peak mostly follows what ran before.
-    peak_rss_above_start_bytes: int | None = None
-    # Process RSS at the node's start and end, and seconds after the start when the peak was seen
-    # (for kernel_hwm: when the high-water mark was read).
-    rss_start_bytes: int | None = None
-    rss_end_bytes: int | None = None
-    peak_rss_at_s: float | None = None
-    # Seconds the GPU spent on this node's place in the queue: between CUDA events recorded on the
-    # current stream at its start and end (see GPU_TIME_CAVEAT); None with the reason otherwise.
-    gpu_time_s: float | None = None
-    gpu_time_unknown_reason: str | None = None
-    # Seconds a kernel ran on that device within the node's window, from NVML's utilization samples
-    # (monitors/engine/gpu_busy.py): an idle node shows ~0 whatever its stream span; None with the reason.
-    gpu_busy_s: float | None = None
-    gpu_busy_unknown_reason: str | None = None
-    # Model weights the model manager moved while the node ran (run.model_residency's events):
-    # loaded and unloaded bytes (ComfyUI's loaded_size() before and after) and seconds; None: none.
-    weights_loaded_bytes: int | None = None
-    weights_unloaded_bytes: int | None = None
-    weights_moved_s: float | None = None
 
     def to_dict(self) -> dict:
         return _fields_dict(self)

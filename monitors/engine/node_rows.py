@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..report import GpuPeak, NodeProfile
+from ..node_fields import GpuPeak, NodeProfile
 
 
 def node_profile_from_span(

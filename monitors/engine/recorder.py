@@ -2,8 +2,7 @@
 
 Framework-neutral: the ComfyUI adapter (nodes/profile_hook.py) calls begin_run, node_started,
 node_finished and end_run; monitor nodes call add_step. Nothing here raises into the caller's
-work: a failure is recorded on the run and logged.
-"""
+work: a failure is recorded on the run and logged."""
 
 from __future__ import annotations
 
@@ -14,8 +13,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 
+from ..node_fields import GPU_TIME_NO_CUDA, NodeProfile
 from ..probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
-from ..report import GPU_TIME_NO_CUDA, NodeProfile, RunReport, StepReport
+from ..report import RunReport, StepReport
 from .gpu_busy import LOOKBACK_S, NOT_YET_REASON, SampleLog
 from .input_changes import InputHistory, snapshot
 from .model_residency import ResidencyHistory, with_node_figures

@@ -7,7 +7,8 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..report import NodeProfile, StepReport
+from ..node_fields import NodeProfile
+from ..report import StepReport
 from .gpu_busy import SampleLog, resolve_busy
 from .model_residency import ResidencyLog
 from .span import Span

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..report import NodeProfile, sum_known, to_jsonable
+from ..node_fields import NodeProfile
+from ..report import sum_known, to_jsonable
 
 SEPARATOR = ":"
 MAX_SUBGRAPHS = 1000

@@ -15,8 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..node_fields import node_gpu_peak
-from ..report import GPU_BUSY_CAVEAT, GPU_TIME_CAVEAT
+from ..node_fields import GPU_BUSY_CAVEAT, GPU_TIME_CAVEAT, node_gpu_peak
 from ..vocabulary import formatting, registry
 from ..vocabulary.formatting import format_bytes, format_seconds
 from ..vocabulary.memory_rows import NODE_GPU_FIGURES

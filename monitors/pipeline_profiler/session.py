@@ -18,9 +18,10 @@ from collections import deque
 from ..engine.node_rows import node_profile_from_span
 from ..engine.sampler import Sampler
 from ..engine.span import Span
+from ..node_fields import NodeProfile
 from ..probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
 from ..profiler_step.phases import PhaseAccumulator
-from ..report import NodeProfile, to_jsonable
+from ..report import to_jsonable
 from . import deep_session
 from .config import ProfilingConfig
 from .display import display_line

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import report as run_report
-from ..node_fields import GPU_PEAK
+from ..node_fields import GPU_BUSY_CAVEAT, GPU_PEAK, GPU_TIME_CAVEAT
 
 # The rows a step's "Memory" table shows, in order: where each figure sits in `details.memory`
 # (`group` None: at the top; "system_ram": under it; "gpu": in each entry of `gpus`, one row per
@@ -31,8 +30,8 @@ MEMORY_NOT_READ_REASON = "not read by this span"
 
 # The GPU figures of a node row: short label (a column) and what each measures (its title).
 NODE_GPU_FIGURES = {
-    "gpu_time_s": {"label": "GPU span", "description": run_report.GPU_TIME_CAVEAT},
-    "gpu_busy_s": {"label": "GPU busy", "description": run_report.GPU_BUSY_CAVEAT},
+    "gpu_time_s": {"label": "GPU span", "description": GPU_TIME_CAVEAT},
+    "gpu_busy_s": {"label": "GPU busy", "description": GPU_BUSY_CAVEAT},
     # short column labels for the sidebar; what each measures from the GPU peaks' declaration
     "peak_process_used_bytes": {
         "label": "Device",

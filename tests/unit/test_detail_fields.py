@@ -12,8 +12,8 @@ import pytest
 
 from monitors.detail_fields import DetailGroup, undeclared_keys
 from monitors.lora.report import build_lora_step
-from monitors.node_fields import GPU_PEAK, NODE_ROW, gpu_peak_key, node_key
-from monitors.report import GpuPeak, NodeProfile, to_jsonable
+from monitors.node_fields import GPU_PEAK, NODE_ROW, GpuPeak, NodeProfile, gpu_peak_key, node_key
+from monitors.report import to_jsonable
 from monitors.vae.details import VAE_ENCODE_DETAILS
 from monitors.vae.geometry import Prediction, TileSettings
 from monitors.vae.outcomes import Attempt

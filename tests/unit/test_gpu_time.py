@@ -8,8 +8,8 @@ import jsonschema
 
 from monitors.engine.recorder import RunRecorder
 from monitors.engine.store import RunStore
+from monitors.node_fields import GPU_TIME_NO_CUDA
 from monitors.probes.fake import fake_probes
-from monitors.report import GPU_TIME_NO_CUDA
 from tests.unit.test_report_store import SCHEMA
 
 
@@ -99,7 +99,7 @@ def test_an_interrupted_node_keeps_its_gpu_time(tmp_path):
 
 def test_html_report_shows_gpu_time_with_the_stream_caveat(tmp_path):
     from monitors.exporters.html import render_html
-    from monitors.report import GPU_TIME_CAVEAT
+    from monitors.node_fields import GPU_TIME_CAVEAT
 
     recorder, probes = _recorder(tmp_path)
     recorder.begin_run("p", {"1": {"class_type": "Sampler"}})

@@ -21,7 +21,7 @@ from monitors.exporters.html import (
     system_html,
     timeline_svg,
 )
-from monitors.report import GPU_BUSY_CAVEAT, GPU_TIME_CAVEAT
+from monitors.node_fields import GPU_BUSY_CAVEAT, GPU_TIME_CAVEAT
 from monitors.vocabulary.formatting import format_bytes, format_seconds
 
 

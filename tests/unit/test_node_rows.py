@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from monitors.engine.node_rows import node_memory_above_start, node_profile_from_span
 from monitors.engine.span import Change, Peak, SpanResult
+from monitors.node_fields import GpuPeak
 from monitors.probes.fake import fake_probes
-from monitors.report import GpuPeak
 
 
 def span_result(peaks, changes, method="sampled"):

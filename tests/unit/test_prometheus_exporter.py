@@ -250,7 +250,8 @@ def test_the_default_bounds_500_class_labels_and_10000_runs(fleet):
 
 
 def test_a_run_report_object_is_read_as_its_dict(fleet):
-    from monitors.report import NodeProfile, RunReport, StepReport
+    from monitors.node_fields import NodeProfile
+    from monitors.report import RunReport, StepReport
 
     metrics, *_ = fleet
     run_report = RunReport(

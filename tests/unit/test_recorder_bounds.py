@@ -11,8 +11,9 @@ from monitors.engine import recorder as module
 from monitors.engine.recorder import RunRecorder
 from monitors.engine.store import RunStore
 from monitors.engine.upstream_memory import NO_RUN_REASON, PROFILE_OFF_REASON
+from monitors.node_fields import GPU_TIME_NO_CUDA
 from monitors.probes.fake import fake_probes
-from monitors.report import GPU_TIME_NO_CUDA, StepReport
+from monitors.report import StepReport
 from tests.unit.fake_clock import FakeClock, install
 
 PROMPT = {

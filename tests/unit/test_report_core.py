@@ -17,10 +17,9 @@ import pytest
 
 from monitors import report as run_report
 from monitors.cli.aggregate import ReportError, load_report
+from monitors.node_fields import GpuPeak, NodeProfile
 from monitors.report import (
     Finding,
-    GpuPeak,
-    NodeProfile,
     RunReport,
     StepReport,
     failed_step,

@@ -7,12 +7,11 @@ import pytest
 
 from monitors.engine.span import Span
 from monitors.engine.store import RunStore, is_valid_run_id
+from monitors.node_fields import GpuPeak, NodeProfile
 from monitors.probes.fake import fake_probes
 from monitors.report import (
     SCHEMA_VERSION,
     Finding,
-    GpuPeak,
-    NodeProfile,
     RunReport,
     StepReport,
     format_bytes,

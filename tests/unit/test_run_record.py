@@ -7,7 +7,7 @@ import time
 
 from monitors.engine.gpu_busy import SampleLog
 from monitors.engine.run_record import RunRecord, resolve_gpu_times
-from monitors.report import NodeProfile
+from monitors.node_fields import NodeProfile
 
 
 class Probes:

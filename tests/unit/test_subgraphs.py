@@ -22,8 +22,9 @@ from monitors.engine.subgraphs import (
     subgraph_prefixes,
     subgraph_rollups,
 )
+from monitors.node_fields import GpuPeak, NodeProfile
 from monitors.probes.fake import GiB, fake_probes
-from monitors.report import GpuPeak, NodeProfile, StepReport
+from monitors.report import StepReport
 from monitors.vocabulary.subgraph_fields import SUBGRAPH_GPU_PEAK, SUBGRAPH_ROW
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "run_report.schema.json").read_text())
