@@ -164,6 +164,31 @@ class RunStore:
             summary = self._summaries.get(run_id)
         return kept, summary if summary is not None else run_summary(kept)
 
+    def replace(self, run_id: str, change) -> bool:
+        """Store a kept run again as `change(its dict)` returns it, in its place (a step finished
+        after the prompt: monitors/engine/deferred_steps.py): written and handed to the listeners
+        after the reports queued before it. False when the run is no longer kept."""
+        with self._lock:
+            kept = self._runs.get(run_id)
+        if kept is None:
+            return False
+        data = change(self._converted(run_id, kept)[0])
+        with self._lock:
+            if run_id not in self._runs:
+                return False
+            self._runs[run_id] = data
+            self._summaries[run_id] = run_summary(data)
+        self.submit(lambda: self._announce(run_id, data))
+        return True
+
+    def _announce(self, run_id: str, data: dict) -> None:
+        self._write(run_id, data)
+        for listener in list(self._listeners):
+            try:
+                listener(data)
+            except Exception as exc:
+                log.warning("pipeline monitor: run listener %r failed: %s: %s", listener, type(exc).__name__, exc)
+
     def settle(self, timeout_s: float) -> bool:
         """Finish the pending reports now (listeners, files) and wait for them, at most
         timeout_s; False when some are still pending: a metrics scrape counts every finished run."""

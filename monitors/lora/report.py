@@ -11,6 +11,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from ..engine.upstream_memory import step_memory
 from ..report import MAX_TRACEBACK_CHARS, Finding, StepReport, sum_known
@@ -206,41 +207,77 @@ def build_lora_step(
     coverage: Callable | None = None,
     calculate: Callable | None = None,
     returned: tuple | None = None,
+    defer: Callable | None = None,
 ) -> StepReport:
     """The `lora` step of the MODEL / CLIP given, against their patch history or the `*_before` objects.
 
     `recorder` (a RunRecorder) gives the loaders' profile rows; `lora_path` resolves a loader's
     lora_name to a file; `coverage(model, clip, path, header_index)` recomputes key coverage with
     the framework's own key mapping (none: coverage not computed); `returned`: the (MODEL, CLIP) the
-    node hands on, for their ids.
+    node hands on, for their ids. `defer(work)` (DEFERRED.submit for the running prompt): when a
+    side's analysis is first-time work, the step comes back pending and `work` finishes it after
+    the prompt (deferral.py).
     """
     started = time.perf_counter()
-    errors, exceptions, findings = [], [], []
     # the loaders first (the sides reuse their files' figures); their errors are listed after the sides'
     loader_errors, loader_exceptions = [], []
     loaders = analyse_loaders(
         node_id, prompt, model, clip, loader_errors, recorder, lora_path, coverage, loader_exceptions
     )
+    parts = LoraParts(
+        node_id, clip, loaders, loader_errors, loader_exceptions, _returned(returned), step_memory(recorder, node_id)
+    )
     pairs = (("model", model, model_before), ("clip", clip, clip_before))
-    sides = _sides(pairs, loaders, calculate, findings, errors, exceptions)
-    errors.extend(loader_errors)
-    exceptions.extend(loader_exceptions)
-    findings.extend(_step_findings(loaders, sides, clip))
-    returned_ids = _returned(returned)
-    summary = _step_summary(loaders, sides, findings, returned_ids)
-    summary["analysis_s"] = time.perf_counter() - started
+    if defer is not None:
+        from .deferral import pending_step
+
+        pending = pending_step(parts, pairs, calculate, defer, started)
+        if pending is not None:
+            return pending
+    errors, exceptions, findings = [], [], []
+    sides = {}
+    for kind, after, before in pairs:
+        side = analyse_one_side(kind, after, before, loaders, calculate, findings, errors, exceptions)
+        if side is not None:
+            sides[kind] = side
+    return finish_step(parts, sides, errors, exceptions, findings, time.perf_counter() - started)
+
+
+@dataclass
+class LoraParts:
+    """What the step reads in the prompt whether its sides are analysed then or after it."""
+
+    node_id: str | None
+    clip: object
+    loaders: list[dict]
+    loader_errors: list[str]
+    loader_exceptions: list[dict]
+    returned_ids: dict
+    memory: dict
+
+
+def finish_step(
+    parts: LoraParts, sides: dict, errors: list, exceptions: list, findings: list, analysis_s: float,
+    deferred: dict | None = None,
+) -> StepReport:
+    """The step from its analysed sides (the loaders' errors listed after the sides')."""
+    errors, exceptions = [*errors, *parts.loader_errors], [*exceptions, *parts.loader_exceptions]
+    findings = [*findings, *_step_findings(parts.loaders, sides, parts.clip)]
+    summary = _step_summary(parts.loaders, sides, findings, parts.returned_ids)
+    summary["analysis_s"] = analysis_s
     return StepReport(
         kind=STEP_KIND,
-        node_id=node_id,
+        node_id=parts.node_id,
         summary=summary,
         details={
-            "loaders": loaders,
+            "loaders": parts.loaders,
             **sides,
-            "returned": returned_ids,
+            "returned": parts.returned_ids,
             "exceptions": exceptions[:MAX_EXCEPTIONS],
             "n_exceptions": len(exceptions),
+            **({"deferred": deferred} if deferred is not None else {}),
             # the picture over the LoRA loaders' own spans (monitors/engine/upstream_memory.py)
-            **step_memory(recorder, node_id),
+            **parts.memory,
         },
         findings=tuple(findings),
         monitor_errors=tuple(errors),
@@ -304,24 +341,23 @@ def _step_summary(loaders: list[dict], sides: dict, findings: list, returned_ids
     return summary
 
 
-def _sides(pairs, loaders, calculate, findings: list, errors: list, exceptions: list) -> dict:
-    """Each side given, analysed with the figures of its loaders' files; failures recorded."""
-    sides = {}
-    for kind, after, before in pairs:
-        if after is None:
-            if before is not None:
-                findings.append(
-                    Finding("warning", f"{kind}_before given without {kind}: ignored", "lora_before_only")
-                )
-            continue
-        try:
-            hop_files = loader_files(loaders, kind)
-            sides[kind] = analyse_side(kind, after, before, calculate=calculate, hop_files=hop_files)
-        except Exception as exc:
-            errors.append(f"{kind}: {type(exc).__name__}: {exc}")
-            exceptions.append(_exception(kind, exc))
-            log.warning("pipeline monitor: LoRA analysis of %s failed: %s", kind, exc)
-    return sides
+def analyse_one_side(
+    kind, after, before, loaders, calculate, findings: list, errors: list, exceptions: list, lookup=None
+) -> dict | None:
+    """One side given, analysed with the figures of its loaders' files; None when not given or
+    failed (the failure recorded)."""
+    if after is None:
+        if before is not None:
+            findings.append(Finding("warning", f"{kind}_before given without {kind}: ignored", "lora_before_only"))
+        return None
+    try:
+        hop_files = loader_files(loaders, kind)
+        return analyse_side(kind, after, before, calculate=calculate, hop_files=hop_files, lookup=lookup)
+    except Exception as exc:
+        errors.append(f"{kind}: {type(exc).__name__}: {exc}")
+        exceptions.append(_exception(kind, exc))
+        log.warning("pipeline monitor: LoRA analysis of %s failed: %s", kind, exc)
+        return None
 
 
 def _side_summary(summary: dict, sides: dict) -> None:
