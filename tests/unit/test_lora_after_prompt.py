@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from monitors.lora.after_prompt import BaseWeightNotTaken, first_time_work, take_base_weights
 from monitors.lora.caches import clear_caches, file_identity
@@ -14,9 +15,21 @@ from monitors.lora.report import build_lora_step
 from tests.readbacks import ReadbackCounter
 
 from .test_lora_patches import Patcher
-from .test_lora_readbacks import adapters, lora_files, prompt, wide_module  # noqa: F401 (fixture)
+from .test_lora_readbacks import adapters, prompt, wide_module
 
 FILES = ["a.safetensors", "b.safetensors"]
+
+
+@pytest.fixture
+def lora_files(tmp_path):
+    """Two files on disk (their identity names the figures), the caches cleared around the test."""
+    paths = {}
+    for name in FILES:
+        paths[name] = str(tmp_path / name)
+        save_file({"x": torch.zeros(1)}, paths[name])
+    clear_caches()
+    yield paths
+    clear_caches()
 
 
 def stacked(base: Patcher, strengths=(0.8, 0.3), stack=None) -> tuple[Patcher, list]:
