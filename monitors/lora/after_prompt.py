@@ -18,7 +18,9 @@ the prompt sees them as they were, never half-patched. ComfyUI patches a weight 
   made before the node returns. Copies are bounded by TAKE_COPY_ELEMENT_BUDGET; a weight past it
   is left unread, with the reason.
 A weight whose version counter moved since it was taken (an in-place change torch saw) is refused
-at the read, with the reason. Nothing here reads a value back to the host.
+at the read, with the reason; inference tensors (ComfyUI's weights, loaded under inference mode)
+keep no version counter, so for them the two rules above are the whole guarantee. Nothing here
+reads a value back to the host.
 """
 
 from __future__ import annotations
@@ -95,14 +97,23 @@ def take_base_weights(kind: str, after) -> Callable[[str], object]:
             taken[key] = (weight.detach().clone(), None, None)  # on CUDA: enqueued, not waited for
         else:
             alias = weight.detach()
-            taken[key] = (alias, alias._version, None)
+            taken[key] = (alias, _version(alias), None)
 
     def lookup(key: str):
         weight, version, error = taken.get(key, (None, None, None))
         if error is not None:
             raise error
-        if version is not None and weight._version != version:
+        if version is not None and _version(weight) != version:
             raise BaseWeightNotTaken("base weight changed in place after the prompt, before its read")
         return weight
 
     return lookup
+
+
+def _version(tensor) -> int | None:
+    """The tensor's version counter; None for an inference tensor (torch keeps none: ComfyUI loads
+    its weights under inference mode), where only the replacement rule above holds."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None

@@ -231,7 +231,11 @@ def build_lora_step(
     if defer is not None:
         from .deferral import pending_step
 
-        pending = pending_step(parts, pairs, calculate, defer, started)
+        try:
+            pending = pending_step(parts, pairs, calculate, defer, started)
+        except Exception as exc:  # the analysis is then made now, in the prompt
+            log.warning("pipeline monitor: LoRA analysis not deferred: %s: %s", type(exc).__name__, exc)
+            pending = None
         if pending is not None:
             return pending
     errors, exceptions, findings = [], [], []

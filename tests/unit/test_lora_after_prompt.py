@@ -158,3 +158,16 @@ def test_a_weight_changed_in_place_is_refused_and_an_in_place_patcher_gets_a_cop
     lookup = take_base_weights("model", patcher)
     patcher.model.diffusion_model[0].weight.data.copy_(before * 2)  # no version counter sees this
     assert torch.equal(lookup(key), before)
+
+
+def test_inference_tensors_without_a_version_counter_are_taken_too():
+    with torch.inference_mode():  # how ComfyUI loads its weights
+        base = Patcher(wide_module(2))
+    patcher = base.clone()
+    patcher.add_patches(adapters(2, 0), 0.8)
+    key = "diffusion_model.0.weight"
+    before = patcher.model.diffusion_model[0].weight
+    lookup = take_base_weights("model", patcher)
+    with torch.inference_mode():
+        patcher.model.diffusion_model[0].weight = torch.nn.Parameter(before + 1.0, requires_grad=False)
+    assert torch.equal(lookup(key), before)
