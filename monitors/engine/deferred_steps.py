@@ -60,6 +60,7 @@ class _Job:
     prompt_id: str | None
     work: Callable[[], Work] | None
     submitted_monotonic_s: float
+    context: dict = dataclasses.field(default_factory=dict)  # the adapter's (who queued the prompt)
     store: object = None
     targets: dict = dataclasses.field(default_factory=dict)  # prompt id -> node id of its pending step
     armed: bool = False  # its prompt ended successfully: it may start
@@ -79,15 +80,19 @@ class DeferredSteps:
         self._ids = itertools.count(1)
         self._worker = BackgroundWorker("pipeline-monitor-deferred-steps", IDLE_EXIT_S)
         self.events: list[tuple] = []  # (event, job id, monotonic s): started, yielded, finished (bounded)
+        # on_finished(context, step): a job's step finished (the adapter updates the node's text)
+        self.on_finished: Callable[[dict, StepReport], None] | None = None
 
-    def submit(self, prompt_id: str | None, work: Callable[[], Work]) -> str | None:
+    def submit(self, prompt_id: str | None, work: Callable[[], Work], context: dict | None = None) -> str | None:
         """Register a job of the running prompt; its id (for the step's details.deferred.job_id),
-        or None when MAX_JOBS wait already (do the work now)."""
+        or None when MAX_JOBS wait already (do the work now). `context` goes to on_finished."""
         with self._lock:
             if len(self._jobs) >= self.max_jobs:
                 return None
             job_id = f"deferred-{next(self._ids)}-{int(time.time() * 1000)}"
-            self._jobs[job_id] = _Job(job_id, None if prompt_id is None else str(prompt_id), work, time.monotonic())
+            self._jobs[job_id] = _Job(
+                job_id, None if prompt_id is None else str(prompt_id), work, time.monotonic(), dict(context or {})
+            )
         return job_id
 
     def n_jobs(self) -> int:
@@ -190,6 +195,11 @@ class DeferredSteps:
                 while len(self._done) > MAX_DONE:
                     self._done.popitem(last=False)
         self._note("finished", job.job_id)
+        if self.on_finished is not None and step is not None and reason is None:
+            try:
+                self.on_finished(job.context, step)
+            except Exception as exc:
+                log.debug("pipeline monitor: finished step not handed on: %s", exc)
         for prompt_id in targets:
             try:
                 _store_again(job.store, prompt_id, job.job_id, step, reason)

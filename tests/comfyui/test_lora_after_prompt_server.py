@@ -170,6 +170,14 @@ def test_the_queue_ran_before_the_pending_work(three):
     assert ("pipeline_monitor.run", ids[0], False) in order[:first_complete]  # announced pending first
 
 
+def test_the_node_text_comes_after_the_prompt_to_the_client_that_queued_it(three):
+    texts = [data for kind, data in three["seen"] if kind == "pipeline_monitor.step_text"]
+    assert [(t["prompt_id"], t["node_id"], t["kind"]) for t in texts] == [(three["ids"][0], "3", "lora")]
+    assert texts[0]["text"][0].splitlines()[0] == "applied: yes"
+    executed = [d for kind, d in three["seen"] if kind == "executed" and d.get("node") == "3"]
+    assert "figures come after the prompt" in executed[0]["output"]["text"][0]  # what the node returned
+
+
 def test_later_runs_repeating_the_pending_step_complete_with_it(three):
     first = lora_step(three["final"][0])
     for report in three["final"][1:]:

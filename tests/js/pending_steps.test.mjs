@@ -81,3 +81,14 @@ test("the run event of a finished step draws the open run again, read anew", () 
   panel.onRun({ prompt_id: "p1", status: "success", started_unix_s: 1, complete: true });
   assert.equal(draws, 2);
 });
+
+test("the text of a step finished after the prompt goes to its monitor node only", async () => {
+  const { stepTextNode } = await import("../../web/lib/node_summary.mjs");
+  const nodes = new Map([[3, { id: 3, comfyClass: "PipelineMonitorLora" }], [4, { id: 4, comfyClass: "KSampler" }]]);
+  const graph = { getNodeById: (/** @type {any} */ id) => nodes.get(id) ?? null };
+  assert.equal(stepTextNode(graph, { node_id: "3", text: ["applied: yes"] }), nodes.get(3));
+  assert.equal(stepTextNode(graph, { node_id: "4" }), null); // another node under that id now
+  assert.equal(stepTextNode(graph, { node_id: "9" }), null);
+  assert.equal(stepTextNode(graph, { node_id: "54:3" }), null); // inside a subgraph: not drawn
+  assert.equal(stepTextNode(null, { node_id: "3" }), null);
+});

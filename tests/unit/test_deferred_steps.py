@@ -178,3 +178,44 @@ def test_prometheus_counts_a_pending_lora_step_when_it_completes(deferred, recor
     assert lora_checks() == 1
     metrics.observe(recorder.store.get("p1"))
     assert lora_checks() == 1  # once
+
+
+def test_the_finished_step_is_handed_on_with_the_context_of_its_prompt(deferred, recorder):
+    steps, _ = deferred
+    handed = []
+    steps.on_finished = lambda context, step: handed.append((context, step.summary["success"]))
+    recorder.begin_run("p1", PROMPT)
+    log = []
+
+    def work():
+        log.append("ran")
+        yield
+        return StepReport("lora", "5", {"success": True}, {"deferred": {"job_id": job_id}})
+
+    job_id = steps.submit("p1", work, {"client_id": "page-1"})
+    recorder.add_step(StepReport("lora", "5", {}, {"deferred": {"job_id": job_id}}, pending=True))
+    recorder.end_run("success")
+    assert steps.wait_idle(10)
+    assert handed == [({"client_id": "page-1"}, True)]
+    run(recorder, steps, "p2", [], fail=True)
+    assert steps.wait_idle(10)
+    assert len(handed) == 1  # a job that failed hands on nothing
+
+
+def test_the_node_text_goes_to_the_client_that_queued_the_prompt():
+    import importlib
+
+    from tests.unit.test_routes import PACK, import_pack
+
+    import_pack()
+    deferred_work = importlib.import_module(f"{PACK}.nodes.deferred_work")
+    report_mod = importlib.import_module(f"{PACK}.monitors.report")
+    sent = []
+    step = report_mod.StepReport("lora", "3", {"success": True, "n_loras": 1})
+    send = lambda event, data, sid: sent.append((event, data, sid))  # noqa: E731
+    assert deferred_work.send_step_text({"prompt_id": "p1", "client_id": "page-1"}, step, send)
+    assert not deferred_work.send_step_text({"prompt_id": "p1", "client_id": None}, step, send)
+    ((event, data, sid),) = sent
+    assert event == "pipeline_monitor.step_text" and sid == "page-1"
+    assert data["node_id"] == "3" and data["prompt_id"] == "p1" and data["kind"] == "lora"
+    assert data["text"][0].splitlines()[0] == "applied: yes"
