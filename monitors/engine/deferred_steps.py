@@ -3,10 +3,10 @@
 A monitor node that would spend long on work done once (the LoRA step on a file not yet in its
 caches) returns at once with a pending step (`StepReport.pending`, its `details.deferred.job_id`)
 and hands the rest to `DEFERRED.submit` as a job: a generator that yields between slices of work
-and returns the finished step. The job starts only once its prompt has ended (`settle_run`, called
-by the recorder as it stores the run) and, slice by slice, only while the executor is idle (`busy`:
-a prompt runs or more are queued; set by the adapter): it never runs inside the executor's
-`finally`, and a queue of prompts runs first. A server that stays busy for MAX_YIELD_S gets the
+and returns the finished step. The job starts only once its prompt has ended and its run is
+stored (`store_run`, the recorder's way to store a run) and, slice by slice, only while the
+executor is idle (`busy`: a prompt runs or more are queued; set by the adapter): never inside the
+executor's `finally`, and a queue of prompts runs first. A server that stays busy for MAX_YIELD_S gets the
 job anyway (its slices are short). When the job ends, every report holding the pending step (its
 own run's, and later runs' that repeated it from the cache) is stored again with the finished
 step, and `complete` turns true; the store's listeners announce it (panel, Prometheus).
@@ -64,6 +64,7 @@ class _Job:
     store: object = None
     targets: dict = dataclasses.field(default_factory=dict)  # prompt id -> node id of its pending step
     armed: bool = False  # its prompt ended successfully: it may start
+    closed_reason: str | None = None  # set when it ended without a step: why
 
 
 class DeferredSteps:
@@ -109,10 +110,26 @@ class DeferredSteps:
         return True
 
     # -- the run's end ------------------------------------------------------------------------
-    def settle_run(self, report: RunReport, store) -> RunReport:
-        """As the recorder stores a run: its pending steps armed (a successful prompt) or left
-        unfinished (a failed or interrupted one), pending steps it repeated from the cache tied to
-        their job or finished already; `complete` says whether any is still pending."""
+    def store_run(self, report: RunReport, store) -> RunReport:
+        """The recorder's `store.add(report)`: the report settled (settle_run), stored, and only
+        then its jobs started (a job's step is stored again into a run the store holds)."""
+        try:
+            report, start = self.settle_run(report, store)
+        except Exception as exc:  # the report is stored as it is
+            log.warning("pipeline monitor: pending steps not settled: %s: %s", type(exc).__name__, exc)
+            start = []
+        try:
+            store.add(report)
+        finally:
+            for job in start:
+                self._worker.submit(lambda job=job: self._run(job))
+        return report
+
+    def settle_run(self, report: RunReport, store) -> tuple[RunReport, list]:
+        """A run that ends: its pending steps armed (a successful prompt) or left unfinished (a
+        failed or interrupted one), pending steps it repeated from the cache tied to their job or
+        finished already; `complete` says whether any is still pending. Returns the report and
+        the jobs it armed (to start once it is stored)."""
         steps, start = [], []
         with self._lock:
             for step in report.steps:
@@ -120,10 +137,8 @@ class DeferredSteps:
             for job_id, job in list(self._jobs.items()):  # a job whose step the run never held
                 if job.prompt_id == report.prompt_id and not job.armed:
                     del self._jobs[job_id]
-        for job in start:
-            self._worker.submit(lambda job=job: self._run(job))
         complete = not any(step.pending for step in steps)
-        return dataclasses.replace(report, steps=tuple(steps), complete=complete)
+        return dataclasses.replace(report, steps=tuple(steps), complete=complete), start
 
     def _settle_step(self, step: StepReport, report: RunReport, store, start: list) -> StepReport:
         """(Under the lock.) One step of a run that ends."""
@@ -134,8 +149,10 @@ class DeferredSteps:
         if done is not None:
             return _as_target(done, step)
         job = self._jobs.get(job_id)
+        if job is not None and job.closed_reason is not None:  # ended, its runs being stored again
+            return unfinished(step, job.closed_reason)
         if job is None:
-            return unfinished(step, "its work after the prompt is no longer known (the server restarted?)")
+            return unfinished(step, "its work after the prompt was dropped (the prompt that ran it did not succeed)")
         if job.prompt_id == report.prompt_id and not job.armed:
             if report.status != "success":
                 del self._jobs[job_id]
@@ -187,13 +204,15 @@ class DeferredSteps:
         self._finish(job, step, reason)
 
     def _finish(self, job: _Job, step: StepReport | None, reason: str | None) -> None:
+        """Every run holding the job's step stored again; the job forgotten only then (wait_idle)."""
         with self._lock:
-            self._jobs.pop(job.job_id, None)
-            targets = dict(job.targets)
+            targets = dict(job.targets)  # a run that ends from now on finds the outcome here
             if step is not None and reason is None:
                 self._done[job.job_id] = step
                 while len(self._done) > MAX_DONE:
                     self._done.popitem(last=False)
+            else:
+                job.closed_reason = reason
         self._note("finished", job.job_id)
         if self.on_finished is not None and step is not None and reason is None:
             try:
@@ -205,6 +224,8 @@ class DeferredSteps:
                 _store_again(job.store, prompt_id, job.job_id, step, reason)
             except Exception as exc:
                 log.warning("pipeline monitor: run %s not stored again: %s: %s", prompt_id, type(exc).__name__, exc)
+        with self._lock:
+            self._jobs.pop(job.job_id, None)
 
 
 def _as_target(done: StepReport, pending: StepReport) -> StepReport:
@@ -233,13 +254,21 @@ def _store_again(store, prompt_id: str, job_id: str, step: StepReport | None, re
         store.replace(prompt_id, change)
 
 
+def left_unfinished(report: dict, reason: str) -> dict:
+    """A stored report whose pending steps can no longer finish (read back after a restart): each
+    marked not finished with the reason, the report complete."""
+    if report.get("complete") is not False:
+        return report
+    steps = [
+        {**s, "pending": False, "unfinished_reason": reason} if isinstance(s, Mapping) and s.get("pending") else s
+        for s in report.get("steps") or ()
+    ]
+    return {**report, "steps": steps, "complete": True}
+
+
 DEFERRED = DeferredSteps()
 
 
-def settle_run(report: RunReport, store) -> RunReport:
-    """DEFERRED.settle_run, for the recorder; a failure leaves the report as it is."""
-    try:
-        return DEFERRED.settle_run(report, store)
-    except Exception as exc:
-        log.warning("pipeline monitor: pending steps not settled: %s: %s", type(exc).__name__, exc)
-        return report
+def store_run(report: RunReport, store) -> RunReport:
+    """DEFERRED.store_run, for the recorder."""
+    return DEFERRED.store_run(report, store)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from ..probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
 from ..report import GPU_TIME_NO_CUDA, NodeProfile, RunReport, StepReport
-from .deferred_steps import settle_run
+from .deferred_steps import store_run
 from .gpu_busy import LOOKBACK_S, NOT_YET_REASON, SampleLog
 from .input_changes import InputHistory, snapshot
 from .model_residency import ResidencyHistory, with_node_figures
@@ -200,7 +200,7 @@ class RunRecorder(ResidencyRecording):
             model_residency=residency_of_run(run, duration_s),
         )
         try:
-            self.store.add(report := settle_run(report, self.store))
+            report = store_run(report, self.store)
         except Exception as exc:
             log.warning("pipeline monitor: storing report %s failed: %s", run.prompt_id, exc)
         return report

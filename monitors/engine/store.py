@@ -24,6 +24,7 @@ from collections import OrderedDict
 
 from ..background import BackgroundWorker
 from ..report import RunReport, format_run_summary, run_summary, write_json_atomic
+from .deferred_steps import left_unfinished
 from .input_changes import MAX_WORKFLOWS, InputFiles
 
 log = logging.getLogger(__name__)
@@ -301,6 +302,7 @@ class RunStore:
                     data = json.load(f)
                 if not isinstance(data, dict) or data.get("prompt_id") != run_id:
                     raise ValueError("not a run report of this name")
+                data = left_unfinished(data, "the server stopped before its figures came after the prompt")
                 loaded.append((run_id, data, run_summary(data)))
             except (OSError, ValueError) as exc:
                 log.warning("pipeline monitor: report %s not loaded: %s", path, exc)

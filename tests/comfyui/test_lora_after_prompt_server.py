@@ -203,3 +203,19 @@ def test_a_repeat_at_a_new_strength_stays_in_the_prompt(three, deferring_server)
 
 def first_norm(step: dict) -> float:
     return step["summary"]["model_delta_norm"]
+
+
+def test_a_failed_prompt_leaves_its_pending_step_unfinished_with_the_reason(deferring_server):
+    """The sampler after the monitor fails (a 4-channel latent for a 16-channel model): the
+    monitor's step, pending at that point, is stored not finished, and the report is complete."""
+    lora = f"pm_first_failed_{uuid.uuid4().hex[:8]}.safetensors"
+    write_lora(deferring_server.base, lora)
+    prompt = graph(lora, uuid.uuid4().int % 10_000)
+    prompt["6"] = {"class_type": "EmptyLatentImage", "inputs": {"width": 32, "height": 32, "batch_size": 1}}
+    prompt_id, history = deferring_server.run(prompt)
+    assert history["status"]["status_str"] == "error"
+    report = deferring_server.get_json(f"/pipeline_monitor/runs/{prompt_id}?wait_s=0")
+    assert report["status"] == "error" and report["complete"] is True
+    step = lora_step(report)
+    assert step["pending"] is False and "ended error" in step["unfinished_reason"]
+    assert step["summary"]["n_loras"] == 1 and step["summary"]["model_delta_norm"] is None

@@ -219,3 +219,17 @@ def test_the_node_text_goes_to_the_client_that_queued_the_prompt():
     assert event == "pipeline_monitor.step_text" and sid == "page-1"
     assert data["node_id"] == "3" and data["prompt_id"] == "p1" and data["kind"] == "lora"
     assert data["text"][0].splitlines()[0] == "applied: yes"
+
+
+def test_a_report_read_back_with_pending_steps_says_they_never_finished(tmp_path):
+    import json
+
+    pending = {"kind": "lora", "node_id": "5", "summary": {}, "details": {}, "findings": [], "monitor_errors": [],
+               "created_unix_s": 1.0, "cached": False, "pending": True, "unfinished_reason": None}
+    data = {"prompt_id": "p9", "status": "success", "started_unix_s": 1.0, "steps": [pending], "complete": False}
+    (tmp_path / "p9.json").write_text(json.dumps(data))
+    store = RunStore(str(tmp_path))
+    assert store.load_from_disk() == 1
+    loaded = store.get("p9")
+    assert loaded["complete"] is True and loaded["steps"][0]["pending"] is False
+    assert "server stopped" in loaded["steps"][0]["unfinished_reason"]

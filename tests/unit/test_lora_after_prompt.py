@@ -171,3 +171,23 @@ def test_inference_tensors_without_a_version_counter_are_taken_too():
     with torch.inference_mode():
         patcher.model.diffusion_model[0].weight = torch.nn.Parameter(before + 1.0, requires_grad=False)
     assert torch.equal(lookup(key), before)
+
+
+def test_a_first_file_reads_back_once_after_the_prompt_and_a_repeat_never(lora_files):
+    base = Patcher(wide_module(5))
+    stack = [adapters(5, 3)]
+    patcher = base.clone()
+    patcher.add_patches(stack[0], 0.8)
+    jobs = Jobs()
+    with ReadbackCounter() as in_prompt:
+        pending = build_lora_step("99", prompt(FILES[:1], [0.8]), patcher, lora_path=lora_files.get, defer=jobs)
+    assert pending.pending and in_prompt.n_readbacks == 0
+    with ReadbackCounter() as after:
+        done, _ = jobs.run()
+    assert after.n_readbacks == 1 and done.summary["model_delta_norm"] > 0
+    again = base.clone()
+    again.add_patches(stack[0], 0.4)  # the loader's cached tensors at a new strength
+    with ReadbackCounter() as repeat:
+        step = build_lora_step("99", prompt(FILES[:1], [0.4]), again, lora_path=lora_files.get, defer=jobs)
+    assert not step.pending and repeat.n_readbacks == 0 and len(jobs.works) == 1
+    assert step.summary["model_delta_norm"] == pytest.approx(done.summary["model_delta_norm"] * 0.5, rel=1e-12)
