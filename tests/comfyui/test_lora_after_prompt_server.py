@@ -145,7 +145,8 @@ def test_the_report_completes_after_the_prompt_with_every_figure(three, deferrin
     assert summary["success"] is True and summary["model_n_patch_keys_added"] == 16
     assert summary["model_delta_norm"] > 0 and summary["model_relative_change_ratio"] > 0
     deferred = step["details"]["deferred"]
-    assert deferred["after_prompt_s"] > 0 and deferred["finished_unix_s"] >= deferred["started_unix_s"]
+    assert deferred["after_prompt_s"] > 0
+    assert deferred["finished_unix_s"] >= deferred["started_unix_s"]  # one clock: its end after its start
     rows = step["details"]["model"]["hops"][0]["keys"]
     assert len(rows) == 16 and all(r["delta_norm"] > 0 and r["base_norm"] > 0 for r in rows)
     summary_row = deferring_server.get_json("/pipeline_monitor/runs?limit=10")["runs"]
@@ -158,7 +159,7 @@ def test_the_queue_ran_before_the_pending_work(three):
     ids, seen, final = three["ids"], three["seen"], three["final"]
     started = lora_step(final[0])["details"]["deferred"]["started_unix_s"]
     assert all(report["status"] == "success" for report in final)
-    assert started >= final[2]["finished_unix_s"]
+    assert started >= final[2]["finished_unix_s"]  # one clock: an order of events (the server's), no speed
     order = [
         (kind, data.get("prompt_id"), data.get("complete"))
         for kind, data in seen
