@@ -207,12 +207,14 @@ def first_norm(step: dict) -> float:
 
 
 def test_a_failed_prompt_leaves_its_pending_step_unfinished_with_the_reason(deferring_server):
-    """The sampler after the monitor fails (a 4-channel latent for a 16-channel model): the
+    """A node after the monitor and the sampler (fed by them, so it runs after them) raises: the
     monitor's step, pending at that point, is stored not finished, and the report is complete."""
     lora = f"pm_first_failed_{uuid.uuid4().hex[:8]}.safetensors"
     write_lora(deferring_server.base, lora)
     prompt = graph(lora, uuid.uuid4().int % 10_000)
-    prompt["6"] = {"class_type": "EmptyLatentImage", "inputs": {"width": 32, "height": 32, "batch_size": 1}}
+    prompt["12"] = {"class_type": "VAELoader", "inputs": {"vae_name": "pm_tiny_wan21_vae.safetensors"}}
+    prompt["13"] = {"class_type": "VAEDecode", "inputs": {"samples": ["7", 0], "vae": ["12", 0]}}
+    prompt["14"] = {"class_type": "PMTestRaise", "inputs": {"image": ["13", 0], "message": "pm after the monitor"}}
     prompt_id, history = deferring_server.run(prompt)
     assert history["status"]["status_str"] == "error"
     report = deferring_server.get_json(f"/pipeline_monitor/runs/{prompt_id}?wait_s=0")
