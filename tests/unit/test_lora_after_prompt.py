@@ -192,3 +192,25 @@ def test_a_first_file_reads_back_once_after_the_prompt_and_a_repeat_never(lora_f
         step = build_lora_step("99", prompt(FILES[:1], [0.4]), again, lora_path=lora_files.get, defer=jobs)
     assert not step.pending and repeat.n_readbacks == 0 and len(jobs.works) == 1
     assert step.summary["model_delta_norm"] == pytest.approx(done.summary["model_delta_norm"] * 0.5, rel=1e-12)
+
+
+def test_a_report_with_a_pending_step_renders_everywhere(lora_files):
+    import jsonschema
+
+    from monitors.engine.run_digest import run_digest
+    from monitors.exporters.csv_tables import steps_csv
+    from monitors.exporters.html import render_html
+    from monitors.report import RunReport
+    from tests.unit.test_report_store import SCHEMA
+
+    patcher, _ = stacked(Patcher(wide_module(4)))
+    pending = build(patcher, lora_files, defer=Jobs())
+    report = RunReport("p1", "success", 1.0, 2.0, 1.0, steps=(pending,), complete=False).to_dict()
+    jsonschema.validate(report, SCHEMA)
+    html = render_html(report)
+    assert "computed after the prompt" in html and "Traceback" not in html
+    assert '<span class="badge">pending</span>' in html
+    unfinished = {**report, "steps": [{**report["steps"][0], "pending": False, "unfinished_reason": "the prompt ended error"}]}
+    assert "monitoring: the prompt ended error" in render_html(unfinished)
+    assert "lora" in steps_csv(report)
+    assert run_digest(report)["complete"] is False
