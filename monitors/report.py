@@ -107,6 +107,10 @@ class StepReport:
     monitor_errors: tuple[str, ...] = ()  # what monitoring itself failed to do
     created_unix_s: float | None = None
     cached: bool = False  # the node was cached: this is the step from the run that executed it
+    # Figures still being computed after the prompt (monitors/engine/deferred_steps.py): the step is
+    # re-stored with them, or with `unfinished_reason` when that work could not finish.
+    pending: bool = False
+    unfinished_reason: str | None = None
 
     def to_dict(self) -> dict:
         return _fields_dict(self)
@@ -142,6 +146,8 @@ class RunReport:
     # the cause (monitors/engine/model_residency.py, declared in engine/residency_fields.py);
     # None in reports made before it was recorded.
     model_residency: Mapping[str, Any] | None = None
+    # False while a step is pending (its figures come after the prompt); absent in older reports.
+    complete: bool = True
 
     @property
     def peak_rss_bytes(self) -> int | None:
@@ -191,6 +197,7 @@ def run_summary(report: Mapping[str, Any]) -> dict:
         "n_errors": levels.count("error"),
         "n_warnings": levels.count("warning") + n_monitor_problems,
         "input_changes": _summary_input_changes(report.get("input_changes")),
+        "complete": report.get("complete") is not False,
     }
 
 

@@ -6,6 +6,7 @@ from comfy_api.latest import io
 
 from ..monitors.lora import STAGE
 from ..monitors.lora.report import build_lora_step
+from .deferred_work import defer_for
 from .lora_keys import calculate_weight, lora_path, recompute_coverage
 from .node_support import hidden_inputs, run_monitor
 from .runtime import get_runtime
@@ -42,6 +43,7 @@ class PipelineMonitorLora(io.ComfyNode):
     @classmethod
     def execute(cls, model, clip=None, model_before=None, clip_before=None) -> io.NodeOutput:
         node_id, prompt = hidden_inputs(cls)
+        recorder = get_runtime().recorder
 
         def build():
             return build_lora_step(
@@ -51,11 +53,12 @@ class PipelineMonitorLora(io.ComfyNode):
                 clip,
                 model_before,
                 clip_before,
-                recorder=get_runtime().recorder,
+                recorder=recorder,
                 lora_path=lora_path,
                 coverage=recompute_coverage,
                 calculate=calculate_weight,
                 returned=(model, clip),
+                defer=defer_for(recorder),  # a first file's figures come after the prompt
             )
 
         _, ui = run_monitor(STAGE.kind, node_id, build)

@@ -52,5 +52,7 @@ def run_monitor(kind: str, node_id: str | None, build: Callable[[], StepReport])
             step, monitor_errors=(*step.monitor_errors, f"ui text: {type(exc).__name__}: {exc}")
         )
         text = f"{kind}: see the report"
+    if step.pending:  # ComfyUI shows a node's text as returned: it cannot change later
+        text = f"{text}\n{kind}: figures come after the prompt, in the panel's report"
     record_step(step)
     return step, {"text": [text]}

@@ -70,7 +70,8 @@ async def list_runs(request: web.Request) -> web.Response:
 
 async def get_run(request: web.Request) -> web.Response:
     """One run's report; `?wait_s=N` (at most MAX_WAIT_S) waits for a run that has not finished
-    yet (a headless client that just queued it), then answers 404 if it still has not."""
+    yet (a headless client that just queued it), then answers 404 if it still has not, and for a
+    run whose steps are pending (`complete: false`), then answers it as it is."""
     run_id = request.match_info.get("prompt_id", "")
     if not is_valid_run_id(run_id):
         return error_response(404, "unknown run id")
@@ -84,7 +85,7 @@ async def get_run(request: web.Request) -> web.Response:
     store = get_runtime().store
     deadline = time.monotonic() + wait_s
     report = store.get(run_id)
-    while report is None and time.monotonic() < deadline:
+    while (report is None or report.get("complete") is False) and time.monotonic() < deadline:
         await asyncio.sleep(WAIT_POLL_S)
         report = store.get(run_id)
     if report is None:

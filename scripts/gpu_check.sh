@@ -13,7 +13,8 @@
 #      torch.cuda.set_per_process_memory_fraction, the out-of-memory counted), when present
 #   3. the CUDA benches: bench.tensor_stats and bench.lora_analysis with --device cuda
 #   4. the GPU pipeline bench: bench.full_size_pipeline --device cuda (512x512, 20 steps), then
-#      bench.lora_step_profile --device cuda (the LoRA monitor's step, timed and profiled)
+#      bench.lora_step_profile --device cuda (the LoRA monitor's step, timed and profiled) and
+#      bench.lora_first_file --device cuda (a first LoRA file's time inside the prompt)
 #   5. the unit suite (pytest-xdist when installed), with the GPU visible; again with
 #      CUDA_VISIBLE_DEVICES="" when time is left (--no-unit skips both)
 # Without CUDA it says so, skips every GPU-only step with a verdict saying why, and runs the rest.
@@ -159,6 +160,9 @@ if [ -n "$DEVICE" ]; then
       --base .gpu/base "${QUICK_FLAG[@]}"
     # where the LoRA monitor's time goes on this GPU (cProfile of one step, in process)
     step lora_step_profile 120 env COMFYUI_PATH="$COMFYUI_PATH" "$PYTHON" -m bench.lora_step_profile \
+      --device cuda --base .gpu/base --repeats 5
+    # a first LoRA file: its time inside the prompt when its figures come after it (issue 35, <= 60 ms)
+    step lora_first_file 120 env COMFYUI_PATH="$COMFYUI_PATH" "$PYTHON" -m bench.lora_first_file \
       --device cuda --base .gpu/base --repeats 5
   else
     skip bench_gpu_pipeline "no ComfyUI 0.8 sources: run scripts/gpu_prepare.sh, carry .gpu"

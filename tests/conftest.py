@@ -8,6 +8,10 @@ import pytest
 # other by timing. Off for every test, its servers included; tests/unit/test_fused_kernels.py
 # makes its own.
 os.environ.setdefault("PIPELINE_MONITOR_FUSED_KERNELS", "off")
+# A LoRA step on a first file finishes after the prompt (monitors/engine/deferred_steps.py): tests
+# that read its figures right after the prompt run it whole in the prompt, as it was. The tests of
+# the deferral turn it on (the `deferring_server` below; in process, the environment variable).
+os.environ.setdefault("PIPELINE_MONITOR_DEFER", "0")
 
 # Imported here, before any test imports ComfyUI in-process: ComfyUI has a `tests` package of its
 # own, and once its folder leads sys.path a late `import tests.comfyui...` could not be resolved.
@@ -19,6 +23,13 @@ def server(tmp_path_factory):
     """One headless ComfyUI server per test session, shared by tests/comfyui and tests/browser
     (see tests/comfyui/conftest.py; skipped there without COMFYUI_PATH)."""
     yield from comfyui_conftest.session_server(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def deferring_server(tmp_path_factory):
+    """A second server whose LoRA steps on a first file finish after the prompt (the product's
+    default), for the tests of that behaviour in tests/comfyui and tests/browser."""
+    yield from comfyui_conftest.session_server(tmp_path_factory, {"PIPELINE_MONITOR_DEFER": "1"})
 
 
 # -- CI: an integration or browser test that skips is a broken install, not a pass ---------------

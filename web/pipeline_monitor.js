@@ -7,7 +7,7 @@ import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
 import { MonitorPanel } from "./lib/panel.mjs";
 import { SETTINGS, settingsPusher } from "./lib/settings.mjs";
-import { markSummaryStale, showNodeSummary } from "./lib/node_summary.mjs";
+import { markSummaryStale, showNodeSummary, stepTextNode } from "./lib/node_summary.mjs";
 import { applyRunBadges, focusNode, staleMonitorIds } from "./lib/canvas_badges.mjs";
 import { nameQueuedWorkflows, noteQueuedPrompts } from "./lib/workflow_name.mjs";
 import { describeTemplateCards, packFolder } from "./lib/templates.mjs";
@@ -124,6 +124,11 @@ app.registerExtension({
     api.addEventListener(/** @type {any} */ ("pipeline_monitor.sample"), (/** @type {any} */ event) => {
       panel.onSample(event.detail);
       renderReadout();
+    });
+    // a step whose figures came after the prompt: its node's text, to the page that queued it
+    api.addEventListener(/** @type {any} */ ("pipeline_monitor.step_text"), (/** @type {any} */ event) => {
+      const node = stepTextNode(app.graph, event.detail);
+      if (node) showNodeSummary(node, event.detail?.text);
     });
     api.addEventListener(/** @type {any} */ ("pipeline_monitor.run"), (/** @type {any} */ event) => {
       panel.onRun(event.detail);

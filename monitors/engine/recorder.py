@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from ..node_fields import GPU_TIME_NO_CUDA, NodeProfile
 from ..probes import DETAIL_FULL, DETAIL_LIGHT, Probes, get_probes
 from ..report import RunReport, StepReport
+from .deferred_steps import store_run
 from .gpu_busy import LOOKBACK_S, NOT_YET_REASON, SampleLog
 from .input_changes import InputHistory, snapshot
 from .model_residency import ResidencyHistory, with_node_figures
@@ -82,10 +83,9 @@ class RunRecorder(ResidencyRecording):
         node_lookup=None,
         upstream_walks: Mapping[str, UpstreamWalk] | None = None,
     ) -> None:
-        """Open a run. `node_lookup(node_id)` -> (class_type, title) names nodes that are not in
-        `prompt` (nodes a node expanded into while the prompt runs); it is dropped at end_run.
-        `upstream_walks` (monitor class_type -> its stage's graph walk) names the passthrough
-        monitors whose upstream nodes get a full-detail span (monitors/engine/upstream_memory.py)."""
+        """Open a run. `node_lookup(node_id)` -> (class_type, title) names nodes not in `prompt` (nodes
+        a node expanded into; dropped at end_run). `upstream_walks` (monitor class_type -> its stage's
+        graph walk) names the monitors whose upstream nodes get a full-detail span (upstream_memory.py)."""
         with self._lock:
             if self._run is not None:
                 self.end_run("interrupted", reason="a new prompt started before this one finished")
@@ -139,9 +139,9 @@ class RunRecorder(ResidencyRecording):
         workflow: Mapping | None = None,
         workflow_graph: Mapping | None = None,
     ) -> RunReport | None:
-        """Close the run; `cached_node_ids` adds cached rows for nodes the handler never saw;
-        `workflow` ({name, id, ...}, see workflow_from_extra_data) names what was queued;
-        `workflow_graph` (the UI workflow, read here and not kept) names its subgraphs."""
+        """Close the run; `cached_node_ids` adds cached rows for nodes the handler never saw; `workflow`
+        ({name, id, ...}, workflow_from_extra_data) names what was queued; `workflow_graph` (the UI
+        workflow, read here and not kept) its subgraphs. Steps pending after it: deferred_steps.py."""
         with self._lock:
             run, self._run = self._run, None
         if run is None:
@@ -200,7 +200,7 @@ class RunRecorder(ResidencyRecording):
             model_residency=residency_of_run(run, duration_s),
         )
         try:
-            self.store.add(report)
+            report = store_run(report, self.store)
         except Exception as exc:
             log.warning("pipeline monitor: storing report %s failed: %s", run.prompt_id, exc)
         return report

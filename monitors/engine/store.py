@@ -24,6 +24,7 @@ from collections import OrderedDict
 
 from ..background import BackgroundWorker
 from ..report import RunReport, format_run_summary, run_summary, write_json_atomic
+from .deferred_steps import left_unfinished
 from .input_changes import MAX_WORKFLOWS, InputFiles
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,31 @@ class RunStore:
             summary = self._summaries.get(run_id)
         return kept, summary if summary is not None else run_summary(kept)
 
+    def replace(self, run_id: str, change) -> bool:
+        """Store a kept run again as `change(its dict)` returns it, in its place (a step finished
+        after the prompt: monitors/engine/deferred_steps.py): written and handed to the listeners
+        after the reports queued before it. False when the run is no longer kept."""
+        with self._lock:
+            kept = self._runs.get(run_id)
+        if kept is None:
+            return False
+        data = change(self._converted(run_id, kept)[0])
+        with self._lock:
+            if run_id not in self._runs:
+                return False
+            self._runs[run_id] = data
+            self._summaries[run_id] = run_summary(data)
+        self.submit(lambda: self._announce(run_id, data))
+        return True
+
+    def _announce(self, run_id: str, data: dict) -> None:
+        self._write(run_id, data)
+        for listener in list(self._listeners):
+            try:
+                listener(data)
+            except Exception as exc:
+                log.warning("pipeline monitor: run listener %r failed: %s: %s", listener, type(exc).__name__, exc)
+
     def settle(self, timeout_s: float) -> bool:
         """Finish the pending reports now (listeners, files) and wait for them, at most
         timeout_s; False when some are still pending: a metrics scrape counts every finished run."""
@@ -276,6 +302,7 @@ class RunStore:
                     data = json.load(f)
                 if not isinstance(data, dict) or data.get("prompt_id") != run_id:
                     raise ValueError("not a run report of this name")
+                data = left_unfinished(data, "the server stopped before its figures came after the prompt")
                 loaded.append((run_id, data, run_summary(data)))
             except (OSError, ValueError) as exc:
                 log.warning("pipeline monitor: report %s not loaded: %s", path, exc)

@@ -253,7 +253,7 @@ def step_html(step: Mapping, node_classes: Mapping[str, str] | None = None) -> s
     summary = step.get("summary") or {}
     kind = step.get("kind")
     kind_name = kind if isinstance(kind, str) else None
-    badges = '<span class="badge">cached</span>' if step.get("cached") else ""
+    badges = "".join(f'<span class="badge">{b}</span>' for b in ("cached", "pending") if step.get(b))
     vocab = registry.vocabulary(kind_name) if kind_name else None
     title = vocab.title if vocab else str(kind or "step").replace("_", " ")
     # a compare's verdict is one of its figures; its finding would say the same a second time
@@ -269,7 +269,8 @@ def step_html(step: Mapping, node_classes: Mapping[str, str] | None = None) -> s
         if verdict is None or f.get("message") != verdict
     )
     findings += "".join(
-        f'<li class="warning">monitoring: {esc(m)}</li>' for m in step.get("monitor_errors") or []
+        f'<li class="warning">monitoring: {esc(m)}</li>'
+        for m in [*(step.get("monitor_errors") or []), *([step["unfinished_reason"]] if step.get("unfinished_reason") else [])]
     )
     # UTF-8 text as text (a Japanese prompt reads as itself, not as \\u65e5...)
     details = json.dumps(step.get("details") or {}, indent=1, default=str, ensure_ascii=False)

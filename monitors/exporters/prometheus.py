@@ -94,6 +94,7 @@ def report_view(report) -> Mapping:
         "nodes": [n.to_dict() for n in report.nodes],
         "steps": [{"kind": s.kind, "summary": s.summary, "cached": s.cached} for s in report.steps],
         "model_residency": getattr(report, "model_residency", None),
+        "complete": getattr(report, "complete", True),
     }
 
 
@@ -197,7 +198,7 @@ class FleetMetrics:
         self.registry.register(SamplerCollector(runtime_getter))
         self._runtime = runtime_getter
         self._lock = threading.Lock()
-        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen: OrderedDict[str, str] = OrderedDict()  # run id -> "pending" or "counted" (its steps)
         self._classes: set[str] = set()
         self._store = None
 
@@ -230,9 +231,12 @@ class FleetMetrics:
         view = report_view(report)
         run_id = str(view.get("prompt_id"))
         with self._lock:
-            if run_id in self._seen:
+            if self._seen.get(run_id, "new") != "new":
+                if self._seen[run_id] == "pending" and view.get("complete") is not False:
+                    self._seen[run_id] = "counted"  # its pending steps finished: counted now
+                    self._observe_steps(view)
                 return
-            self._seen[run_id] = None
+            self._seen[run_id] = "pending" if view.get("complete") is False else "counted"
             while len(self._seen) > MAX_SEEN_RUNS:
                 self._seen.popitem(last=False)
             duration = _number(view.get("duration_s"))
@@ -255,9 +259,13 @@ class FleetMetrics:
                 self.prompt_peak_gpu.observe(max(gpu_peaks))
                 self.last_peak_gpu.set(max(gpu_peaks))
             self.models.observe(view)
-            for step in view.get("steps") or []:
-                if not step.get("cached"):  # a cached step repeats an earlier run's: counted then
-                    self._observe_step(step.get("kind"), step.get("summary") or {})
+            if view.get("complete") is not False:  # else when its pending steps finish
+                self._observe_steps(view)
+
+    def _observe_steps(self, view: Mapping) -> None:
+        for step in view.get("steps") or []:
+            if not step.get("cached"):  # a cached step repeats an earlier run's: counted then
+                self._observe_step(step.get("kind"), step.get("summary") or {})
 
     def _observe_step(self, kind, summary: Mapping) -> None:
         if kind == "vae_encode":

@@ -177,6 +177,22 @@ def _side(name: str, same_as: str | None = None) -> DetailGroup:
     )
 
 
+_DEFERRED = DetailGroup(
+    "deferred",
+    "after the prompt",
+    "the first analysis of a LoRA file on a model, finished after the prompt (monitors/engine/"
+    "deferred_steps.py); absent when the step was made whole in the prompt",
+    (
+        F("job_id", "job", None, "the work after the prompt that finishes this step", "string"),
+        F("in_prompt_s", "in the prompt", "s", "the step's time inside the prompt", "number"),
+        F("after_prompt_s", "after the prompt", "s", "the analysis' time after the prompt; null while pending", "number"),
+        F("started_unix_s", "started", "s", "when the work after the prompt started; null while pending", "number"),
+        F("finished_unix_s", "finished", "s", "when the work after the prompt ended; null while pending", "number"),
+    ),
+    open=True,
+)
+
+
 LORA_DETAILS = details_of(
     "lora",
     (
@@ -215,6 +231,7 @@ LORA_DETAILS = details_of(
             "exceptions the analysis caught, listed or not",
             "integer",
         ),
+        _DEFERRED,
         *MEMORY_DETAILS,
     ),
     "what the LoRA monitor found: its loaders with their files and key coverage, each side's patch hops "

@@ -63,7 +63,8 @@ def not_patched_rule(patcher):
 
 
 def analyse_side(
-    kind: str, after, before=None, base_norms: bool = True, calculate=None, hop_files=None, reuse=None
+    kind: str, after, before=None, base_norms: bool = True, calculate=None, hop_files=None, reuse=None,
+    lookup=None,
 ) -> dict[str, Any]:
     """Everything the step reports for one side; `before` None means: walk the parent chain.
 
@@ -71,7 +72,8 @@ def analyse_side(
     calculate_weight): with it, patches whose change depends on the base weight get exact norms
     on a copy of that weight, within the read budget. `hop_files`: (file identity, strength) of
     the loaders that made the patching hops, nearest first (caches.file_identity), so that the
-    figures of a file already analysed are reused; `reuse`: the caches (default: the pack's own).
+    figures of a file already analysed are reused; `reuse`: the caches (default: the pack's own);
+    `lookup`: the base weights taken earlier (after_prompt.take_base_weights; default: read now).
     Every figure of the side is read back in two batches: the patches', then the weights'.
     """
     after_patcher = patcher_of(kind, after)
@@ -88,7 +90,7 @@ def analyse_side(
         before_patcher = chain[-1]
         baseline = _describe(kind, before_patcher, is_patcher=True)
         mode = "parent_chain"
-    lookup = base_weight_lookup(after_patcher) if base_norms else None
+    lookup = (lookup or base_weight_lookup(after_patcher)) if base_norms else None
     rule = not_patched_rule(after_patcher)
     budget = [MATERIALISE_ELEMENT_BUDGET]
     added_by_hop = [added_entries(patches_of(child), patches_of(parent)) for child, parent in pairs]

@@ -380,11 +380,11 @@ def prepare_base(base: Path) -> Path:
     return base
 
 
-def session_server(tmp_path_factory):
+def session_server(tmp_path_factory, extra_env: dict | None = None):
     """The `server` fixture's body; the fixture lives in tests/conftest.py so that the comfyui and
     browser tests share one server per session."""
     base = prepare_base(tmp_path_factory.mktemp("comfy_base"))
-    instance = ComfyServer(base, free_port(), base / "server.log")
+    instance = ComfyServer(base, free_port(), base / "server.log", extra_env=extra_env)
     try:
         yield instance.start()
     finally:

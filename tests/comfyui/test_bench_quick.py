@@ -13,7 +13,7 @@ from tests.unit.test_bench_quick import NEEDS_COMFYUI, run_quick
 def test_quick_run_ends_with_its_verdicts(name, server):
     # The full-size bench generates ~2 GB of models: it shares the session server's base folder,
     # where tests/comfyui/test_full_size_pipeline.py finds them made already (or makes them once).
-    args = ("--base", str(server.base)) if name in ("full_size_pipeline", "lora_step_profile") else ()
+    args = ("--base", str(server.base)) if name in ("full_size_pipeline", "lora_step_profile", "lora_first_file") else ()
     run_quick(name, args=args)
 
 

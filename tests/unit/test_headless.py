@@ -80,3 +80,29 @@ async def test_get_run_wait_is_validated_and_bounded(client_and_store):  # noqa:
         assert (await client.get(f"/pipeline_monitor/runs/x1?wait_s={bad}")).status == 400
     assert (await client.get("/pipeline_monitor/runs/x1?wait_s=-5")).status == 404  # no wait at all
     assert (await client.get("/pipeline_monitor/runs/x1?wait_s=0.05")).status == 404
+
+
+async def test_get_run_waits_for_pending_steps_then_answers_the_complete_report(client_and_store):  # noqa: F811
+    client, recorder, _ = client_and_store
+    store = recorder.store
+    pack_report = importlib.import_module(f"{PACK}.monitors.report").RunReport  # the store's own class
+    store.add(pack_report("pending-1", "success", 1.0, 2.0, 1.0, complete=False))
+    looks = []
+    get = store.get
+    store.get = lambda run_id: looks.append(run_id) or get(run_id)
+    waiting = asyncio.ensure_future(client.get("/pipeline_monitor/runs/pending-1?wait_s=600"))
+    while len(looks) < 2:  # found, pending, and looked at again
+        await asyncio.sleep(0.01)
+    store.replace("pending-1", lambda data: {**data, "complete": True})
+    response = await waiting
+    assert response.status == 200 and (await response.json())["complete"] is True
+    quick = await client.get("/pipeline_monitor/runs/pending-1?wait_s=0")
+    assert (await quick.json())["complete"] is True
+    store.add(pack_report("pending-2", "success", 1.0, 2.0, 1.0, complete=False))
+    answered = await client.get("/pipeline_monitor/runs/pending-2?wait_s=0.05")  # N seconds: as it is
+    assert answered.status == 200 and (await answered.json())["complete"] is False
+
+
+def test_the_digest_says_whether_the_report_is_complete():
+    assert run_digest(report())["complete"] is True
+    assert run_digest({**report(), "complete": False})["complete"] is False

@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import save_file
 
 import monitors.lora.report as lora_report
+import monitors.lora.step as lora_step
 from monitors.lora.coverage import key_coverage
 from monitors.lora.report import build_lora_step
 
@@ -449,11 +450,11 @@ def test_a_traceback_at_exactly_the_limit_is_whole(monkeypatch):
     except ValueError as exc:
         caught = exc
     trace = "".join(traceback.format_exception(type(caught), caught, caught.__traceback__))
-    monkeypatch.setattr(lora_report, "MAX_TRACEBACK_CHARS", len(trace))
-    whole = lora_report._exception("here", caught)
+    monkeypatch.setattr(lora_step, "MAX_TRACEBACK_CHARS", len(trace))
+    whole = lora_step.caught_exception("here", caught)
     assert whole["traceback"] == trace and whole["traceback_truncated"] is False
-    monkeypatch.setattr(lora_report, "MAX_TRACEBACK_CHARS", len(trace) - 1)
-    cut = lora_report._exception("here", caught)
+    monkeypatch.setattr(lora_step, "MAX_TRACEBACK_CHARS", len(trace) - 1)
+    cut = lora_step.caught_exception("here", caught)
     assert cut["traceback"] == trace[1:] and cut["traceback_truncated"] is True
 
 

@@ -106,6 +106,20 @@ def _lora_file_step(tmp_path):
     )
 
 
+def _lora_step_after_prompt():
+    """A first file's step finished after the prompt (monitors/lora/deferral.py): details.deferred."""
+    model = Patcher(tiny_module()).clone()
+    model.add_patches(lora_patches(2, 3), 0.7)
+    works = []
+    build_lora_step("11", PROMPT, model, defer=lambda work: works.append(work) or "job-1")
+    work = works[0]()
+    while True:
+        try:
+            next(work)
+        except StopIteration as stop:
+            return stop.value
+
+
 def _model_event(kind, before, after, **extra):
     return ModelEvent(kind, "SDXL", 1, 1, "cuda:0", 0.1, abs(after - before), before, after, GiB,
                       loader_node_id="1", **extra)
@@ -173,6 +187,7 @@ def run_report(tmp_path):
         ),
         build_vae_step("5", run_chain(FakeVAE(video=True), pixels(9, 64, 64), options(probes=probes))),
         _lora_file_step(tmp_path),
+        _lora_step_after_prompt(),
         # on the CPU: the system's available memory instead of the device's free memory
         build_vae_step("6", run_chain(FakeVAE(device="cpu"), pixels(1, 64, 64), options(probes=probes))),
     ]

@@ -122,7 +122,7 @@ def test_records_as_dicts():
     assert step.to_dict() == {
         "kind": "lora", "node_id": "1", "summary": {"n": 1}, "details": {},
         "findings": [{"level": "error", "message": "x", "code": "code"}], "monitor_errors": [],
-        "created_unix_s": None, "cached": False,
+        "created_unix_s": None, "cached": False, "pending": False, "unfinished_reason": None,
     }
     run = RunReport("p", "success", 1.0, 2.0, 1.0, nodes=(node,), steps=(step,))
     out = run.to_dict()
@@ -167,6 +167,7 @@ def test_run_summary_counts_and_peaks():
         "step_kinds": ["lora", "models"], "workflow_name": "wf", "workflow_id": "w1",
         "n_errors": 1, "n_warnings": 4,  # two warnings and two monitoring problems
         "input_changes": {"first_run": False, "n_changes": 6, "changes": ["a", "b", "c", "d"], "unknown_reason": None},
+        "complete": True,  # no step pending after the prompt (absent: an older report, complete)
     }
 
 

@@ -218,10 +218,10 @@ def test_a_failing_file_check_is_a_monitor_error_not_a_failed_step(probes_for):
 
 
 def test_lora_step_exception_tracebacks_are_bounded(probes_for, monkeypatch):
-    import monitors.lora.report as lora_report
+    import monitors.lora.step as lora_step
 
     probes_for("no GPU")
-    monkeypatch.setattr(lora_report, "MAX_TRACEBACK_CHARS", 40)
+    monkeypatch.setattr(lora_step, "MAX_TRACEBACK_CHARS", 40)
     prompt = {
         str(i): {"class_type": "LoraLoader", "inputs": {"model": [str(i - 1), 0], "lora_name": f"{i}.st"}}
         for i in range(1, 9)
@@ -232,7 +232,7 @@ def test_lora_step_exception_tracebacks_are_bounded(probes_for, monkeypatch):
         raise OSError("x" * 100)
 
     step = build_lora_step("9", prompt, types.SimpleNamespace(), lora_path=broken)
-    assert step.details["n_exceptions"] == 8 and len(step.details["exceptions"]) == lora_report.MAX_EXCEPTIONS
+    assert step.details["n_exceptions"] == 8 and len(step.details["exceptions"]) == lora_step.MAX_EXCEPTIONS
     assert all(len(e["traceback"]) == 40 and e["traceback_truncated"] for e in step.details["exceptions"])
     assert len(step.monitor_errors) == 8
 

@@ -93,3 +93,17 @@ export function markSummaryStale(node, stale) {
   node.setDirtyCanvas?.(true, true);
   return true;
 }
+
+/**
+ * The node a `pipeline_monitor.step_text` event names (a step whose figures came after the prompt)
+ * in the open graph, or null: only a top-level Pipeline Monitor node of that id, since the graph
+ * may have changed since the prompt was queued.
+ * @param {any} graph the app's root graph
+ * @param {any} detail {prompt_id, node_id, kind, text}
+ */
+export function stepTextNode(graph, detail) {
+  const id = detail?.node_id;
+  if (typeof id !== "string" || id.includes(":") || typeof graph?.getNodeById !== "function") return null;
+  const node = graph.getNodeById(/^\d+$/.test(id) ? Number(id) : id);
+  return String(node?.comfyClass ?? node?.type ?? "").startsWith("PipelineMonitor") ? node : null;
+}

@@ -133,7 +133,14 @@ export class MonitorPanel {
     this.store.runs = upsertRun(this.store.runs, summary);
     if (this.root) void this.deepProfile.refresh(); // a deep profile turns itself off after its prompt
     if (typeof summary?.prompt_id === "string" && summary.status !== "running") this.tracker.finish(summary.prompt_id);
-    if (this.root && this.view.name === "runs") this.renderMain();
+    if (typeof summary?.prompt_id === "string") this.store.forget(summary.prompt_id); // stored again: read anew
+    if (this.root && (this.view.name === "runs" || this.showsRun(summary?.prompt_id))) this.renderMain();
+  }
+
+  /** Whether the open view shows that run (a run, or one side of a comparison). @param {unknown} id */
+  showsRun(id) {
+    const view = this.view;
+    return view.name === "run" ? view.id === id : view.name === "compare" ? view.a === id || view.b === id : false;
   }
 
   /** The running prompt's row, refreshed in place (the rest of the list is not rebuilt). */

@@ -17,13 +17,14 @@ import { kindInfo } from "./step_kinds.mjs";
  *   gpu_busy_unknown_reason?: string | null,
  *   gpu_time_unknown_reason?: string | null}} NodeProfile
  * @typedef {{kind: string, node_id: string | null, summary?: Record<string, unknown>, details?: Record<string, unknown>,
- *   findings?: Finding[], monitor_errors?: string[], created_unix_s?: number | null, cached?: boolean}} StepReport
+ *   findings?: Finding[], monitor_errors?: string[], created_unix_s?: number | null, cached?: boolean,
+ *   pending?: boolean, unfinished_reason?: string | null}} StepReport
  * @typedef {{prompt_id: string, status: string, started_unix_s: number, finished_unix_s?: number | null,
  *   duration_s?: number | null, nodes?: NodeProfile[], steps?: StepReport[], span?: Record<string, any> | null,
  *   system?: Record<string, unknown>, error?: Record<string, any> | null, monitor_errors?: string[],
  *   profile_enabled?: boolean, schema_version?: number, workflow?: {name?: string | null, id?: string | null} | null,
  *   input_changes?: InputChanges | null, missing_seams?: string[],
- *   subgraphs?: import("./subgraph_view.mjs").SubgraphRollup[]}} RunReport
+ *   subgraphs?: import("./subgraph_view.mjs").SubgraphRollup[], complete?: boolean}} RunReport
  * @typedef {{node_id: string, node_type: string | null, input: string, before: string, after: string}} InputChange
  * @typedef {{compared_with_prompt_id?: string | null, first_run: boolean | null, changes: InputChange[] | null,
  *   n_changes: number | null, n_inputs_added?: number | null, n_inputs_removed?: number | null,
@@ -32,7 +33,7 @@ import { kindInfo } from "./step_kinds.mjs";
  *   peak_rss_bytes?: number | null, peak_gpu_allocated_bytes?: number | null,
  *   peak_process_used_bytes?: number | null, peak_aimdo_used_bytes?: number | null, n_nodes?: number, n_cached?: number,
  *   step_kinds?: string[], workflow_name?: string | null, workflow_id?: string | null, n_errors?: number, n_warnings?: number,
- *   input_changes?: InputChanges | null}} RunSummary
+ *   input_changes?: InputChanges | null, complete?: boolean}} RunSummary
  */
 
 
@@ -349,6 +350,9 @@ export function stepCard(step) {
     monitorErrors.push(`badges not shown: ${why}`);
   }
   if (step.cached) badges.push({ text: "cached", tone: "info", title: "the node was cached; this step is from the run that executed it" });
+  // figures that come after the prompt (the card is drawn again when they do), or never came
+  if (step.pending) badges.push({ text: "pending", tone: "info", title: "figures come after the prompt: this card updates when they do" });
+  if (step.unfinished_reason) monitorErrors.push(`figures after the prompt not finished: ${step.unfinished_reason}`);
   const levels = (step.findings ?? []).map((f) => f.level);
   return {
     kind: step.kind,
@@ -361,6 +365,7 @@ export function stepCard(step) {
     details: step.details ?? {},
     findings: step.findings ?? [],
     monitorErrors,
+    pending: Boolean(step.pending),
     worst: levels.includes("error") ? "error" : levels.includes("warning") ? "warning" : monitorErrors.length ? "warning" : "info",
   };
 }

@@ -24,6 +24,11 @@ export class RunStore {
     this.runs = runs;
   }
 
+  /** A run stored again (its pending steps finished): its report is read anew. @param {string} id */
+  forget(id) {
+    this.reports.delete(id);
+  }
+
   /** @param {string} id */
   async report(id) {
     const cached = this.reports.get(id);
@@ -31,7 +36,7 @@ export class RunStore {
     const response = await this.fetchApi(`/pipeline_monitor/runs/${encodeURIComponent(id)}`);
     if (!response.ok) throw new Error(`run ${id}: HTTP ${response.status}`);
     const report = upgradeReport(await response.json()); // older reports in today's names
-    if (report.status !== "running") {
+    if (report.status !== "running" && report.complete !== false) { // a report with pending steps is read again
       this.reports.set(id, report);
       while (this.reports.size > MAX_CACHED_REPORTS) this.reports.delete(/** @type {string} */ (this.reports.keys().next().value));
     }

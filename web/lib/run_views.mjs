@@ -231,7 +231,7 @@ export function stepCardView(step, options = {}) {
   const more = card.more.length
     ? h("details", { class: "pm-details" }, h("summary", { text: "Details" }), card.more.map(blockView))
     : null;
-  return h("article", { class: `pm-step pm-worst-${card.worst}`, dataset: { kind: card.kind, nodeId: card.nodeId ?? "" } },
+  return h("article", { class: `pm-step pm-worst-${card.worst}`, dataset: { kind: card.kind, nodeId: card.nodeId ?? "", pending: String(card.pending) } },
     h("header", { class: "pm-step-head" }, h("span", { class: "pm-step-title", text: card.title }),
       card.nodeId != null ? h("span", { class: "pm-muted", text: ` #${card.nodeId}` }) : null, // a run-wide step (deep profile) has none
       card.badges.map((b) => badge(b.text, b.tone, b.title)),

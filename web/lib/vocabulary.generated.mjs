@@ -2485,6 +2485,37 @@ export const DETAILS = {
     "unit": "count",
     "description": "exceptions the analysis caught, listed or not"
    },
+   "deferred": {
+    "label": "after the prompt",
+    "description": "the first analysis of a LoRA file on a model, finished after the prompt (monitors/engine/deferred_steps.py); absent when the step was made whole in the prompt",
+    "fields": {
+     "job_id": {
+      "label": "job",
+      "unit": null,
+      "description": "the work after the prompt that finishes this step"
+     },
+     "in_prompt_s": {
+      "label": "in the prompt",
+      "unit": "s",
+      "description": "the step's time inside the prompt"
+     },
+     "after_prompt_s": {
+      "label": "after the prompt",
+      "unit": "s",
+      "description": "the analysis' time after the prompt; null while pending"
+     },
+     "started_unix_s": {
+      "label": "started",
+      "unit": "s",
+      "description": "when the work after the prompt started; null while pending"
+     },
+     "finished_unix_s": {
+      "label": "finished",
+      "unit": "s",
+      "description": "when the work after the prompt ended; null while pending"
+     }
+    }
+   },
    "memory": {
     "label": "memory",
     "unit": null,
