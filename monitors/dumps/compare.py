@@ -37,6 +37,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..numeric.fused_kernels import KERNELS
 from ..numeric.tensor_stats import one_cpu_thread, row_sum_of_squares
 from .compare_float64 import float64_totals
 from .files import DumpReader, open_dump
@@ -130,8 +131,6 @@ def _fast_totals(flat_a, flat_b, rtol: float, atol: float) -> dict | None:
     fused_kernels has compiled them, full chunks take one fused kernel each (same figures, the
     products summed instead of polarized)."""
     import torch
-
-    from ..numeric.fused_kernels import KERNELS
 
     n = int(flat_a.numel())
     wide = torch.float64 in (flat_a.dtype, flat_b.dtype) or n <= FLOAT64_MAX_ELEMENTS

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 
 from ..engine.prompt_info import upstream_node_ids
-from ..latent.analysis import describe_tensor_bounded
+from ..numeric.describe import describe_tensor_bounded
 from ..report import Finding, StepReport
 from .collect import collect_tensors, guess_encoder_family
 from .compare import compare_dump_with, compare_dumps
