@@ -27,6 +27,7 @@ from collections.abc import Mapping
 
 from ..monitors.conditioning.upstream import upstream_node_ids as conditioning_upstream
 from ..monitors.deep_profile import get_controller as deep_profile
+from ..monitors.dumps.writer import finish_pending_writes
 from ..monitors.engine.prompt_info import cached_node_ids, run_outcome, workflow_from_extra_data
 from ..monitors.lora.upstream import upstream_node_ids as lora_upstream
 from ..monitors.models.upstream import upstream_node_ids as models_upstream
@@ -140,6 +141,7 @@ def on_prompt_end(executor, extra_data=None) -> None:
     model_residency.on_prompt_end(runtime.recorder)
     deep_profile_call("prompt_finished", runtime.recorder, (workflow or {}).get("name"))
     headless.remember_client(runtime.recorder.active_prompt_id, extra_data)
+    finish_pending_writes()  # the dumps' steps say written (or why not) in the report
     runtime.recorder.end_run(
         status, error, cached_node_ids=cached_node_ids(messages), workflow=workflow, workflow_graph=ui_workflow(extra_data)
     )

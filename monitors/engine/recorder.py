@@ -1,9 +1,8 @@
 """Per-prompt run records: a span around the prompt, one around each node, monitor steps.
 
 Framework-neutral: the ComfyUI adapter (nodes/profile_hook.py) calls begin_run, node_started,
-node_finished and end_run; monitor nodes call add_step. Nothing here raises into the caller's
-work: a failure is recorded on the run and logged.
-"""
+node_finished and end_run; monitor nodes call add_step (replace_step: step_updates.py). Nothing
+here raises into the caller's work: a failure is recorded on the run and logged."""
 
 from __future__ import annotations
 
@@ -25,6 +24,7 @@ from .residency_findings import residency_of_run
 from .residency_recording import ResidencyRecording
 from .run_record import RunRecord, resolve_gpu_times
 from .span import Span
+from .step_updates import StepUpdates
 from .store import RunStore
 from .subgraphs import subgraph_rollups
 from .upstream_memory import (
@@ -45,7 +45,7 @@ MAX_MONITOR_ERRORS = 50
 MAX_REMEMBERED_STEPS = 200  # steps kept to show again when their monitor node is cached
 
 
-class RunRecorder(ResidencyRecording):
+class RunRecorder(ResidencyRecording, StepUpdates):
     def __init__(self, store: RunStore, probes: Probes | None = None, profile_enabled: bool = True):
         self.store = store
         self._probes = probes
