@@ -27,7 +27,7 @@ def start_write(
     """(plan, ticket, []) once the dump is handed to the writer, or (None, None, [why not])."""
     try:
         plan = plan_dump(directory, name, collected, npy)
-    except Exception as exc:
+    except (DumpError, OSError) as exc:  # anything else is the monitor failing: a failed step
         return None, None, [_error_finding(exc)]
     return plan, writer.write(plan, collected, metadata), []
 
@@ -55,11 +55,14 @@ def finish_dump_step(step: StepReport, outcome: WriteOutcome) -> StepReport:
         findings.append(Finding("warning", message, "written_in_prompt"))
     summary = {**step.summary, "written": result is not None}
     details = {**step.details, "write": write}
+    monitor_errors = step.monitor_errors
     if result is None:
         finding = _error_finding(outcome.error)
         findings.append(finding)
         write["reason"] = finding.message
         summary.update(file_name=None, file_bytes=None, write_s=None, n_npy_files=None)
+        if not isinstance(outcome.error, (DumpError, OSError)):  # not the disk: the monitor failed
+            monitor_errors = (*monitor_errors, f"dump writer: {type(outcome.error).__name__}: {outcome.error}")
     else:
         if result.replaced:
             findings.append(Finding("info", f"Replaced the earlier dump {result.file_name}.", "replaced"))
@@ -72,7 +75,9 @@ def finish_dump_step(step: StepReport, outcome: WriteOutcome) -> StepReport:
         details["download_url"] = ROUTE + result.file_name
         details["npy_files"] = list(result.npy_files)
         details["metadata"] = {k: v for k, v in result.metadata.items() if k != "tensors"}
-    return dataclasses.replace(step, summary=summary, details=details, findings=tuple(findings))
+    return dataclasses.replace(
+        step, summary=summary, details=details, findings=tuple(findings), monitor_errors=monitor_errors
+    )
 
 
 def _error_finding(exc: Exception | None) -> Finding:

@@ -24,13 +24,14 @@ from ..probes.device_copy import CudaCopyBackend
 from ..report import format_bytes
 from .collect import CollectedTensors
 from .files import DumpPlan, DumpResult, cpu_tensors, write_planned
-from .host_copies import take_host_copies
+from .host_copies import HostBuffers, take_host_copies
 
 log = logging.getLogger(__name__)
 
 ENV_MAX_IN_FLIGHT = "PIPELINE_MONITOR_DUMP_MAX_IN_FLIGHT_BYTES"
 DEFAULT_MAX_IN_FLIGHT_BYTES = 1 << 30
 FINISH_WRITES_S = 30.0  # the longest a prompt's end waits for its dumps' files
+BUFFERS_IDLE_S = 5.0  # host buffers of CPU copies are dropped once no dump came for this long
 
 
 def max_in_flight_bytes() -> int:
@@ -97,13 +98,18 @@ class DumpWriter:
     """`write(plan, collected, metadata)` -> DumpTicket. `background=False` writes every dump in
     the caller's thread (tools, tests, the bench's before); `copier`: the device copy backend."""
 
-    def __init__(self, background: bool = True, copier=None, max_bytes: int | None = None):
+    def __init__(
+        self, background: bool = True, copier=None, max_bytes: int | None = None, buffers_idle_s: float = BUFFERS_IDLE_S
+    ):
         self.background = background
+        self.buffers_idle_s = buffers_idle_s
         self.copier = copier if copier is not None else CudaCopyBackend()
         self._max_bytes = max_bytes  # None: the setting, read at each dump
         self._lock = threading.Lock()
         self.in_flight_bytes = 0
         self._worker = BackgroundWorker("pipeline-monitor-dump-writer")
+        self.host_buffers = HostBuffers()
+        self._last_write = 0  # dumps handed over so far: the buffers' idle check compares it
 
     def write(self, plan: DumpPlan, collected: CollectedTensors, metadata: Mapping[str, Any]) -> DumpTicket:
         started = time.perf_counter()
@@ -114,7 +120,7 @@ class DumpWriter:
             ticket.finish(self._write_now(plan, collected, metadata, started, reason))
             return ticket
         try:
-            copies = take_host_copies(collected.tensors, self.copier)
+            copies = take_host_copies(collected.tensors, self.copier, self.host_buffers)
         except Exception as exc:  # no pinned memory, a copy refused: the plain write, in the prompt
             self._release(nbytes)
             why = f"host copies failed ({type(exc).__name__}: {exc})"
@@ -123,16 +129,29 @@ class DumpWriter:
         in_prompt_s = time.perf_counter() - started
         # The writer keeps the host copies, never the node's tensors (nothing kept alive on the device)
         names = CollectedTensors(extras=dict(collected.extras), skipped=dict(collected.skipped))
+        with self._lock:
+            self._last_write += 1
+            number = self._last_write
         self._worker.submit(lambda: self._finish(ticket, plan, copies, names, metadata, in_prompt_s))
+        self._worker.submit(lambda: self._drop_buffers_if_idle(number), delay_s=self.buffers_idle_s)
         return ticket
 
     def join(self, timeout_s: float) -> bool:
         """Wait until every dump handed to the writer so far is written; False on timeout."""
         return self._worker.wait_idle(timeout_s)
 
+    def _drop_buffers_if_idle(self, number: int) -> None:
+        with self._lock:
+            idle = self._last_write == number
+        if idle:  # no dump since this one: nothing kept once the writer has nothing to do
+            self.host_buffers.clear()
+
+    def _cap(self) -> int:
+        return max_in_flight_bytes() if self._max_bytes is None else self._max_bytes
+
     def _reserve(self, nbytes: int) -> str | None:
         """Count `nbytes` in flight, or say why the dump must be written in the prompt."""
-        cap = max_in_flight_bytes() if self._max_bytes is None else self._max_bytes
+        cap = self._cap()
         with self._lock:
             if self.in_flight_bytes + nbytes <= cap:
                 self.in_flight_bytes += nbytes
@@ -169,6 +188,7 @@ class DumpWriter:
         except Exception as exc:
             error = exc
         finally:
+            self.host_buffers.give_back(copies.buffers, self._cap())
             self._release(plan.tensor_bytes)
         ticket.finish(WriteOutcome(result, error, True, in_prompt_s, time.time() if result else None, waited, None))
 

@@ -183,6 +183,7 @@ def test_a_write_that_fails_on_the_writer_says_why(tmp_path):
     assert finished.details["write"]["state"] == "not_written"
     assert finished.details["write"]["reason"] == "Dump not written: RuntimeError: device lost"
     assert [f.code for f in finished.findings if f.level == "error"] == ["not_written"]
+    assert finished.monitor_errors == ("dump writer: RuntimeError: device lost",)
     assert writer.in_flight_bytes == 0 and not (tmp_path / "d.safetensors").exists()
 
 
@@ -231,3 +232,24 @@ def test_the_real_copy_backend_takes_only_cuda_tensors_and_never_initialises_cud
     if not torch.cuda.is_initialized():
         assert backend.handles(fake_cuda_tensor) is False
         assert not torch.cuda.is_initialized()
+
+
+def test_host_buffers_are_reused_bounded_and_dropped_when_the_writer_is_idle(tmp_path):
+    from monitors.dumps.host_copies import HostBuffers
+
+    buffers = HostBuffers()
+    first, buffer = buffers.copy_of(torch.arange(6.0).reshape(2, 3))
+    assert first.shape == (2, 3) and torch.equal(first, torch.arange(6.0).reshape(2, 3))
+    buffers.give_back([buffer], max_bytes=1 << 10)
+    again, reused = buffers.copy_of(torch.ones(5, dtype=torch.int16))  # 10 bytes fit in the 24
+    assert reused is buffer and torch.equal(again, torch.ones(5, dtype=torch.int16))
+    buffers.give_back([reused, torch.empty(100, dtype=torch.uint8)], max_bytes=110)
+    assert buffers.kept_bytes == 100  # the largest kept first, within the bound
+    writer = DumpWriter(max_bytes=1 << 20, buffers_idle_s=3600)  # dropped here by the test's calls
+    _, ticket = start(tmp_path, writer, image=torch.ones(64))
+    ticket.wait(WATCHDOG_S)
+    assert writer.join(WATCHDOG_S) and writer.host_buffers.kept_bytes == 256
+    writer._drop_buffers_if_idle(0)  # a later dump came: kept
+    assert writer.host_buffers.kept_bytes == 256
+    writer._drop_buffers_if_idle(1)  # no dump since the first: dropped
+    assert writer.host_buffers.kept_bytes == 0
