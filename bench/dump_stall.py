@@ -1,7 +1,8 @@
 """Dumps without a stall (issue 35): the tensor dump node's time inside the prompt for a dump of a
 large tensor, with the file written in the prompt (before) and on the writer thread (after).
 
-    python -m bench.dump_stall [--elements 33554432] [--pairs 9] [--quick] [--json out.json]
+    python -m bench.dump_stall [--elements 33554432] [--pairs 9] [--device cpu|cuda|auto]
+        [--quick] [--json out.json]
 
 Times monitors.dumps.report.start_dump_step, what the node does before it returns, on a CPU
 float32 IMAGE-shaped tensor written to a temporary folder: "before" with a writer that writes in
@@ -10,6 +11,8 @@ the caller's thread (DumpWriter(background=False), the old path), "after" with t
 order; after each "after" the bench waits, untimed, for its file, so a write never overlaps the
 next timing. Both include the statistics the step computes (the same on both sides); the write's
 own in-prompt share (details.write.in_prompt_s) is reported too.
+`--device cuda` (scripts/gpu_check.sh): the tensor on the GPU; "before" copies it to the host
+blocking, "after" enqueues a copy into pinned memory and returns.
 Target: the node's in-prompt time with the writer thread at most 0.5x the in-prompt write's,
 median of the per-pair ratios.
 """
@@ -50,14 +53,14 @@ def one_dump(image, directory: str, name: str, writer) -> tuple[float, float, ob
     return node_s, in_prompt, ticket
 
 
-def measure(elements: int, pairs: int) -> dict:
+def measure(elements: int, pairs: int, device: str = "cpu") -> dict:
     import torch
 
     from monitors.dumps.writer import DumpWriter
 
     logging.getLogger("monitors").setLevel(logging.WARNING)
     side = max(1, int((elements // 3) ** 0.5))
-    image = torch.rand(1, side, side, 3, generator=torch.Generator().manual_seed(0))
+    image = torch.rand(1, side, side, 3, generator=torch.Generator().manual_seed(0)).to(device)
     writers = {"before": DumpWriter(background=False), "after": DumpWriter(max_bytes=1 << 40)}
     directory = tempfile.mkdtemp(prefix="pm-dump-stall-")
     seconds = {name: [] for name in writers}
@@ -74,6 +77,7 @@ def measure(elements: int, pairs: int) -> dict:
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     return {
+        "device": device,
         "elements": int(image.numel()),
         "bytes": int(image.numel() * image.element_size()),
         "pairs": pairs,
@@ -94,7 +98,7 @@ def verdicts(result: dict) -> list[str]:
         verdict_line(
             spread(result["ratios"])["median"] <= RATIO_TARGET,
             f"dumps without a stall: node in-prompt time <= {RATIO_TARGET:g}x the in-prompt write's "
-            f"({result['bytes'] / 2**20:.0f} MiB on the CPU)",
+            f"({result['bytes'] / 2**20:.0f} MiB, {result['device']})",
             f"ratio {fmt_spread(result['ratios'], '.2f')}; node {after:.1f} ms vs {before:.1f} ms, "
             f"of which the write {write_after:.1f} ms vs {write_before:.1f} ms",
         )
@@ -106,12 +110,21 @@ def main(argv=None) -> int:
     parser.add_argument("--elements", type=int, default=1 << 25, help="elements of the image (default 32 Mi)")
     parser.add_argument("--pairs", type=int, default=9)
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu")
     add_quick_flag(parser)
     args = parser.parse_args(argv)
+    device = args.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.quick:
         args.elements, args.pairs = 3 * 64 * 64, 2
-    result = measure(args.elements, args.pairs)
-    print(f"{result['elements']} float32 elements ({result['bytes'] / 2**20:.1f} MiB), {result['pairs']} pairs")
+    result = measure(args.elements, args.pairs, device)
+    print(
+        f"{result['elements']} float32 elements ({result['bytes'] / 2**20:.1f} MiB) on {device}, "
+        f"{result['pairs']} pairs"
+    )
     for name in ("before", "after"):
         print(f"  {name:<7} node in prompt: " + fmt_spread([s * 1e3 for s in result["node_s"][name]], ".1f", " ms"))
     if args.json:
