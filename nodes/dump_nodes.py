@@ -136,7 +136,7 @@ def replace_finished(pending, outcome) -> None:
     """The finished dump step in place of the pending one, while its run is active
     (profile_hook lets the writer finish before a run ends: writer.finish_pending_writes)."""
     if not get_runtime().recorder.replace_step(pending, finish_dump_step(pending, outcome)):
-        log.info("pipeline monitor: dump %s finished after its run ended", pending.summary.get("file_name"))
+        log.info("pipeline monitor: dump %s finished after its run ended", written_file_name(pending))
 
 
 class PipelineMonitorTensorCompare(io.ComfyNode):
