@@ -11,13 +11,14 @@ import time
 from collections.abc import Mapping
 
 from ..engine.prompt_info import upstream_node_ids
-from ..numeric.describe import describe_tensor_bounded
+from ..numeric.deferred_stats import finish_stats
+from ..numeric.describe import describe_deferred, describe_tensor_bounded
 from ..report import Finding, StepReport
 from .collect import collect_tensors, guess_encoder_family
 from .compare import compare_dump_with, compare_dumps
 from .files import list_dumps
 from .names import DUMP_SUFFIX, DumpError, dump_file_name
-from .write_step import finish_dump_step, pending_step, start_write
+from .write_step import finish_dump_step, non_finite_findings, pending_step, start_write
 from .writer import DumpTicket, DumpWriter
 
 VALUE_INPUTS = ("conditioning", "latent", "image")
@@ -134,7 +135,14 @@ def start_dump_step(
     collected = collect_tensors(**values)
     sources = upstream_sources(node_id, prompt)
     encoder_family = guess_encoder_family(values["conditioning"]) if values.get("conditioning") else None
-    tensors = {t: describe_tensor_bounded(v) for t, v in collected.tensors.items()}
+    # A device tensor the writer copies: its statistics are enqueued, read back by the writer
+    # (describe_deferred), so the node never waits for the device; others are described now.
+    deferred = {
+        t: describe_deferred(v) if writer.background and writer.copier.handles(v) else (describe_tensor_bounded(v), None)
+        for t, v in collected.tensors.items()
+    }
+    tensors = {t: description for t, (description, _) in deferred.items()}
+    pending_stats = {t: pending for t, (_, pending) in deferred.items() if pending is not None}
     findings = _content_findings(collected.skipped, tensors)
     plan, ticket, monitor_errors = None, None, []
     if not connected:
@@ -150,8 +158,12 @@ def start_dump_step(
             "value_kinds": ",".join(connected),
             "encoder_family": encoder_family,
         }
-        plan, ticket, write_findings = start_write(writer, directory, name, collected, metadata, npy)
+        plan, ticket, write_findings = start_write(writer, directory, name, collected, metadata, npy, pending_stats)
         findings.extend(write_findings)
+    if ticket is None and pending_stats:  # nothing handed to the writer: read them back now
+        for t, pending in pending_stats.items():
+            tensors[t] = {**tensors[t], **finish_stats(pending, collected.tensors[t])}
+        findings.extend(non_finite_findings({t: tensors[t] for t in pending_stats}))
     step = StepReport(
         kind="tensor_dump",
         node_id=node_id,
@@ -175,11 +187,7 @@ def _content_findings(skipped: dict, tensors: dict) -> list[Finding]:
     if skipped:
         listed = ", ".join(f"{k} ({v})" for k, v in list(skipped.items())[:8])
         findings.append(Finding("info", f"Not tensors, not dumped: {listed}.", "not_dumped"))
-    for t, info in tensors.items():
-        if info.get("n_nan") or info.get("n_inf"):
-            message = f"{t} holds {info['n_nan']} NaN and {info['n_inf']} Inf values."
-            findings.append(Finding("warning", message, "non_finite"))
-    return findings
+    return findings + non_finite_findings(tensors)
 
 
 def _dump_summary(collected, connected: list[str], encoder_family: str | None) -> dict:

@@ -22,14 +22,20 @@ ROUTE = "/pipeline_monitor/dumps/"
 
 
 def start_write(
-    writer: DumpWriter, directory: str, name: str, collected: CollectedTensors, metadata: Mapping, npy: bool
+    writer: DumpWriter,
+    directory: str,
+    name: str,
+    collected: CollectedTensors,
+    metadata: Mapping,
+    npy: bool,
+    pending_stats: Mapping | None = None,
 ) -> tuple[DumpPlan | None, DumpTicket | None, list[Finding]]:
     """(plan, ticket, []) once the dump is handed to the writer, or (None, None, [why not])."""
     try:
         plan = plan_dump(directory, name, collected, npy)
     except (DumpError, OSError) as exc:  # anything else is the monitor failing: a failed step
         return None, None, [_error_finding(exc)]
-    return plan, writer.write(plan, collected, metadata), []
+    return plan, writer.write(plan, collected, metadata, pending_stats), []
 
 
 def pending_step(step: StepReport, plan: DumpPlan) -> StepReport:
@@ -55,6 +61,12 @@ def finish_dump_step(step: StepReport, outcome: WriteOutcome) -> StepReport:
         findings.append(Finding("warning", message, "written_in_prompt"))
     summary = {**step.summary, "written": result is not None}
     details = {**step.details, "write": write}
+    if outcome.described:  # statistics read back after the node returned
+        tensors = dict(details.get("tensors") or {})
+        for name, stats in outcome.described.items():
+            tensors[name] = {**tensors.get(name, {}), **stats}
+        details["tensors"] = tensors
+        findings.extend(non_finite_findings({name: tensors[name] for name in outcome.described}))
     monitor_errors = step.monitor_errors
     if result is None:
         finding = _error_finding(outcome.error)
@@ -78,6 +90,16 @@ def finish_dump_step(step: StepReport, outcome: WriteOutcome) -> StepReport:
     return dataclasses.replace(
         step, summary=summary, details=details, findings=tuple(findings), monitor_errors=monitor_errors
     )
+
+
+def non_finite_findings(tensors: Mapping) -> list[Finding]:
+    """A warning per tensor description with NaN or Inf values."""
+    findings = []
+    for name, info in tensors.items():
+        if info.get("n_nan") or info.get("n_inf"):
+            message = f"{name} holds {info['n_nan']} NaN and {info['n_inf']} Inf values."
+            findings.append(Finding("warning", message, "non_finite"))
+    return findings
 
 
 def _error_finding(exc: Exception | None) -> Finding:

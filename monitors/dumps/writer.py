@@ -16,10 +16,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..background import BackgroundWorker
+from ..numeric.deferred_stats import finish_stats
 from ..probes.device_copy import CudaCopyBackend
 from ..report import format_bytes
 from .collect import CollectedTensors
@@ -55,6 +56,7 @@ class WriteOutcome:
     written_unix_s: float | None
     copy_wait_s: float | None  # the writer's wait for the copies (background only)
     in_prompt_reason: str | None  # why a dump meant for the writer was written in the prompt
+    described: Mapping[str, dict] = field(default_factory=dict)  # deferred statistics, by tensor
 
 
 class DumpTicket:
@@ -111,20 +113,25 @@ class DumpWriter:
         self.host_buffers = HostBuffers()
         self._last_write = 0  # dumps handed over so far: the buffers' idle check compares it
 
-    def write(self, plan: DumpPlan, collected: CollectedTensors, metadata: Mapping[str, Any]) -> DumpTicket:
+    def write(
+        self, plan: DumpPlan, collected: CollectedTensors, metadata: Mapping[str, Any], pending_stats=None
+    ) -> DumpTicket:
+        """Hand the dump over (or write it now, see the module docstring); `pending_stats`: name ->
+        deferred_stats.PendingStats enqueued before this call, read back once the copies are done."""
         started = time.perf_counter()
+        pending_stats = dict(pending_stats or {})
         ticket = DumpTicket()
         nbytes = plan.tensor_bytes
         reason = self._reserve(nbytes) if self.background else None
         if not self.background or reason is not None:
-            ticket.finish(self._write_now(plan, collected, metadata, started, reason))
+            ticket.finish(self._write_now(plan, collected, metadata, started, reason, pending_stats))
             return ticket
         try:
             copies = take_host_copies(collected.tensors, self.copier, self.host_buffers)
         except Exception as exc:  # no pinned memory, a copy refused: the plain write, in the prompt
             self._release(nbytes)
             why = f"host copies failed ({type(exc).__name__}: {exc})"
-            ticket.finish(self._write_now(plan, collected, metadata, started, why))
+            ticket.finish(self._write_now(plan, collected, metadata, started, why, pending_stats))
             return ticket
         in_prompt_s = time.perf_counter() - started
         # The writer keeps the host copies, never the node's tensors (nothing kept alive on the device)
@@ -132,7 +139,7 @@ class DumpWriter:
         with self._lock:
             self._last_write += 1
             number = self._last_write
-        self._worker.submit(lambda: self._finish(ticket, plan, copies, names, metadata, in_prompt_s))
+        self._worker.submit(lambda: self._finish(ticket, plan, copies, names, metadata, in_prompt_s, pending_stats))
         self._worker.submit(lambda: self._drop_buffers_if_idle(number), delay_s=self.buffers_idle_s)
         return ticket
 
@@ -169,28 +176,46 @@ class DumpWriter:
         with self._lock:
             self.in_flight_bytes -= nbytes
 
-    def _write_now(self, plan, collected, metadata, started: float, reason: str | None) -> WriteOutcome:
+    def _write_now(self, plan, collected, metadata, started: float, reason: str | None, pending_stats) -> WriteOutcome:
+        # the tensors are as the node got them: the statistics read back from them, in the prompt
+        described = {name: finish_stats(p, collected.tensors[name]) for name, p in pending_stats.items()}
         try:
             result, error = write_planned(plan, cpu_tensors(collected.tensors), collected, metadata, started), None
         except Exception as exc:  # OSError, a full disk: the step says why
             result, error = None, exc
         return WriteOutcome(
-            result, error, False, time.perf_counter() - started, time.time() if result else None, None, reason
+            result, error, False, time.perf_counter() - started, time.time() if result else None, None, reason, described
         )
 
-    def _finish(self, ticket, plan, copies, collected, metadata, in_prompt_s: float) -> None:
+    def _finish(self, ticket, plan, copies, collected, metadata, in_prompt_s: float, pending_stats) -> None:
         result = error = waited = None
+        described = {}
         try:
             wait_started = time.perf_counter()
             copies.wait()
             waited = time.perf_counter() - wait_started
             result = write_planned(plan, copies.tensors, collected, metadata)
+            described = _described(pending_stats, copies.tensors)
         except Exception as exc:
             error = exc
         finally:
             self.host_buffers.give_back(copies.buffers, self._cap())
             self._release(plan.tensor_bytes)
-        ticket.finish(WriteOutcome(result, error, True, in_prompt_s, time.time() if result else None, waited, None))
+        outcome = WriteOutcome(result, error, True, in_prompt_s, time.time() if result else None, waited, None, described)
+        ticket.finish(outcome)
+
+
+def _described(pending_stats: Mapping, host_tensors: Mapping) -> dict:
+    """The deferred statistics read back: the stream has passed their reductions (queued before
+    the copies); a fallback (NaN, Inf) reads the host copy, the tensor as it was. None for a
+    tensor whose statistics failed (logged): the file is written all the same."""
+    described = {}
+    for name, pending in pending_stats.items():
+        try:
+            described[name] = finish_stats(pending, host_tensors[name])
+        except Exception:
+            log.exception("pipeline monitor: statistics of dumped tensor %s not read", name)
+    return described
 
 
 # The pack's one writer: dumps are written in the order their nodes ran.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .deferred_stats import PendingStats, enqueue_stats
 from .tensor_stats import describe_tensor
 
 # Above this many elements only metadata is reported: statistics of a 128 Mi-element tensor
@@ -22,6 +23,21 @@ def describe_tensor_bounded(tensor) -> dict[str, Any]:
         info = describe_tensor(tensor)
         info["stats_skipped"] = False
         return info
+    return _metadata(tensor, skipped=True)
+
+
+def describe_deferred(tensor) -> tuple[dict[str, Any], PendingStats | None]:
+    """describe_tensor_bounded without waiting for the device: (metadata with the statistics None,
+    their reductions enqueued: deferred_stats.finish_stats fills them in later), or (the whole
+    description, None) where they cannot be deferred (small, integer or skipped tensors)."""
+    pending = enqueue_stats(tensor) if int(tensor.numel()) <= STATS_MAX_ELEMENTS else None
+    if pending is None:
+        return describe_tensor_bounded(tensor), None
+    return _metadata(tensor, skipped=False), pending
+
+
+def _metadata(tensor, skipped: bool) -> dict[str, Any]:
+    n = int(tensor.numel())
     return {
         "shape": [int(s) for s in tensor.shape],
         "dtype": str(tensor.dtype).replace("torch.", ""),
@@ -34,5 +50,5 @@ def describe_tensor_bounded(tensor) -> dict[str, Any]:
         "std": None,
         "n_nan": None,
         "n_inf": None,
-        "stats_skipped": True,
+        "stats_skipped": skipped,
     }

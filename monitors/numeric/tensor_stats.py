@@ -162,18 +162,26 @@ def value_stats(tensor, whole_tensor: bool | None = None) -> dict[str, Any]:
             stats["n_nan"], stats["n_inf"] = n_nan, n - n_finite - n_nan
             if n_finite == 0:
                 return stats
+    if not final_stats(stats, lo_s, hi_s, sum_s, sq_s, n_finite, acc):
+        return _exact_float64_stats(flat, stats)
+    return stats
+
+
+def final_stats(stats: dict, lo_s, hi_s, sum_s, sq_s, n_finite: int, acc) -> bool:
+    """min, max, mean and std into `stats` from the read-back figures of finite values; False
+    (nothing set) where the sums underflowed or overflowed `acc`: the exact float64 path's turn."""
     lo, hi = min(lo_s), max(hi_s)
     peak = max(-lo, hi)
     underflow = peak * peak < n_finite * UNDERFLOW_SCALE[str(acc).replace("torch.", "")]
     if underflow or not all(map(math.isfinite, sum_s + sq_s)):  # or overflow
-        return _exact_float64_stats(flat, stats)
+        return False
     if lo == hi:  # every finite value equal: exact, whatever the rounding of the sums
         stats.update(min=lo, max=hi, mean=lo, std=0.0)
-        return stats
+        return True
     mean = min(hi, max(lo, math.fsum(sum_s) / n_finite))
     variance = max(0.0, math.fsum(sq_s) / n_finite - mean * mean)
     stats.update(min=lo, max=hi, mean=mean, std=math.sqrt(variance))
-    return stats
+    return True
 
 
 # Types whose GPU reductions widen to float32 inside the kernel (no float32 copy of the tensor).

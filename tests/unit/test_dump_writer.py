@@ -253,3 +253,36 @@ def test_host_buffers_are_reused_bounded_and_dropped_when_the_writer_is_idle(tmp
     assert writer.host_buffers.kept_bytes == 256
     writer._drop_buffers_if_idle(1)  # no dump since the first: dropped
     assert writer.host_buffers.kept_bytes == 0
+
+
+def test_statistics_of_a_device_tensor_are_read_back_by_the_writer_not_the_node(tmp_path):
+    from monitors.numeric.tensor_stats import value_stats
+
+    device = FakeDevice()
+    writer = DumpWriter(copier=device, max_bytes=1 << 30)
+    samples = torch.randn(4, 4, 64, 72, generator=torch.Generator().manual_seed(5))  # above 64 Ki elements
+    mask = torch.randn(1 << 17)
+    mask[7] = float("nan")
+    expected = value_stats(samples, whole_tensor=True)
+    with ReadbackCounter() as counter:
+        step, ticket = start(tmp_path, writer, latent={"samples": samples, "noise_mask": mask})
+    assert counter.n_readbacks == 0  # the node waited for nothing
+    assert step.details["tensors"]["latent.samples"]["mean"] is None
+    assert step.details["tensors"]["latent.samples"]["shape"] == [4, 4, 64, 72]
+    device.enqueue(lambda: samples.zero_())  # later, in place: reaches neither the file nor the figures
+    device.release()
+    finished = finish_dump_step(step, ticket.wait(WATCHDOG_S))
+    described = finished.details["tensors"]["latent.samples"]
+    assert {k: described[k] for k in expected} == expected
+    assert described["device"] == "cpu" and described["stats_skipped"] is False
+    masked = finished.details["tensors"]["latent.noise_mask"]
+    assert masked["n_nan"] == 1 and masked["mean"] is not None  # the fallback, on the host copy
+    assert [f.code for f in finished.findings if f.level == "warning"] == ["non_finite"]
+
+
+def test_statistics_enqueued_for_a_dump_written_in_the_prompt_are_read_there(tmp_path):
+    writer = DumpWriter(copier=FakeDevice(), max_bytes=0)  # every dump in the prompt
+    x = torch.randn(1 << 17)
+    step, ticket = start(tmp_path, writer, image=x)
+    assert ticket is None and step.summary["written"] is True
+    assert step.details["tensors"]["image"]["mean"] == pytest.approx(float(x.double().mean()), abs=1e-5)

@@ -82,3 +82,29 @@ def test_tensor_stats_and_fused_kernels_import_one_way_and_never_inside_function
     assert "fused_kernels" in stats_imports and "tensor_stats" not in kernels_imports
     assert stats_inner == [] and kernels_inner == []
     assert imported_modules("rows")[0] == set()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_deferred_statistics_equal_value_stats_whole_tensor_path(dtype):
+    from monitors.numeric.deferred_stats import enqueue_stats, finish_stats
+
+    x = values(5 * ROW + 11, dtype, seed=9)
+    with ReadbackCounter() as counter:
+        pending = enqueue_stats(x)
+    assert counter.n_readbacks == 0 and pending is not None
+    assert finish_stats(pending, x.clone()) == value_stats(x, whole_tensor=True)
+
+
+def test_deferred_statistics_fall_back_to_the_copy_they_are_given():
+    from monitors.numeric.deferred_stats import enqueue_stats, finish_stats
+
+    tiny = torch.full((1 << 17,), 1e-30)  # squares underflow float32: the exact path
+    tiny[3] = 2e-30
+    assert finish_stats(enqueue_stats(tiny), tiny) == value_stats(tiny)
+    with_nan = values(1 << 17, torch.float32)
+    copy = with_nan.clone()
+    with_nan[0] = float("nan")
+    pending = enqueue_stats(with_nan)
+    copy[0] = float("nan")
+    assert finish_stats(pending, copy)["n_nan"] == 1
+    assert enqueue_stats(torch.ones(10)) is None and enqueue_stats(torch.ones(1 << 17, dtype=torch.int32)) is None
