@@ -34,10 +34,10 @@ class HostBuffers:
 
         nbytes = int(tensor.numel()) * int(tensor.element_size())
         with self._lock:
-            fits = [b for b in self._free if int(b.numel()) >= nbytes]
-            buffer = min(fits, key=lambda b: int(b.numel())) if fits else None
-            if buffer is not None:
-                self._free.remove(buffer)
+            fits = [i for i, b in enumerate(self._free) if int(b.numel()) >= nbytes]
+            # by index: list.remove would compare tensors with ==, element by element
+            index = min(fits, key=lambda i: int(self._free[i].numel())) if fits else None
+            buffer = self._free.pop(index) if index is not None else None
         if buffer is None:
             buffer = torch.empty(nbytes, dtype=torch.uint8)
         copy = buffer[:nbytes].view(tensor.dtype).view(tuple(tensor.shape))

@@ -245,6 +245,9 @@ def test_host_buffers_are_reused_bounded_and_dropped_when_the_writer_is_idle(tmp
     assert reused is buffer and torch.equal(again, torch.ones(5, dtype=torch.int16))
     buffers.give_back([reused, torch.empty(100, dtype=torch.uint8)], max_bytes=110)
     assert buffers.kept_bytes == 100  # the largest kept first, within the bound
+    buffers.give_back([torch.empty(30, dtype=torch.uint8), torch.empty(7, dtype=torch.uint8)], max_bytes=1000)
+    small, taken = buffers.copy_of(torch.ones(2))  # the smallest that fits, out of several
+    assert int(taken.numel()) == 30 and buffers.kept_bytes == 107
     writer = DumpWriter(max_bytes=1 << 20, buffers_idle_s=3600)  # dropped here by the test's calls
     _, ticket = start(tmp_path, writer, image=torch.ones(64))
     ticket.wait(WATCHDOG_S)
