@@ -17,13 +17,15 @@ from ..monitors.dumps.report import (
     LIVE_VALUE,
     NO_DUMPS,
     build_compare_step,
-    build_dump_step,
     compare_inputs_problem,
     dump_name_problem,
     dump_names,
     file_state,
+    start_dump_step,
     written_file_name,
 )
+from ..monitors.dumps.write_step import finish_dump_step
+from ..monitors.dumps.writer import DUMP_WRITER, finish_pending_writes
 from . import dump_paths
 from .node_support import hidden_inputs, run_monitor
 from .runtime import get_runtime
@@ -104,25 +106,38 @@ class PipelineMonitorTensorDump(io.ComfyNode):
         node_id, prompt = hidden_inputs(cls)
         values = {"conditioning": conditioning, "latent": latent, "image": image}
 
+        tickets = []
+
         def build():
             prompt_id, unknown_reason = current_prompt_id()
-            directory = dump_paths.dumps_dir()
-            return build_dump_step(
+            step, ticket = start_dump_step(
                 node_id,
                 prompt,
                 values,
                 name,
                 bool(npy),
-                directory=directory,
+                directory=dump_paths.dumps_dir(),
+                writer=DUMP_WRITER,
                 prompt_id=prompt_id,
                 prompt_id_unknown_reason=unknown_reason,
             )
+            tickets.append(ticket)
+            return step
 
         step, ui = run_monitor(TENSOR_DUMP_STAGE.kind, node_id, build)
+        if tickets and tickets[0] is not None:  # written on the writer thread: the step follows
+            tickets[0].on_done(lambda outcome, pending=step: replace_finished(pending, outcome))
         file_name = written_file_name(step)
         if file_name is not None:
             ui["dump"] = [file_name]
         return io.NodeOutput(conditioning, latent, image, ui=ui)
+
+
+def replace_finished(pending, outcome) -> None:
+    """The finished dump step in place of the pending one, while its run is active
+    (profile_hook lets the writer finish before a run ends: writer.finish_pending_writes)."""
+    if not get_runtime().recorder.replace_step(pending, finish_dump_step(pending, outcome)):
+        log.info("pipeline monitor: dump %s finished after its run ended", written_file_name(pending))
 
 
 class PipelineMonitorTensorCompare(io.ComfyNode):
@@ -171,6 +186,7 @@ class PipelineMonitorTensorCompare(io.ComfyNode):
     ) -> io.NodeOutput:
         node_id, _ = hidden_inputs(cls)
         values = {"conditioning": conditioning, "latent": latent, "image": image}
+        finish_pending_writes()  # a dump written earlier in this prompt is complete before it is read
         _, ui = run_monitor(
             TENSOR_COMPARE_STAGE.kind,
             node_id,

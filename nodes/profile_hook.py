@@ -26,6 +26,7 @@ import logging
 from collections.abc import Mapping
 
 from ..monitors.deep_profile import get_controller as deep_profile
+from ..monitors.dumps.writer import finish_pending_writes
 from ..monitors.engine.prompt_info import cached_node_ids, run_outcome, workflow_from_extra_data
 from ..monitors.report import run_summary
 from ..monitors.vocabulary.stages import upstream_walks
@@ -134,6 +135,7 @@ def on_prompt_end(executor, extra_data=None) -> None:
     model_residency.on_prompt_end(runtime.recorder)
     deep_profile_call("prompt_finished", runtime.recorder, (workflow or {}).get("name"))
     headless.remember_client(runtime.recorder.active_prompt_id, extra_data)
+    finish_pending_writes()  # the dumps' steps say written (or why not) in the report
     runtime.recorder.end_run(
         status, error, cached_node_ids=cached_node_ids(messages), workflow=workflow, workflow_graph=ui_workflow(extra_data)
     )

@@ -11,7 +11,7 @@
 #      forced to strategy=cpu, loaded bytes against patcher.loaded_size()) and
 #      tests/gpu/test_gpu_vae_cap.py (issue 26: a VAE encode under
 #      torch.cuda.set_per_process_memory_fraction, the out-of-memory counted), when present
-#   3. the CUDA benches: bench.tensor_stats and bench.lora_analysis with --device cuda
+#   3. the CUDA benches: bench.tensor_stats, bench.dump_stall and bench.lora_analysis with --device cuda
 #   4. the GPU pipeline bench: bench.full_size_pipeline --device cuda (512x512, 20 steps), then
 #      bench.lora_step_profile --device cuda (the LoRA monitor's step, timed and profiled) and
 #      bench.lora_first_file --device cuda (a first LoRA file's time inside the prompt)
@@ -154,6 +154,7 @@ if [ -n "$DEVICE" ]; then
   fi
   [ -n "${GEN_PID:-}" ] && wait "$GEN_PID"
   step bench_tensor_stats 120 "$PYTHON" -m bench.tensor_stats --device cuda --pairs 5 "${QUICK_FLAG[@]}"
+  step bench_dump_stall 60 "$PYTHON" -m bench.dump_stall --device cuda --pairs 5 "${QUICK_FLAG[@]}"
   step bench_lora_analysis 60 "$PYTHON" -m bench.lora_analysis --device cuda --repeats 5 "${QUICK_FLAG[@]}"
   if [ -n "${COMFYUI_PATH:-}" ]; then
     step bench_gpu_pipeline 240 "$PYTHON" -m bench.full_size_pipeline --device cuda --pairs 5 \

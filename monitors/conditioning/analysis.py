@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from ..latent.analysis import STATS_MAX_ELEMENTS
 from ..models.state import describe_clip
+from ..numeric.describe import STATS_MAX_ELEMENTS
 from ..report import Finding, StepReport
 from .details import CONDITIONING_DETAILS
 from .encode_cost import describe_diffusion_model, describe_encode

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..latent.analysis import describe_tensor_bounded
+from ..numeric.describe import describe_tensor_bounded
 
 MAX_EXTRA_STR = 100
 MAX_EXTRAS = 32  # extras described per entry (ComfyUI adds about a dozen at most)

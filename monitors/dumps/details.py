@@ -3,8 +3,30 @@ monitors/detail_fields.py)."""
 
 from __future__ import annotations
 
-from ..detail_fields import details_of
+from ..detail_fields import DetailGroup, details_of
 from ..summary_fields import SummaryField as F
+
+# The dump's file write, on the writer thread after the node returned (monitors/dumps/write_step.py)
+WRITE = DetailGroup(
+    "write",
+    "file write",
+    "how and when the dump's file was written",
+    (
+        F(
+            "state",
+            "write state",
+            None,
+            "pending (being written), written or not_written",
+            "string",
+            choices=("pending", "written", "not_written"),
+        ),
+        F("background", "written in the background", None, "written by the writer thread, after the node returned", "boolean"),
+        F("in_prompt_s", "write time in the prompt", "s", "the node's own time on the write (the copies)", "number"),
+        F("written_unix_s", "written at", "s", "when the file was complete (Unix time)", "number"),
+        F("copy_wait_s", "copy wait", "s", "the writer's wait for the device copies", "number"),
+        F("reason", "reason", None, "why not written, or why written in the prompt", "string"),
+    ),
+)
 
 TENSOR_DUMP_DETAILS = details_of(
     "tensor_dump",
@@ -16,6 +38,7 @@ TENSOR_DUMP_DETAILS = details_of(
         F("download_url", "download", None, "where the panel downloads the dump", "string"),
         F("npy_files", "npy files", None, ".npy files written next to the dump", "array"),
         F("metadata", "metadata", None, "the dump's metadata as written (without its tensors)", "object"),
+        WRITE,
     ),
     "what the tensor dump collected and wrote",
 )

@@ -104,6 +104,17 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
+@dataclass(frozen=True)
+class DumpPlan:
+    """A dump that passed every check (name, size cap, free space) and can be written."""
+
+    directory: str
+    file_name: str
+    npy_names: Mapping[str, str]  # tensor name -> .npy file name
+    tensor_bytes: int
+    tensors_meta: Mapping[str, dict]  # name -> {shape, dtype, device} of the tensors as they were
+
+
 def write_dump(
     directory: str,
     name: str,
@@ -115,6 +126,14 @@ def write_dump(
     """Write the collected tensors to <directory>/<name>.safetensors (and .npy files), or raise
     DumpError before writing anything when the name, size or free space is not acceptable."""
     started = time.perf_counter()
+    plan = plan_dump(directory, name, collected, npy, max_bytes)
+    return write_planned(plan, cpu_tensors(collected.tensors), collected, metadata, started)
+
+
+def plan_dump(
+    directory: str, name: str, collected: CollectedTensors, npy: bool = False, max_bytes: int | None = None
+) -> DumpPlan:
+    """Every check of write_dump, nothing written: a DumpPlan, or DumpError."""
     file_name = dump_file_name(name)
     stem = file_name[: -len(DUMP_SUFFIX)]
     if not collected.tensors:
@@ -134,8 +153,20 @@ def write_dump(
     free = shutil.disk_usage(directory).free
     if planned > free:
         raise DumpError(f"Dump refused: it needs {format_bytes(planned)}, {format_bytes(free)} free on disk.")
-
     tensors_meta = {t: tensor_meta(v) for t, v in collected.tensors.items()}
+    return DumpPlan(directory, file_name, npy_names, tensor_bytes, tensors_meta)
+
+
+def write_planned(
+    plan: DumpPlan,
+    cpu_tensors: Mapping[str, Any],
+    collected: CollectedTensors,
+    metadata: Mapping[str, Any] | None = None,
+    started: float | None = None,
+) -> DumpResult:
+    """Write a planned dump from host tensors holding its values (contiguous, no two sharing
+    storage: cpu_tensors' or host_copies' tensors); `collected` gives the extras and skipped."""
+    started = time.perf_counter() if started is None else started
     now = time.time()
     header = {k: _as_text(v) for k, v in (metadata or {}).items() if v is not None}
     header.update(
@@ -143,34 +174,33 @@ def write_dump(
         format_version=FORMAT_VERSION,
         created_unix_s=f"{now:.3f}",
         created_utc=datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds"),
-        tensors=json.dumps(tensors_meta),
+        tensors=json.dumps(plan.tensors_meta),
         extras=json.dumps(collected.extras),
         skipped=json.dumps(collected.skipped),
     )
-    cpu_tensors = _cpu_tensors(collected.tensors)
-    path = os.path.join(directory, file_name)
+    path = os.path.join(plan.directory, plan.file_name)
     replaced = os.path.lexists(path)
-    _write_atomic(path, lambda tmp: _save_safetensors(cpu_tensors, tmp, header))
+    _write_atomic(path, lambda tmp: _save_safetensors(dict(cpu_tensors), tmp, header))
     written_npy = []
-    for tensor_name, npy_name in npy_names.items():
+    for tensor_name, npy_name in plan.npy_names.items():
         array = _to_numpy(cpu_tensors[tensor_name])
-        _write_atomic(os.path.join(directory, npy_name), lambda tmp, a=array: _save_npy(a, tmp))
+        _write_atomic(os.path.join(plan.directory, npy_name), lambda tmp, a=array: _save_npy(a, tmp))
         written_npy.append(npy_name)
     return DumpResult(
-        file_name=file_name,
+        file_name=plan.file_name,
         path=path,
         n_tensors=len(cpu_tensors),
-        tensor_bytes=tensor_bytes,
+        tensor_bytes=plan.tensor_bytes,
         file_bytes=os.path.getsize(path),
         npy_files=tuple(written_npy),
-        tensors=tensors_meta,
+        tensors=dict(plan.tensors_meta),
         metadata=header,
         replaced=replaced,
         write_s=time.perf_counter() - started,
     )
 
 
-def _cpu_tensors(tensors: Mapping[str, Any]) -> dict[str, Any]:
+def cpu_tensors(tensors: Mapping[str, Any]) -> dict[str, Any]:
     """Detached, contiguous CPU tensors; safetensors refuses tensors sharing storage, so repeats
     (the same tensor in two conditioning entries, or views of one buffer) are copied."""
     out, seen = {}, set()

@@ -11,19 +11,23 @@ import time
 from collections.abc import Mapping
 
 from ..engine.prompt_info import upstream_node_ids
-from ..latent.analysis import describe_tensor_bounded
+from ..numeric.deferred_stats import finish_stats
+from ..numeric.describe import describe_deferred, describe_tensor_bounded
 from ..report import Finding, StepReport
 from .collect import collect_tensors, guess_encoder_family
 from .compare import compare_dump_with, compare_dumps
 from .details import TENSOR_COMPARE_DETAILS, TENSOR_DUMP_DETAILS
-from .files import DumpResult, list_dumps, write_dump
-from .names import DUMP_SUFFIX, DumpError, DumpNameError, DumpTooLargeError, dump_file_name
+from .files import list_dumps
+from .names import DUMP_SUFFIX, DumpError, dump_file_name
 from .summary import TensorCompareSummary, TensorDumpSummary
+from .write_step import finish_dump_step, non_finite_findings, pending_step, start_write
+from .writer import DumpTicket, DumpWriter
 
 VALUE_INPUTS = ("conditioning", "latent", "image")
 LIVE_VALUE = "(live value)"
 NO_DUMPS = "(no dumps yet)"
-ROUTE = "/pipeline_monitor/dumps/"
+# Tools and tests: every dump written in the caller's thread (the node uses writer.DUMP_WRITER).
+INLINE_WRITER = DumpWriter(background=False)
 
 
 def dump_names(directory: str) -> tuple[list[str], str | None]:
@@ -94,19 +98,55 @@ def build_dump_step(
     directory: str,
     prompt_id: str | None = None,
     prompt_id_unknown_reason: str | None = None,
+    writer: DumpWriter | None = None,
 ) -> StepReport:
-    """Write the tensors of `values` (conditioning / latent / image) to `directory` as dump `name`.
+    """Write the tensors of `values` (conditioning / latent / image) to `directory` as dump `name`
+    and return the finished step (waits for the file: tools and tests; the node takes
+    start_dump_step). `prompt_id` goes into the dump's metadata; when it is unknown, why goes to
+    monitor_errors."""
+    step, ticket = start_dump_step(
+        node_id,
+        prompt,
+        values,
+        name,
+        npy,
+        directory=directory,
+        writer=writer or INLINE_WRITER,
+        prompt_id=prompt_id,
+        prompt_id_unknown_reason=prompt_id_unknown_reason,
+    )
+    return step if ticket is None else finish_dump_step(step, ticket.wait())
 
-    `prompt_id` goes into the dump's metadata; when it is unknown, why goes to monitor_errors.
-    """
+
+def start_dump_step(
+    node_id,
+    prompt,
+    values: Mapping,
+    name: str,
+    npy: bool,
+    *,
+    directory: str,
+    writer: DumpWriter,
+    prompt_id: str | None = None,
+    prompt_id_unknown_reason: str | None = None,
+) -> tuple[StepReport, DumpTicket | None]:
+    """(the finished step, None), or (the step while `writer` writes the file, its ticket): then
+    finish_dump_step(step, outcome) is the finished step (write_step.py)."""
     started = time.time()
     connected = [k for k in VALUE_INPUTS if values.get(k) is not None]
     collected = collect_tensors(**values)
     sources = upstream_sources(node_id, prompt)
     encoder_family = guess_encoder_family(values["conditioning"]) if values.get("conditioning") else None
-    tensors = {t: describe_tensor_bounded(v) for t, v in collected.tensors.items()}
+    # A device tensor the writer copies: its statistics are enqueued, read back by the writer
+    # (describe_deferred), so the node never waits for the device; others are described now.
+    deferred = {
+        t: describe_deferred(v) if writer.background and writer.copier.handles(v) else (describe_tensor_bounded(v), None)
+        for t, v in collected.tensors.items()
+    }
+    tensors = {t: description for t, (description, _) in deferred.items()}
+    pending_stats = {t: pending for t, (_, pending) in deferred.items() if pending is not None}
     findings = _content_findings(collected.skipped, tensors)
-    result, monitor_errors = None, []
+    plan, ticket, monitor_errors = None, None, []
     if not connected:
         message = "Nothing connected: connect a CONDITIONING, LATENT or IMAGE to dump it."
         findings.append(Finding("info", message, "nothing_connected"))
@@ -120,30 +160,29 @@ def build_dump_step(
             "value_kinds": ",".join(connected),
             "encoder_family": encoder_family,
         }
-        result, write_findings = _write(directory, name, collected, metadata, npy)
+        plan, ticket, write_findings = start_write(writer, directory, name, collected, metadata, npy, pending_stats)
         findings.extend(write_findings)
-    if result is not None and result.replaced:
-        findings.append(Finding("info", f"Replaced the earlier dump {result.file_name}.", "replaced"))
-    summary = _dump_summary(result, collected, connected, encoder_family)
-    details = {
-        "tensors": tensors,
-        "extras": collected.extras,
-        "skipped": collected.skipped,
-        "sources": sources,
-    }
-    if result is not None:
-        details["download_url"] = ROUTE + result.file_name
-        details["npy_files"] = list(result.npy_files)
-        details["metadata"] = {k: v for k, v in result.metadata.items() if k != "tensors"}
-    return StepReport(
+    if ticket is None and pending_stats:  # nothing handed to the writer: read them back now
+        for t, pending in pending_stats.items():
+            tensors[t] = {**tensors[t], **finish_stats(pending, collected.tensors[t])}
+        findings.extend(non_finite_findings({t: tensors[t] for t in pending_stats}))
+    step = StepReport(
         kind="tensor_dump",
         node_id=node_id,
-        summary=summary.to_dict(),
-        details=TENSOR_DUMP_DETAILS.build(**details),
+        summary=_dump_summary(collected, connected, encoder_family).to_dict(),
+        details=TENSOR_DUMP_DETAILS.build(
+            tensors=tensors, extras=collected.extras, skipped=collected.skipped, sources=sources
+        ),
         findings=tuple(findings),
         monitor_errors=tuple(monitor_errors),
         created_unix_s=started,
     )
+    if ticket is None:
+        return step, None
+    outcome = ticket.outcome  # read once: a later outcome reaches the caller through the ticket
+    if outcome is not None:
+        return finish_dump_step(step, outcome), None
+    return pending_step(step, plan), ticket
 
 
 def _content_findings(skipped: dict, tensors: dict) -> list[Finding]:
@@ -152,50 +191,28 @@ def _content_findings(skipped: dict, tensors: dict) -> list[Finding]:
     if skipped:
         listed = ", ".join(f"{k} ({v})" for k, v in list(skipped.items())[:8])
         findings.append(Finding("info", f"Not tensors, not dumped: {listed}.", "not_dumped"))
-    for t, info in tensors.items():
-        if info.get("n_nan") or info.get("n_inf"):
-            message = f"{t} holds {info['n_nan']} NaN and {info['n_inf']} Inf values."
-            findings.append(Finding("warning", message, "non_finite"))
-    return findings
+    return findings + non_finite_findings(tensors)
 
 
-def _write(
-    directory: str, name: str, collected, metadata: dict, npy: bool
-) -> tuple[DumpResult | None, list[Finding]]:
-    """(what write_dump wrote, []) or (None, [why nothing was written])."""
-    try:
-        return write_dump(directory, name, collected, metadata, npy=npy), []
-    except DumpError as exc:
-        code = (
-            "name_refused"
-            if isinstance(exc, DumpNameError)
-            else "too_large"
-            if isinstance(exc, DumpTooLargeError)
-            else "not_written"
-        )
-        return None, [Finding("error", str(exc), code)]
-    except OSError as exc:
-        return None, [Finding("error", f"Dump not written: {type(exc).__name__}: {exc}", "not_written")]
-
-
-def _dump_summary(result, collected, connected: list[str], encoder_family: str | None) -> TensorDumpSummary:
+def _dump_summary(collected, connected: list[str], encoder_family: str | None) -> TensorDumpSummary:
+    """The summary before the write (write_step.finish_dump_step fills in the file's figures)."""
     return TensorDumpSummary(
-        file_name=None if result is None else result.file_name,
-        written=result is not None,
+        file_name=None,
+        written=False,
         n_tensors=len(collected.tensors),
         tensor_bytes=collected.total_bytes,
-        file_bytes=None if result is None else result.file_bytes,
-        write_s=None if result is None else result.write_s,
-        n_npy_files=None if result is None else len(result.npy_files),
+        file_bytes=None,
+        write_s=None,
+        n_npy_files=None,
         value_kinds=connected,
         encoder_family=encoder_family,
     )
 
 
 def written_file_name(step: StepReport) -> str | None:
-    """The file a dump step wrote, for the node's UI; None when nothing was written."""
+    """The file a dump step wrote or is writing, for the node's UI; None when nothing is written."""
     summary = step.summary or {}
-    return summary.get("file_name") if summary.get("written") else None
+    return summary.get("file_name") if summary.get("written") is not False else None
 
 
 # -- compare -------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Per-prompt run records: a span around the prompt, one around each node, monitor steps.
 
 Framework-neutral: the ComfyUI adapter (nodes/profile_hook.py) calls begin_run, node_started,
-node_finished and end_run; monitor nodes call add_step. Nothing here raises into the caller's
-work: a failure is recorded on the run and logged."""
+node_finished and end_run; monitor nodes call add_step (replace_step: step_updates.py). Nothing
+here raises into the caller's work: a failure is recorded on the run and logged."""
 
 from __future__ import annotations
 
@@ -21,22 +21,16 @@ from .gpu_busy import LOOKBACK_S, NOT_YET_REASON, SampleLog
 from .input_changes import InputHistory, snapshot
 from .model_residency import ResidencyHistory, with_node_figures
 from .node_rows import node_profile_from_span
-from .prompt_info import node_info_from_prompt, upstream_node_ids
+from .prompt_info import node_info_from_prompt
 from .residency_findings import residency_of_run
 from .residency_recording import ResidencyRecording
+from .run_reads import RunReads
 from .run_record import RunRecord, resolve_gpu_times
 from .span import Span
+from .step_updates import StepUpdates
 from .store import RunStore
 from .subgraphs import subgraph_rollups
-from .upstream_memory import (
-    NO_RUN_REASON,
-    PROFILE_OFF_REASON,
-    UpstreamWalk,
-    unknown,
-    upstream_memory,
-    watch_plan,
-    watched_nodes,
-)
+from .upstream_memory import UpstreamWalk, watch_plan, watched_nodes
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +40,7 @@ MAX_MONITOR_ERRORS = 50
 MAX_REMEMBERED_STEPS = 200  # steps kept to show again when their monitor node is cached
 
 
-class RunRecorder(ResidencyRecording):
+class RunRecorder(ResidencyRecording, StepUpdates, RunReads):
     def __init__(self, store: RunStore, probes: Probes | None = None, profile_enabled: bool = True):
         self.store = store
         self._probes = probes
@@ -351,49 +345,6 @@ class RunRecorder(ResidencyRecording):
                 return None
             node_id = next(reversed(run.open_nodes))
             return (node_id, *self._node_info(run, node_id))
-
-    def node_profile(self, node_id: str) -> NodeProfile | None:
-        """The profile of a node that already finished in the active run."""
-        with self._lock:
-            run = self._run
-            if run is None:
-                return None
-            for profile in reversed(run.nodes):
-                if profile.node_id == str(node_id):
-                    return profile
-        return None
-
-    def profile_row(self, node_id: str) -> dict:
-        """The profile row (time, peaks, cached) of a node that ran before the caller in this run."""
-        profile = self.node_profile(node_id)
-        if profile is not None:
-            return profile.to_dict()
-        # An upstream node has produced its output before the caller runs; if the profile did not
-        # see it run, ComfyUI served it from its cache.
-        cached = True if self.profile_enabled and self.active_prompt_id is not None else None
-        return {"node_id": str(node_id), "duration_s": None, "peak_rss_bytes": None, "cached": cached}
-
-    def upstream_profiles(self, node_id: str | None, prompt: Mapping | None, input_names) -> dict[str, dict]:
-        """input name -> profile row, with its class, of the node that produced that input."""
-        rows = {}
-        for name, source_id in upstream_node_ids(node_id, prompt, input_names).items():
-            source = prompt.get(source_id)
-            class_type = source.get("class_type") if isinstance(source, Mapping) else None
-            rows[name] = {"node_id": source_id, "class_type": class_type, **self.profile_row(source_id)}
-        return rows
-
-    def upstream_memory(self, node_id: str | None) -> dict:
-        """{memory, memory_unknown_reason, memory_scope} of the monitor `node_id` in the active run:
-        the picture over the upstream nodes its step describes (monitors/engine/upstream_memory.py)."""
-        with self._lock:
-            run = self._run
-            if run is None:
-                return unknown(NO_RUN_REASON)
-            if not run.profile_enabled:
-                return unknown(PROFILE_OFF_REASON)
-            upstream = run.upstream_plan.get(str(node_id), ())
-            results = {n: run.full_results[n] for n in upstream if n in run.full_results}
-        return upstream_memory(upstream, results)
 
     def record_monitor_error(self, message: str) -> None:
         with self._lock:

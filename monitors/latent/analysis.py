@@ -4,7 +4,8 @@ dtype, device, size, value statistics with NaN/Inf counts, noise mask and batch 
 A LATENT is a dict {"samples": tensor, "noise_mask"?: tensor, "batch_index"?: [int], "type"?: str}.
 Images are [B, C, H, W], videos [B, C, T, H, W]; some models pass a nested tensor (an object with
 `.is_nested` and `.tensors`). Everything here is duck-typed and reads metadata first; value
-statistics are skipped above STATS_MAX_ELEMENTS so a huge (or expanded) tensor costs nothing.
+statistics are skipped above STATS_MAX_ELEMENTS (numeric/describe.py) so a huge (or expanded)
+tensor costs nothing.
 """
 
 from __future__ import annotations
@@ -13,14 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..numeric.tensor_stats import describe_tensor
+from ..numeric.describe import STATS_MAX_ELEMENTS, describe_tensor_bounded
 from ..report import Finding, sum_known
 from ..summary_fields import NOT_GIVEN
 from .summary import LatentSummary
 
-# Above this many elements only metadata is reported: statistics of a 128 Mi-element tensor
-# already take seconds on a CPU, and a reshaped view of an expanded tensor would be materialised.
-STATS_MAX_ELEMENTS = 1 << 27
 MAX_BATCH_INDEX_SHOWN = 64
 
 
@@ -62,29 +60,6 @@ def is_tensor(value: Any) -> bool:
 
 def is_nested(value: Any) -> bool:
     return getattr(value, "is_nested", False) is True and isinstance(getattr(value, "tensors", None), list)
-
-
-def describe_tensor_bounded(tensor) -> dict[str, Any]:
-    """describe_tensor, or metadata only (statistics None) for tensors above STATS_MAX_ELEMENTS."""
-    n = int(tensor.numel())
-    if n <= STATS_MAX_ELEMENTS:
-        info = describe_tensor(tensor)
-        info["stats_skipped"] = False
-        return info
-    return {
-        "shape": [int(s) for s in tensor.shape],
-        "dtype": str(tensor.dtype).replace("torch.", ""),
-        "device": str(tensor.device),
-        "n_elements": n,
-        "bytes": n * int(tensor.element_size()),
-        "min": None,
-        "max": None,
-        "mean": None,
-        "std": None,
-        "n_nan": None,
-        "n_inf": None,
-        "stats_skipped": True,
-    }
 
 
 def decoded_size(shape: list[int], family: LatentFamily) -> dict[str, int]:

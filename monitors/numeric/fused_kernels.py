@@ -7,7 +7,7 @@ reads it once: value_stats within ~1x of a single aminmax + sum pass instead of 
 comparison within ~1x of aminmax + sum over both inputs instead of 2-3.6x (bench/tensor_stats.py).
 
 The figures and their error bound are those of the eager kernels (tensor_stats' and
-dumps/compare's docstrings): rows of tensor_stats.ROW_ELEMENTS summed in float32, the row results
+dumps/compare's docstrings): rows of rows.ROW_ELEMENTS summed in float32, the row results
 summed in float64; min, max and the count outside tolerance exact (Inductor compiles without
 floating-point contraction, so atol + rtol*|a| is rounded as torch.isclose rounds it). The
 comparison sums the products a*b directly instead of polarizing the norms.
@@ -37,7 +37,7 @@ import types
 from collections.abc import Callable
 
 from ..background import BackgroundWorker
-from .tensor_stats import ROW_ELEMENTS
+from .rows import ROW_ELEMENTS
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,9 @@ sums that overflow the accumulation type and values so small that their squares 
 
 On the CPU, once fused_kernels.py has compiled them, full chunks take one fused kernel instead
 (same figures, same bound: rows of ROW_ELEMENTS in float32, then float64). On a GPU the whole
-tensor is reduced at once (aminmax, row sums and row norms widened inside the kernel: same rows,
-same bound), one read-back per tensor; chunks there would only multiply kernel launches.
+tensor is reduced at once (aminmax, sums and norms of rows of DEVICE_ROW_ELEMENTS widened inside the
+kernel: the same bound, see rows.py), one read-back per tensor; chunks there would only multiply
+kernel launches, and short rows kept the reductions under memory speed.
 
 Error bound (floating tensors; u = 2**-24 for float32 accumulation, 2**-53 for float64):
 min, max, counts: exact. torch reduces a chunk as a tree (CPU: a cascade sum, at most 16 sequential
@@ -44,6 +45,9 @@ import math
 import threading
 from typing import Any
 
+from .fused_kernels import KERNELS
+from .rows import DEVICE_ROW_ELEMENTS, ROW_ELEMENTS, SUM_CHAIN_BOUND
+
 CHUNK_ELEMENTS = 1 << 20  # 1 Mi elements per pass: bounded temporary memory, kept in cache
 # On a GPU the masked and float64 paths (NaN/Inf, integers) take 16 Mi-element chunks: a few
 # hundred MB of temporaries at most, and 16x fewer kernel launches than CPU-sized chunks.
@@ -51,10 +55,7 @@ DEVICE_CHUNK_ELEMENTS = 1 << 24
 # Up to this size float64 accumulation costs next to nothing (the call's fixed cost dominates), and
 # small tensors are where a caller compares figures by eye: they keep float64's precision.
 FLOAT64_MAX_ELEMENTS = 1 << 16
-SUM_CHAIN_BOUND = 256  # rounded additions an element goes through in torch's reduction of a chunk
-# Row length of the float32 sums of squares (row norms): with the square's and the square root's
-# rounding it stays within SUM_CHAIN_BOUND + 2, the bound of the module docstring.
-ROW_ELEMENTS = 128
+# SUM_CHAIN_BOUND, ROW_ELEMENTS (CPU rows) and DEVICE_ROW_ELEMENTS (GPU rows): rows.py.
 # Squares under the smallest normal number (float32 2**-126, float64 2**-1022) lose precision, each by
 # less than that number, so mean(x**2) moves by less than it. With mean(x**2) >= peak**2 / n, that
 # stays within one unit roundoff of mean(x**2) when peak**2 >= n * smallest_normal / u; below, the
@@ -116,10 +117,11 @@ def stats_error_bound(mean_abs: float, mean_sq: float, mean: float, accumulate_f
     return {"mean": mean_err, "variance": var_err, "std": math.sqrt(var_err)}
 
 
-def value_stats(tensor) -> dict[str, Any]:
+def value_stats(tensor, whole_tensor: bool | None = None) -> dict[str, Any]:
+    """min, max, mean, std, n_nan, n_inf of a tensor (module docstring). `whole_tensor`: None picks
+    the path by the tensor's device (whole-tensor rows of DEVICE_ROW_ELEMENTS on a GPU, chunks on
+    the CPU); True forces the GPU's path on any device (tests check its bound on CPU tensors)."""
     import torch
-
-    from .fused_kernels import KERNELS
 
     stats: dict[str, Any] = {"min": None, "max": None, "mean": None, "std": None, "n_nan": 0, "n_inf": 0}
     n = int(tensor.numel())
@@ -135,7 +137,8 @@ def value_stats(tensor) -> dict[str, Any]:
             with one_cpu_thread(flat.device.type):
                 lo_s, hi_s, sum_s, sq_s = ([x] for x in _small_reductions(flat))
         else:
-            if _whole_tensor(flat):  # a GPU: one fused kernel per figure over the whole tensor
+            whole = _whole_tensor(flat) if whole_tensor is None else whole_tensor
+            if whole:  # a GPU: one kernel per figure over the whole tensor
                 fused_parts, fused_elements = [_device_reductions(flat, acc)], n
             else:  # full chunks by the fused kernels once compiled (fused_kernels.py); the rest here
                 fused_parts, fused_elements = KERNELS.stats_chunks(flat) if acc == torch.float32 else ([], 0)
@@ -159,18 +162,26 @@ def value_stats(tensor) -> dict[str, Any]:
             stats["n_nan"], stats["n_inf"] = n_nan, n - n_finite - n_nan
             if n_finite == 0:
                 return stats
+    if not final_stats(stats, lo_s, hi_s, sum_s, sq_s, n_finite, acc):
+        return _exact_float64_stats(flat, stats)
+    return stats
+
+
+def final_stats(stats: dict, lo_s, hi_s, sum_s, sq_s, n_finite: int, acc) -> bool:
+    """min, max, mean and std into `stats` from the read-back figures of finite values; False
+    (nothing set) where the sums underflowed or overflowed `acc`: the exact float64 path's turn."""
     lo, hi = min(lo_s), max(hi_s)
     peak = max(-lo, hi)
     underflow = peak * peak < n_finite * UNDERFLOW_SCALE[str(acc).replace("torch.", "")]
     if underflow or not all(map(math.isfinite, sum_s + sq_s)):  # or overflow
-        return _exact_float64_stats(flat, stats)
+        return False
     if lo == hi:  # every finite value equal: exact, whatever the rounding of the sums
         stats.update(min=lo, max=hi, mean=lo, std=0.0)
-        return stats
+        return True
     mean = min(hi, max(lo, math.fsum(sum_s) / n_finite))
     variance = max(0.0, math.fsum(sq_s) / n_finite - mean * mean)
     stats.update(min=lo, max=hi, mean=mean, std=math.sqrt(variance))
-    return stats
+    return True
 
 
 # Types whose GPU reductions widen to float32 inside the kernel (no float32 copy of the tensor).
@@ -190,25 +201,26 @@ def chunk_elements(flat) -> int:
     return CHUNK_ELEMENTS if flat.device.type == "cpu" else DEVICE_CHUNK_ELEMENTS
 
 
-def _device_reductions(flat, acc) -> tuple:
+def _device_reductions(flat, acc, row_elements: int = DEVICE_ROW_ELEMENTS) -> tuple:
     """min, max, sum and sum of squares of a whole GPU tensor as device scalars: aminmax in the
-    tensor's type (exact), sums of rows of ROW_ELEMENTS widened to `acc` inside the kernel, the row
-    results summed in float64 (the error bound of the chunked path: no element passes through more
-    than ROW_ELEMENTS additions in `acc`). Temporaries: the row results, 1/ROW_ELEMENTS of the tensor."""
+    tensor's type (exact), sums and norms of rows of `row_elements` widened to `acc` inside the
+    kernel (no copy of a half-precision tensor), the row results summed in float64. Three passes
+    over the tensor, each a long-row reduction at memory speed; within SUM_CHAIN_BOUND additions
+    per element (rows.py says why a 16 Ki-element CUDA row is). Temporaries: the row results."""
     import torch
 
     n = int(flat.numel())
-    full = n // ROW_ELEMENTS * ROW_ELEMENTS
+    full = n // row_elements * row_elements
     lo, hi = torch.aminmax(flat)
     sums, squares = [], []
     if full:
-        rows = flat[:full].view(-1, ROW_ELEMENTS)
+        rows = flat[:full].view(-1, row_elements)
         sums.append(rows.sum(dim=1, dtype=acc).sum(dtype=torch.float64))
         squares.append(torch.linalg.vector_norm(rows, dim=1, dtype=acc).to(torch.float64).square().sum())
     if full < n:
-        tail = flat[full:].to(acc)
-        sums.append(tail.sum().to(torch.float64))
-        squares.append(torch.linalg.vector_norm(tail).to(torch.float64).square())
+        tail = flat[full:]
+        sums.append(tail.sum(dtype=acc).to(torch.float64))
+        squares.append(torch.linalg.vector_norm(tail, dtype=acc).to(torch.float64).square())
     return lo.to(acc), hi.to(acc), torch.stack(sums).sum(), torch.stack(squares).sum()
 
 

@@ -15,6 +15,8 @@ def run_node(comfy, runtime, class_type, kind, node_id="9", prompt=None, **input
         hidden = {"UNIQUE_ID": node_id, "PROMPT": prompt}
         output = node.PREPARE_CLASS_CLONE({"hidden_inputs": hidden}).execute(**inputs)
     finally:
+        # as the profile hook does at a prompt's end: the dumps written on the writer thread first
+        comfy.pack_module("monitors.dumps.writer").finish_pending_writes()
         report = runtime.recorder.end_run("success")
     return output, [s for s in report.to_dict()["steps"] if s["kind"] == kind]
 

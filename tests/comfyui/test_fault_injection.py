@@ -149,7 +149,8 @@ ANALYSERS = [
     ("monitors.conditioning.report", "trace_text_encoders"),
     ("monitors.latent.report", "analyse_latent"),
     ("monitors.dumps.report", "collect_tensors"),
-    ("monitors.dumps.report", "write_dump"),
+    ("monitors.dumps.write_step", "plan_dump"),
+    ("monitors.dumps.writer", "write_planned"),  # on the writer thread: the step says so
     ("monitors.dumps.report", "guess_encoder_family"),
     ("monitors.dumps.report", "compare_dump_with"),
     ("nodes.vae_encode_node", "run_chain"),

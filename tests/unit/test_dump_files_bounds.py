@@ -67,7 +67,7 @@ def test_the_write_time_is_the_clocks_difference_and_the_result_is_frozen(tmp_pa
 def test_only_tensors_sharing_memory_are_copied_and_other_devices_are_moved_to_the_cpu():
     base = torch.arange(6.0)
     other = torch.ones(3)
-    out = files._cpu_tensors({"a": base, "view": base[:3], "b": other, "empty": torch.zeros(0)})
+    out = files.cpu_tensors({"a": base, "view": base[:3], "b": other, "empty": torch.zeros(0)})
     assert out["a"].data_ptr() == base.data_ptr() and out["b"].data_ptr() == other.data_ptr()
     assert out["view"].data_ptr() != base.data_ptr() and out["view"].tolist() == [0.0, 1.0, 2.0]
 
@@ -82,5 +82,5 @@ def test_only_tensors_sharing_memory_are_copied_and_other_devices_are_moved_to_t
             self.moved_to.append(device)
             return torch.full((2,), 7.0)
 
-    assert files._cpu_tensors({"g": OnAnotherDevice()})["g"].tolist() == [7.0, 7.0]
+    assert files.cpu_tensors({"g": OnAnotherDevice()})["g"].tolist() == [7.0, 7.0]
     assert OnAnotherDevice.moved_to == ["cpu"]

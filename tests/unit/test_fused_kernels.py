@@ -27,6 +27,12 @@ COMPILE_WATCHDOG_S = 600  # a hang watchdog: a first compile takes seconds
 N = 2 * FUSED_CHUNK_ELEMENTS + 4099
 
 
+def use_kernels(monkeypatch, kernels) -> None:
+    """`kernels` as the module's, in each module that holds it (imported at its top)."""
+    for module in (fused_kernels, tensor_stats, compare):
+        monkeypatch.setattr(module, "KERNELS", kernels)
+
+
 @pytest.fixture(scope="module")
 def compiled():
     """Real torch.compile kernels for float32 and float16, ready before the tests use them."""
@@ -55,7 +61,7 @@ def fused(compiled, monkeypatch):
             return parts, done
 
         monkeypatch.setattr(compiled, name, counting)
-    monkeypatch.setattr(fused_kernels, "KERNELS", compiled)
+    use_kernels(monkeypatch, compiled)
     yield compiled
     assert any(covered), "no fused kernel ran in this test"
 
@@ -99,9 +105,9 @@ def test_value_stats_fused_within_the_documented_bound(fused, dtype, shift):
 
 def test_value_stats_fused_and_eager_agree_to_the_bound(compiled, monkeypatch):
     values = _random(torch.float32, seed=3)
-    monkeypatch.setattr(fused_kernels, "KERNELS", FusedKernels(mode="off"))
+    use_kernels(monkeypatch, FusedKernels(mode="off"))
     eager_stats = value_stats(values)
-    monkeypatch.setattr(fused_kernels, "KERNELS", compiled)
+    use_kernels(monkeypatch, compiled)
     fused_stats = value_stats(values)
     assert fused_stats["min"] == eager_stats["min"] and fused_stats["max"] == eager_stats["max"]
     assert fused_stats["mean"] == pytest.approx(eager_stats["mean"], abs=1e-6)
@@ -200,7 +206,7 @@ def _instant(fn):
 
 def test_requests_only_for_plain_float32_and_half_tensors_with_a_full_chunk_on_the_cpu(monkeypatch):
     kernels = FusedKernels(mode="on", compile_fn=_instant)
-    monkeypatch.setattr(fused_kernels, "KERNELS", kernels)
+    use_kernels(monkeypatch, kernels)
     full = torch.randn(FUSED_CHUNK_ELEMENTS)
     value_stats(torch.randn(FUSED_CHUNK_ELEMENTS - 1))  # no full chunk
     value_stats(full.double())  # float64 accumulation
@@ -264,7 +270,7 @@ def test_a_failed_compile_leaves_the_eager_kernels_with_the_reason(monkeypatch, 
         raise RuntimeError("no C++ compiler found")
 
     kernels = FusedKernels(mode="on", compile_fn=no_compiler)
-    monkeypatch.setattr(fused_kernels, "KERNELS", kernels)
+    use_kernels(monkeypatch, kernels)
     values = _random(torch.float32, seed=10)
     expected = value_stats(values)
     with caplog.at_level(logging.WARNING, logger="monitors.numeric.fused_kernels"):

@@ -11,6 +11,7 @@ import torch
 
 from monitors.latent import analysis as latent_mod
 from monitors.latent.analysis import analyse_latent, decoded_size, is_nested
+from monitors.numeric import describe
 
 
 def codes(findings):
@@ -56,7 +57,8 @@ def test_a_video_family_on_an_image_shape_gives_no_frames_and_empty_time_gives_z
 
 
 def test_statistics_limit_is_inclusive(monkeypatch):
-    monkeypatch.setattr(latent_mod, "STATS_MAX_ELEMENTS", 16)
+    monkeypatch.setattr(latent_mod, "STATS_MAX_ELEMENTS", 16)  # the finding's text
+    monkeypatch.setattr(describe, "STATS_MAX_ELEMENTS", 16)  # the limit itself
     _, at_limit, findings = analyse_latent({"samples": torch.ones(1, 4, 2, 2)})
     assert at_limit["samples"]["stats_skipped"] is False and at_limit["samples"]["mean"] == 1.0
     assert "stats_skipped" not in codes(findings)
@@ -67,7 +69,7 @@ def test_statistics_limit_is_inclusive(monkeypatch):
 
 
 def test_statistics_limit_is_128_mi_elements():
-    assert latent_mod.STATS_MAX_ELEMENTS == 2**27
+    assert latent_mod.STATS_MAX_ELEMENTS == describe.STATS_MAX_ELEMENTS == 2**27
     just_above = torch.zeros(1).expand(1, 1, 2**27 + 1)  # one real float
     _, details, _ = analyse_latent({"samples": just_above})
     assert details["samples"]["stats_skipped"] is True

@@ -12,7 +12,7 @@ import torch
 import monitors.dumps.compare as compare
 import monitors.numeric.tensor_stats as tensor_stats
 from monitors.dumps.compare import compare_pair
-from monitors.numeric.tensor_stats import value_stats
+from monitors.numeric.tensor_stats import SUM_CHAIN_BOUND, value_stats
 from tests.readbacks import ReadbackCounter
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
@@ -77,7 +77,10 @@ def test_the_whole_tensor_reductions_equal_the_chunked_ones():
         mins, maxs, sums, squares = tensor_stats._chunk_reductions(flat, acc)
         assert whole[0] == min(float(x) for x in mins) and whole[1] == max(float(x) for x in maxs)
         assert whole[2] == pytest.approx(math.fsum(float(x) for x in sums), rel=1e-6)
-        assert whole[3] == pytest.approx(math.fsum(float(x) for x in squares), rel=1e-6)
+        # The GPU's rows (16 Ki) on a CPU: its norm kernel adds a row sequentially, ~20 roundings
+        # off here (a CUDA row reduction is a tree: rows.py); within the documented (M+2)*u.
+        bound = (SUM_CHAIN_BOUND + 2) * 2.0**-24
+        assert whole[3] == pytest.approx(math.fsum(float(x) for x in squares), rel=bound)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -4095,6 +4095,42 @@ export const DETAILS = {
     "unit": null,
     "description": "the dump's metadata as written (without its tensors)"
    },
+   "write": {
+    "label": "file write",
+    "description": "how and when the dump's file was written",
+    "fields": {
+     "state": {
+      "label": "write state",
+      "unit": null,
+      "description": "pending (being written), written or not_written"
+     },
+     "background": {
+      "label": "written in the background",
+      "unit": null,
+      "description": "written by the writer thread, after the node returned"
+     },
+     "in_prompt_s": {
+      "label": "write time in the prompt",
+      "unit": "s",
+      "description": "the node's own time on the write (the copies)"
+     },
+     "written_unix_s": {
+      "label": "written at",
+      "unit": "s",
+      "description": "when the file was complete (Unix time)"
+     },
+     "copy_wait_s": {
+      "label": "copy wait",
+      "unit": "s",
+      "description": "the writer's wait for the device copies"
+     },
+     "reason": {
+      "label": "reason",
+      "unit": null,
+      "description": "why not written, or why written in the prompt"
+     }
+    }
+   },
    "traceback": {
     "label": "traceback",
     "unit": null,

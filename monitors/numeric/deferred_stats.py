@@ -1,0 +1,51 @@
+"""value_stats in two halves for a caller that must not wait for the device (the tensor dump,
+monitors/dumps/): `enqueue_stats` queues the whole-tensor reductions a GPU takes and reads nothing
+back; `finish_stats`, later and on another thread, reads the four figures back (once the stream has
+passed them) and finishes as value_stats does. The same figures and error bound as value_stats.
+
+Only value_stats' common GPU case is split: a floating tensor above FLOAT64_MAX_ELEMENTS. Where the
+figures call for another path (NaN or Inf, sums that underflow or overflow), finish_stats runs
+value_stats on the fallback tensor it is given: a host copy of the tensor as it was when enqueued
+(the device tensor may have changed in place since).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .tensor_stats import FLOAT64_MAX_ELEMENTS, _device_reductions, final_stats, value_stats
+
+
+@dataclass(frozen=True)
+class PendingStats:
+    figures: Any  # float64 device tensor [min, max, sum, sum of squares]
+    n: int
+    acc: Any  # the accumulation dtype
+
+
+def enqueue_stats(tensor) -> PendingStats | None:
+    """The reductions queued on the tensor's device, nothing read back; None where value_stats
+    would take a path other than the whole-tensor one (call value_stats then)."""
+    import torch
+
+    n = int(tensor.numel())
+    if n <= FLOAT64_MAX_ELEMENTS or not tensor.is_floating_point() or tensor.device.type == "meta":
+        return None
+    flat = tensor.detach().reshape(-1)
+    acc = torch.float64 if flat.dtype == torch.float64 else torch.float32
+    with torch.no_grad():
+        figures = torch.stack([x.to(torch.float64) for x in _device_reductions(flat, acc)])
+    return PendingStats(figures, n, acc)
+
+
+def finish_stats(pending: PendingStats, fallback) -> dict[str, Any]:
+    """value_stats' dict from the enqueued figures (one read-back), or value_stats(fallback)."""
+    stats: dict[str, Any] = {"min": None, "max": None, "mean": None, "std": None, "n_nan": 0, "n_inf": 0}
+    lo, hi, total, squares = pending.figures.tolist()
+    if not (math.isfinite(lo) and math.isfinite(hi)):  # NaN or Inf: the masked path
+        return value_stats(fallback)
+    if not final_stats(stats, [lo], [hi], [total], [squares], pending.n, pending.acc):
+        return value_stats(fallback)  # underflow or overflow: value_stats takes the exact path
+    return stats
