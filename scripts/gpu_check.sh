@@ -157,7 +157,7 @@ if [ -n "$DEVICE" ]; then
   step bench_dump_stall 60 "$PYTHON" -m bench.dump_stall --device cuda --pairs 5 "${QUICK_FLAG[@]}"
   step bench_lora_analysis 60 "$PYTHON" -m bench.lora_analysis --device cuda --repeats 5 "${QUICK_FLAG[@]}"
   if [ -n "${COMFYUI_PATH:-}" ]; then
-    step bench_gpu_pipeline 240 "$PYTHON" -m bench.full_size_pipeline --device cuda --pairs 5 \
+    step bench_gpu_pipeline 300 "$PYTHON" -m bench.full_size_pipeline --device cuda --pairs 15 \
       --base .gpu/base "${QUICK_FLAG[@]}"
     # where the LoRA monitor's time goes on this GPU (cProfile of one step, in process)
     step lora_step_profile 120 env COMFYUI_PATH="$COMFYUI_PATH" "$PYTHON" -m bench.lora_step_profile \
