@@ -2,11 +2,20 @@
 
     .venv/bin/python scripts/mutate.py monitors/latent/analysis.py [MODULE ...] [--tests T ...]
 
-For each module, one mutation at a time (arithmetic operator swap, comparison boundary swap and
-negation, constant change 0<->1 / n -> n+1 / True<->False, `and`<->`or`, `return x` -> `return None`,
-`+=`<->`-=` and `*=`<->`/=`), the module's tests run (`pytest -x -q -p no:cacheprovider`) with a
+For each module, one mutation at a time, the module's tests run (`pytest -x -q -p no:cacheprovider`) with a
 per-mutant timeout; a mutant is killed when they fail. It prints a score per module and every
 survivor (file:line and the mutation) so that each can be judged equivalent or not.
+
+Two operators (`--operators`, both by default):
+- classic: arithmetic operator swap, comparison boundary swap and negation, constant change
+  0<->1 / n -> n+1 / True<->False, `and`<->`or`, `return x` -> `return None`, `+=`<->`-=` and
+  `*=`<->`/=`;
+- swap: the names people confuse, as a word of a name, attribute, keyword or string
+  (allocated<->reserved, min<->max, minimum<->maximum, median<->mean: `memory_allocated` ->
+  `memory_reserved`, `"peak_allocated_bytes"` -> `"peak_reserved_bytes"`, `max(...)` -> `min(...)`),
+  and two neighbouring positional arguments of a call given the other way round (`f(a, b)` ->
+  `f(b, a)`). A name swapped into one the module never binds is not made (a NameError tells
+  nothing), nor a swap of two equal arguments or of `isinstance`/`getattr`-like arguments.
 
 Without `--tests`, a module's tests are the tests/unit/test_*.py files that import it. Mutants
 are written into a temporary copy of the repository (tracked and untracked, not ignored, files),
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import builtins
 import dataclasses
 import importlib
 import json
@@ -151,8 +161,91 @@ def _changed_constant(value):
     return None
 
 
-def _variants(node: ast.AST) -> list[tuple[str, callable]]:
+# The swap operator: names people confuse (a word of an identifier, attribute or string, split on
+# `_`) and two positional arguments given in the wrong order.
+_SWAP_WORDS = {
+    "allocated": "reserved",
+    "reserved": "allocated",
+    "min": "max",
+    "max": "min",
+    "minimum": "maximum",
+    "maximum": "minimum",
+    "median": "mean",
+    "mean": "median",
+}
+_SWAP_WORD = re.compile(r"(?<![A-Za-z0-9])(" + "|".join(_SWAP_WORDS) + r")(?![A-Za-z0-9])")
+OPERATORS = ("classic", "swap")
+# Calls whose two arguments cannot be given the other way round without a TypeError at once.
+_NO_ARGUMENT_SWAP = {"isinstance", "issubclass", "hasattr", "getattr", "setattr"}
+
+
+def _swapped(text: str) -> str | None:
+    """`text` with every swappable word swapped (`memory_allocated` -> `memory_reserved`,
+    `max(` -> `min(`), or None when it has none. Words are delimited by anything but letters and
+    digits, so `_` separates them and `maximal` or `meaning` are left alone."""
+    new = _SWAP_WORD.sub(lambda m: _SWAP_WORDS[m.group(1)], text)
+    return None if new == text else new
+
+
+def _defined_names(tree: ast.AST) -> set[str]:
+    """Names a swapped name may become: those the module binds, and the builtins (a name that
+    exists nowhere is a NameError at once, which tells nothing)."""
+    names = set(dir(builtins))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+    return names
+
+
+def _swap_variants(node: ast.AST, defined: set[str]) -> list[tuple[str, callable]]:
+    out = []
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+        new = _swapped(node.id)
+        if new in defined:
+            out.append((f"swap name `{node.id}` -> `{new}`", lambda n, new=new: setattr(n, "id", new)))
+    elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+        new = _swapped(node.attr)
+        if new:
+            out.append((f"swap attribute `.{node.attr}` -> `.{new}`", lambda n, new=new: setattr(n, "attr", new)))
+    elif isinstance(node, ast.keyword) and node.arg:
+        new = _swapped(node.arg)
+        if new:
+            out.append((f"swap keyword `{node.arg}=` -> `{new}=`", lambda n, new=new: setattr(n, "arg", new)))
+    elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+        new = _swapped(node.value)
+        if new:
+            out.append((f"swap string {node.value!r} -> {new!r}", lambda n, new=new: setattr(n, "value", new)))
+    elif isinstance(node, ast.Call) and not (
+        isinstance(node.func, ast.Name) and node.func.id in _NO_ARGUMENT_SWAP
+    ):
+        args = node.args
+        for i in range(len(args) - 1):
+            a, b = args[i], args[i + 1]
+            if isinstance(a, ast.Starred) or isinstance(b, ast.Starred) or ast.dump(a) == ast.dump(b):
+                continue  # the same expression twice: swapping them changes nothing
+
+            def apply(n, i=i):
+                n.args[i], n.args[i + 1] = n.args[i + 1], n.args[i]
+
+            out.append((f"swap arguments {i + 1} and {i + 2}", apply))
+    return out
+
+
+def _variants(node: ast.AST, operators=OPERATORS, defined=frozenset()) -> list[tuple[str, callable]]:
     """(description, apply) for each mutation of this node; apply changes a node in place."""
+    out = _classic_variants(node) if "classic" in operators else []
+    if "swap" in operators:
+        out += _swap_variants(node, defined)
+    return out
+
+
+def _classic_variants(node: ast.AST) -> list[tuple[str, callable]]:
     out = []
     if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
         new = _ARITH[type(node.op)]
@@ -192,10 +285,11 @@ def _variants(node: ast.AST) -> list[tuple[str, callable]]:
     return out
 
 
-def _points(tree: ast.Module):
+def _points(tree: ast.Module, operators=OPERATORS):
     index = 0
+    defined = _defined_names(tree)
     for node, skip in _walk(tree):
-        variants = _variants(node)
+        variants = _variants(node, operators, defined)
         if not variants:
             continue
         if not skip:
@@ -203,14 +297,16 @@ def _points(tree: ast.Module):
         index += 1
 
 
-def mutants_of(source: str) -> list[Mutant]:
+def mutants_of(source: str, operators=OPERATORS) -> list[Mutant]:
     tree = ast.parse(source)
     lines = source.splitlines()
     out = []
-    for index, node, variants in _points(tree):
+    for index, node, variants in _points(tree, operators):
         snippet = _snippet(lines[node.lineno - 1].strip())
         for variant, (description, _) in enumerate(variants):
             kind = type(node).__name__.lower()
+            if description.startswith("swap "):
+                kind = "swap"
             out.append(
                 Mutant(
                     index,
@@ -224,9 +320,9 @@ def mutants_of(source: str) -> list[Mutant]:
     return out
 
 
-def mutated_source(source: str, mutant: Mutant) -> str:
+def mutated_source(source: str, mutant: Mutant, operators=OPERATORS) -> str:
     tree = ast.parse(source)
-    for index, node, variants in _points(tree):
+    for index, node, variants in _points(tree, operators):
         if index == mutant.index:
             variants[mutant.variant][1](node)
             return ast.unparse(ast.fix_missing_locations(tree))
@@ -386,9 +482,10 @@ def mutate_module(
     select_tests: bool,
     log_dir: Path,
     lines: set[int] | None = None,
+    operators=OPERATORS,
 ) -> list[Result] | None:
     original = (works[0] / module).read_text()
-    mutants = [m for m in mutants_of(original) if lines is None or m.line in lines]
+    mutants = [m for m in mutants_of(original, operators) if lines is None or m.line in lines]
     cov_out = log_dir / "coverage.json"
     target = str((works[0] / module).resolve())
     rc, baseline_s = runner.run(
@@ -441,7 +538,7 @@ def mutate_module(
             while pending and free:
                 mutant, selected = pending.pop(0)
                 work = free.pop()
-                (work / module).write_text(mutated_source(original, mutant))
+                (work / module).write_text(mutated_source(original, mutant, operators))
                 log_path = log_dir / f"mutant-{mutant.index}-{mutant.variant}.log"
                 handle = runner.start(work, [*PYTEST_ARGS, *selected], log_path)
                 running[handle if not isinstance(handle, subprocess.Popen) else handle.pid] = (
@@ -545,6 +642,14 @@ def main(argv: list[str] | None = None) -> int:
         "--lines", type=int, nargs="+", help="only the mutants on these lines (re-checking a run's survivors)"
     )
     parser.add_argument("--json", type=Path, help="write the results here too")
+    parser.add_argument(
+        "--operators",
+        nargs="+",
+        choices=OPERATORS,
+        default=list(OPERATORS),
+        help="classic: operators, comparisons, constants, returns; swap: allocated/reserved, "
+        "min/max, median/mean in names and strings, two positional arguments (default: both)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     # Stopped with SIGTERM, still end the running tests and remove the temporary copy.
@@ -553,7 +658,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.list:
         for module in args.modules:
-            for m in mutants_of((root / module).read_text()):
+            for m in mutants_of((root / module).read_text(), args.operators):
                 if args.lines and m.line not in args.lines:
                     continue
                 sys.stdout.write(f"{module}:{m.line}: [{m.kind}] {m.description}\n")
@@ -589,6 +694,7 @@ def main(argv: list[str] | None = None) -> int:
                 not args.all_tests,
                 log_dir,
                 set(args.lines) if args.lines else None,
+                args.operators,
             )
             if results is None:
                 failed = True
