@@ -264,3 +264,27 @@ def test_one_cpu_thread_is_shared_by_nested_users_and_restores_the_count():
             assert torch.get_num_threads() == 3
     finally:
         torch.set_num_threads(saved)
+
+
+class _Allocations(torch.overrides.TorchFunctionMode):
+    """Records the size of every torch.empty made while it is active (a fake of the backend)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sizes = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.empty:
+            self.sizes.append(math.prod(args[0]) if isinstance(args[0], (tuple, list)) else args[0])
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])  # converted in a reused buffer
+def test_a_tensor_below_one_chunk_gets_buffers_no_larger_than_itself(dtype):
+    n = tensor_stats.FLOAT64_MAX_ELEMENTS + 5  # chunked (float32 sums), far below one chunk
+    assert n < tensor_stats.CHUNK_ELEMENTS
+    values = torch.linspace(-1, 1, n).to(dtype)
+    with _Allocations() as allocations:
+        stats = value_stats(values)
+    assert stats["min"] == -1.0 and stats["max"] == 1.0
+    assert allocations.sizes and max(allocations.sizes) <= n
