@@ -121,6 +121,9 @@ class Mutant:
     line: int
     end_line: int
     description: str
+    # The first line of the statement holding the mutation: coverage records a statement on its
+    # first line only, so a constant inside a literal spread over lines is "run" there.
+    statement_line: int = 0
 
 
 def _walk(node: ast.AST, skip: bool = False):
@@ -297,9 +300,20 @@ def _points(tree: ast.Module, operators=OPERATORS):
         index += 1
 
 
+def _statement_lines(tree: ast.AST) -> dict[int, int]:
+    """id(node) -> the first line of the innermost statement holding it."""
+    first = {}
+    for statement in ast.walk(tree):  # breadth first: inner statements come later and win
+        if isinstance(statement, ast.stmt):
+            for node in ast.walk(statement):
+                first[id(node)] = statement.lineno
+    return first
+
+
 def mutants_of(source: str, operators=OPERATORS) -> list[Mutant]:
     tree = ast.parse(source)
     lines = source.splitlines()
+    statement_of = _statement_lines(tree)
     out = []
     for index, node, variants in _points(tree, operators):
         snippet = _snippet(lines[node.lineno - 1].strip())
@@ -315,6 +329,7 @@ def mutants_of(source: str, operators=OPERATORS) -> list[Mutant]:
                     node.lineno,
                     getattr(node, "end_lineno", None) or node.lineno,
                     f"{description} in `{snippet}`",
+                    min(statement_of.get(id(node), node.lineno), node.lineno),
                 )
             )
     return out
@@ -522,7 +537,10 @@ def mutate_module(
     pending = []
     for mutant in mutants:
         covering = set().union(
-            *(contexts.get(line, set()) for line in range(mutant.line, mutant.end_line + 1))
+            *(
+                contexts.get(line, set())
+                for line in range(mutant.statement_line or mutant.line, mutant.end_line + 1)
+            )
         )
         if not covering:
             results.append(Result(mutant, "not covered"))

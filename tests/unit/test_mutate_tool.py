@@ -226,3 +226,21 @@ def test_the_swap_operator_kills_a_reserved_for_allocated_reading(tmp_path):
     )
     _, row = run_mutate(tmp_path, "toy/mem.py", "tests/test_mem.py", "--operators", "swap")
     assert (row["total"], row["killed"], row["survivors"]) == (2, 2, [])
+
+
+def test_a_mutation_inside_a_literal_over_several_lines_is_run_with_its_statement(tmp_path):
+    """Coverage records a statement on its first line only: a constant on a later line of a tuple
+    is executed with its statement's first line, not "not covered"."""
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy" / "__init__.py").write_text("")
+    source = 'PAIRS = (\n    ("allocated_bytes", 1),\n    ("reserved_bytes", 2),\n)\n'
+    (tmp_path / "toy" / "pairs.py").write_text(source)
+    [first, *_] = mutate.mutants_of(source, operators=("swap",))
+    assert (first.line, first.statement_line) == (2, 1)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_pairs.py").write_text(
+        "from toy.pairs import PAIRS\n\n\ndef test_pairs():\n"
+        '    assert dict(PAIRS) == {"allocated_bytes": 1, "reserved_bytes": 2}\n'
+    )
+    _, row = run_mutate(tmp_path, "toy/pairs.py", "tests/test_pairs.py", "--operators", "swap")
+    assert (row["total"], row["killed"], row["not_covered"]) == (2, 2, 0)
