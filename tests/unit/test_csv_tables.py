@@ -16,7 +16,8 @@ def test_nodes_table_has_one_row_per_node_with_gpu_columns_per_device(tmp_path):
     rows = list(csv.DictReader(io.StringIO(nodes_csv(report))))
     assert [r["node_id"] for r in rows] == ["1", "2"]
     assert int(rows[0]["rss_change_bytes"]) == 100 * MiB
-    assert int(rows[0]["cuda:0.allocated_change_bytes"]) == 300 * MiB
+    assert int(rows[0]["cuda:0.allocated_change_bytes"]) == 800 * MiB
+    assert int(rows[0]["cuda:0.reserved_change_bytes"]) == 288 * MiB  # each column its own figure
     assert int(rows[1]["peak_rss_above_start_bytes"]) == 10 * MiB
     assert rows[0]["title"] == ""  # unknown: an empty cell, never -1
 
