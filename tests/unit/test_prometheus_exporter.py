@@ -118,7 +118,11 @@ def test_the_last_prompts_gpu_peak_is_its_highest_node_not_its_last(fleet):
         node("VAEDecode", gpu_peaks=[{"device": "cuda:0", "peak_allocated_bytes": 2 * GiB}]),
     ]
     metrics.observe(report("p", nodes=nodes))
-    assert value(scrape(metrics), "pipeline_monitor_last_prompt_peak_gpu_allocated_bytes") == 5 * GiB
+    samples = scrape(metrics)
+    assert value(samples, "pipeline_monitor_last_prompt_peak_gpu_allocated_bytes") == 5 * GiB
+    # the histogram too: one observation per prompt, its highest node
+    assert value(samples, "pipeline_monitor_prompt_peak_gpu_allocated_bytes_sum") == 5 * GiB
+    assert value(samples, "pipeline_monitor_prompt_peak_gpu_allocated_bytes_count") == 1
 
 
 def test_time_histograms_have_their_bounds(fleet):
