@@ -216,27 +216,40 @@ def _swap_variants(node: ast.AST, defined: set[str]) -> list[tuple[str, callable
         new = _swapped(node.attr)
         if new:
             out.append((f"swap attribute `.{node.attr}` -> `.{new}`", lambda n, new=new: setattr(n, "attr", new)))
-    elif isinstance(node, ast.keyword) and node.arg:
-        new = _swapped(node.arg)
-        if new:
-            out.append((f"swap keyword `{node.arg}=` -> `{new}=`", lambda n, new=new: setattr(n, "arg", new)))
     elif isinstance(node, ast.Constant) and isinstance(node.value, str):
         new = _swapped(node.value)
         if new:
             out.append((f"swap string {node.value!r} -> {new!r}", lambda n, new=new: setattr(n, "value", new)))
-    elif isinstance(node, ast.Call) and not (
-        isinstance(node.func, ast.Name) and node.func.id in _NO_ARGUMENT_SWAP
-    ):
-        args = node.args
-        for i in range(len(args) - 1):
-            a, b = args[i], args[i + 1]
-            if isinstance(a, ast.Starred) or isinstance(b, ast.Starred) or ast.dump(a) == ast.dump(b):
-                continue  # the same expression twice: swapping them changes nothing
+    elif isinstance(node, ast.Call):
+        out += _call_swaps(node)
+    return out
 
-            def apply(n, i=i):
-                n.args[i], n.args[i + 1] = n.args[i + 1], n.args[i]
 
-            out.append((f"swap arguments {i + 1} and {i + 2}", apply))
+def _call_swaps(call: ast.Call) -> list[tuple[str, callable]]:
+    """A keyword renamed (`min=` -> `max=`) where the call has no keyword of the new name (a
+    duplicate keyword does not compile), and two neighbouring positional arguments swapped."""
+    out = []
+    names = {k.arg for k in call.keywords}
+    for position, keyword in enumerate(call.keywords):
+        new = _swapped(keyword.arg) if keyword.arg else None
+        if new and new not in names:
+
+            def rename(n, position=position, new=new):
+                n.keywords[position].arg = new
+
+            out.append((f"swap keyword `{keyword.arg}=` -> `{new}=` (line {keyword.lineno})", rename))
+    if isinstance(call.func, ast.Name) and call.func.id in _NO_ARGUMENT_SWAP:
+        return out
+    args = call.args
+    for i in range(len(args) - 1):
+        a, b = args[i], args[i + 1]
+        if isinstance(a, ast.Starred) or isinstance(b, ast.Starred) or ast.dump(a) == ast.dump(b):
+            continue  # the same expression twice: swapping them changes nothing
+
+        def apply(n, i=i):
+            n.args[i], n.args[i + 1] = n.args[i + 1], n.args[i]
+
+        out.append((f"swap arguments {i + 1} and {i + 2}", apply))
     return out
 
 

@@ -209,6 +209,10 @@ def test_the_swap_operator_swaps_confusable_names_and_two_arguments():
     assert "divide(b, a) + isinstance(a, int) + divide(a, a)" in mutate.mutated_source(
         SWAPPY, swapped, operators=("swap",)
     )
+    keywords = "stats.update(min=1, max=2)\nreport(minimum=1)\n"  # min= -> max= would not compile
+    assert [m.description.split(" in ")[0] for m in mutate.mutants_of(keywords, operators=("swap",))] == [
+        "swap keyword `minimum=` -> `maximum=` (line 2)"
+    ]
     classic = {m.kind for m in mutate.mutants_of(SWAPPY, operators=("classic",))}
     assert "swap" not in classic and "binop" in classic
 
