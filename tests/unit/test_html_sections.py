@@ -33,9 +33,13 @@ def node(node_id, start, duration, **extra):
 
 
 def test_times_and_node_labels():
-    assert page_html._utc(None) == "–"
-    assert page_html._utc(0) == "1970-01-01 00:00:00 UTC"
-    assert page_html._utc(1_700_000_000.5) == "2023-11-14 22:13:20 UTC"
+    def started(unix_s):
+        page = render_html({"prompt_id": "p", "status": "success", "started_unix_s": unix_s, "nodes": []})
+        return re.search(r"started ([^<·]*?) ?(·|<)", page).group(1)
+
+    assert started(None) == "–"
+    assert started(0) == "1970-01-01 00:00:00 UTC"
+    assert started(1_700_000_000.5) == "2023-11-14 22:13:20 UTC"
     assert node_label({"node_id": "5", "title": "Mine", "class_type": "K"}) == "#5 Mine"
     assert node_label({"node_id": "5", "class_type": "K"}) == "#5 K"
     assert node_label({"node_id": "5"}) == "#5"
@@ -43,8 +47,12 @@ def test_times_and_node_labels():
 
 
 def test_labels_are_clipped_to_34_characters():
-    assert page_html._clip("x" * 34, 34) == "x" * 34
-    assert page_html._clip("x" * 35, 34) == "x" * 33 + "…"
+    def label(title):
+        svg = timeline_svg({"nodes": [node("1", 0.0, 1.0, title=title)]})
+        return re.search(r'text-anchor="end">(#1 [^<]*)</text>', svg).group(1)
+
+    assert label("x" * 31) == "#1 " + "x" * 31  # 34 characters: kept
+    assert label("x" * 32) == "#1 " + "x" * 30 + "…"
 
 
 # -- charts ------------------------------------------------------------------------------------
