@@ -1,6 +1,5 @@
-"""monitors/lora/norms.py at its stated limits (issue 18, survivors of the second mutation run): a
-float32 result whose error bound is exactly the tolerance is kept, and LoHa row blocks hold at most
-CHUNK_ELEMENTS elements of the change."""
+"""LoRA norms at their stated limits: a float32 result whose error bound is exactly the tolerance
+is kept, and LoHa row blocks hold at most CHUNK_ELEMENTS elements of the change."""
 
 from __future__ import annotations
 
