@@ -357,3 +357,13 @@ def test_the_node_table_shows_the_processs_device_memory_only_where_measured():
     assert f"peak device memory {format_bytes(900 * mib)}" in page
     plain = nodes_table({"nodes": [node("1", 0, 1, gpu_peaks=[{"device": "cuda:0", "peak_allocated_bytes": 1}])]})
     assert "Device" not in plain and "peak device memory" not in render_html({"prompt_id": "p", "nodes": []})
+
+
+def test_the_head_line_names_the_runs_highest_gpu_and_device_memory_peaks():
+    mib = 1024**2
+    nodes = [
+        node("1", 0.0, 1.0, gpu_peaks=[{"peak_allocated_bytes": 3 * mib, "peak_process_used_bytes": 900 * mib}]),
+        node("2", 1.0, 1.0, gpu_peaks=[{"peak_allocated_bytes": 1 * mib, "peak_process_used_bytes": 200 * mib}]),
+    ]
+    page = render_html({"prompt_id": "p", "status": "success", "nodes": nodes})
+    assert f"peak GPU {format_bytes(3 * mib)} · peak device memory {format_bytes(900 * mib)} · 2 nodes" in page
