@@ -224,7 +224,10 @@ def test_what_is_not_a_number_is_not_observed(fleet):
     assert value(samples, "pipeline_monitor_nodes_cached_total", class_type="C") == 1
     assert value(samples, "pipeline_monitor_prompt_peak_rss_bytes_count") == 0
     assert value(samples, "pipeline_monitor_last_prompt_peak_rss_bytes") == 0
-    assert prometheus._number(True) is None and prometheus._number(2) == 2.0
+    metrics.observe(report("q", duration_s=2, nodes=[node("A", duration_s=1)]))  # whole numbers count
+    samples = scrape(metrics)
+    assert value(samples, "pipeline_monitor_prompt_duration_seconds_sum", status="success") == 2.0
+    assert value(samples, "pipeline_monitor_node_duration_seconds_count", class_type="A") == 1
 
 
 def test_the_largest_gpu_peak_of_the_prompt_is_kept(fleet):
