@@ -210,6 +210,23 @@ def test_aggregate_without_durations_or_top_level_stages():
     assert result["ranks"][0]["slowest_stage"] == "inner"
 
 
+def test_the_slowest_stage_is_the_one_with_the_slowest_rank_not_the_highest_minimum():
+    # load: 3.0 s on rank 0 but 0.5 s on rank 1; step: 2.0 s on both (the higher minimum)
+    r0 = run("a", 4.0, rank=0, phases=[phase("load", 3.0), phase("step", 2.0)])
+    r1 = run("b", 4.0, rank=1, phases=[phase("load", 0.5), phase("step", 2.0)])
+    result = agg.aggregate([("p0", r0), ("p1", r1)])
+    assert result["slowest_stage"] == {"stage": "load", "rank": 0, "total_s": 3.0}
+
+
+def test_a_history_without_numbers_gives_no_limit():
+    assert agg.history_limit([None, "x", True], 10, 0.0) == {
+        "limit": None,
+        "n_runs": 0,
+        "median": None,
+        "spread": None,
+    }
+
+
 def test_aggregate_of_nothing_and_of_zero_durations():
     empty = agg.aggregate([])
     assert empty["n_reports"] == 0 and empty["schema_version"] == []
