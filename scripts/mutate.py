@@ -650,6 +650,14 @@ def report(module: str, results: list[Result], out) -> dict:
     }
 
 
+def _operator_list(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in OPERATORS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"operators are {', '.join(OPERATORS)}, comma-separated")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
@@ -675,11 +683,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the results here too")
     parser.add_argument(
         "--operators",
-        nargs="+",
-        choices=OPERATORS,
-        default=list(OPERATORS),
+        type=_operator_list,
+        default=OPERATORS,
         help="classic: operators, comparisons, constants, returns; swap: allocated/reserved, "
-        "min/max, median/mean in names and strings, two positional arguments (default: both)",
+        "min/max, median/mean in names and strings, two positional arguments; comma-separated "
+        "(default: classic,swap)",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
