@@ -151,12 +151,18 @@ def test_the_gauges_show_the_latest_of_several_samples(fleet):
     runtime.sampler.sample_once()
     probes.host.set_rss(900 * MiB)
     probes.nvml.devices[0]["utilization_pct"] = 95.0
-    probes.torch.allocate(0, 2 * GiB)
+    probes.torch.allocate(0, 3 * GiB)
+    probes.torch.allocate(0, -1 * GiB)  # freed, kept by the allocator: reserved stays at 3 GiB
     runtime.sampler.sample_once()
     samples = scrape(metrics)
     assert value(samples, "pipeline_monitor_process_rss_bytes") == 900 * MiB
     assert value(samples, "pipeline_monitor_gpu_utilization_pct", device="cuda:0") == 95.0
     assert value(samples, "pipeline_monitor_gpu_allocated_bytes", device="cuda:0") == 2 * GiB
+    assert value(samples, "pipeline_monitor_gpu_reserved_bytes", device="cuda:0") == 3 * GiB
+    text = generate_latest(metrics.registry).decode()
+    for figure in ("allocated", "reserved"):
+        help_line = f"# HELP pipeline_monitor_gpu_{figure}_bytes Torch allocator: bytes {figure} (latest sample)"
+        assert help_line in text
     latest = runtime.sampler.points()[-1].unix_time_s
     assert value(samples, "pipeline_monitor_sample_timestamp_seconds") == latest
 
