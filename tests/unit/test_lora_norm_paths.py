@@ -171,3 +171,15 @@ def test_frobenius_norm_of_float64_keeps_float64():
     tiny = 2.0**-40  # lost in float32
     assert norms.frobenius_norm(torch.tensor([1.0 + tiny], dtype=torch.float64)) == 1.0 + tiny
 
+
+
+def test_float32_loha_grams_outside_the_tolerance_are_formed_again_in_float64(monkeypatch):
+    factors = [t.float() for t in _factors(15, (16, 2), (2, 12), (16, 2), (2, 12))]
+    norms.loha_norm(*record(*factors))
+    assert float64_products() == []  # float32 Grams, well within the tolerance
+    monkeypatch.setattr(norms, "GRAM_SQUARED_TOLERANCE", 0.0)
+    got = norms.loha_norm(*record(*factors))
+    assert float64_products() == [(4, 4), (4, 4)]
+    assert got == pytest.approx(_loha_reference(*(t.double() for t in factors)), rel=1e-6)
+    norms.loha_norm(*record(*(t.double() for t in factors)))
+    assert shapes() == [(4, 4), (4, 4)]  # float64 factors: float64 Grams once, never again
