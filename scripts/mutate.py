@@ -2,11 +2,20 @@
 
     .venv/bin/python scripts/mutate.py monitors/latent/analysis.py [MODULE ...] [--tests T ...]
 
-For each module, one mutation at a time (arithmetic operator swap, comparison boundary swap and
-negation, constant change 0<->1 / n -> n+1 / True<->False, `and`<->`or`, `return x` -> `return None`,
-`+=`<->`-=` and `*=`<->`/=`), the module's tests run (`pytest -x -q -p no:cacheprovider`) with a
+For each module, one mutation at a time, the module's tests run (`pytest -x -q -p no:cacheprovider`) with a
 per-mutant timeout; a mutant is killed when they fail. It prints a score per module and every
 survivor (file:line and the mutation) so that each can be judged equivalent or not.
+
+Two operators (`--operators`, both by default):
+- classic: arithmetic operator swap, comparison boundary swap and negation, constant change
+  0<->1 / n -> n+1 / True<->False, `and`<->`or`, `return x` -> `return None`, `+=`<->`-=` and
+  `*=`<->`/=`;
+- swap: the names people confuse, as a word of a name, attribute, keyword or string
+  (allocated<->reserved, min<->max, minimum<->maximum, median<->mean: `memory_allocated` ->
+  `memory_reserved`, `"peak_allocated_bytes"` -> `"peak_reserved_bytes"`, `max(...)` -> `min(...)`),
+  and two neighbouring positional arguments of a call given the other way round (`f(a, b)` ->
+  `f(b, a)`). A name swapped into one the module never binds is not made (a NameError tells
+  nothing), nor a swap of two equal arguments or of `isinstance`/`getattr`-like arguments.
 
 Without `--tests`, a module's tests are the tests/unit/test_*.py files that import it. Mutants
 are written into a temporary copy of the repository (tracked and untracked, not ignored, files),
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import builtins
 import dataclasses
 import importlib
 import json
@@ -111,6 +121,9 @@ class Mutant:
     line: int
     end_line: int
     description: str
+    # The first line of the statement holding the mutation: coverage records a statement on its
+    # first line only, so a constant inside a literal spread over lines is "run" there.
+    statement_line: int = 0
 
 
 def _walk(node: ast.AST, skip: bool = False):
@@ -151,8 +164,104 @@ def _changed_constant(value):
     return None
 
 
-def _variants(node: ast.AST) -> list[tuple[str, callable]]:
+# The swap operator: names people confuse (a word of an identifier, attribute or string, split on
+# `_`) and two positional arguments given in the wrong order.
+_SWAP_WORDS = {
+    "allocated": "reserved",
+    "reserved": "allocated",
+    "min": "max",
+    "max": "min",
+    "minimum": "maximum",
+    "maximum": "minimum",
+    "median": "mean",
+    "mean": "median",
+}
+_SWAP_WORD = re.compile(r"(?<![A-Za-z0-9])(" + "|".join(_SWAP_WORDS) + r")(?![A-Za-z0-9])")
+OPERATORS = ("classic", "swap")
+# Calls whose two arguments cannot be given the other way round without a TypeError at once.
+_NO_ARGUMENT_SWAP = {"isinstance", "issubclass", "hasattr", "getattr", "setattr"}
+
+
+def _swapped(text: str) -> str | None:
+    """`text` with every swappable word swapped (`memory_allocated` -> `memory_reserved`,
+    `max(` -> `min(`), or None when it has none. Words are delimited by anything but letters and
+    digits, so `_` separates them and `maximal` or `meaning` are left alone."""
+    new = _SWAP_WORD.sub(lambda m: _SWAP_WORDS[m.group(1)], text)
+    return None if new == text else new
+
+
+def _defined_names(tree: ast.AST) -> set[str]:
+    """Names a swapped name may become: those the module binds, and the builtins (a name that
+    exists nowhere is a NameError at once, which tells nothing)."""
+    names = set(dir(builtins))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+    return names
+
+
+def _swap_variants(node: ast.AST, defined: set[str]) -> list[tuple[str, callable]]:
+    out = []
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+        new = _swapped(node.id)
+        if new in defined:
+            out.append((f"swap name `{node.id}` -> `{new}`", lambda n, new=new: setattr(n, "id", new)))
+    elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+        new = _swapped(node.attr)
+        if new:
+            out.append((f"swap attribute `.{node.attr}` -> `.{new}`", lambda n, new=new: setattr(n, "attr", new)))
+    elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+        new = _swapped(node.value)
+        if new:
+            out.append((f"swap string {node.value!r} -> {new!r}", lambda n, new=new: setattr(n, "value", new)))
+    elif isinstance(node, ast.Call):
+        out += _call_swaps(node)
+    return out
+
+
+def _call_swaps(call: ast.Call) -> list[tuple[str, callable]]:
+    """A keyword renamed (`min=` -> `max=`) where the call has no keyword of the new name (a
+    duplicate keyword does not compile), and two neighbouring positional arguments swapped."""
+    out = []
+    names = {k.arg for k in call.keywords}
+    for position, keyword in enumerate(call.keywords):
+        new = _swapped(keyword.arg) if keyword.arg else None
+        if new and new not in names:
+
+            def rename(n, position=position, new=new):
+                n.keywords[position].arg = new
+
+            out.append((f"swap keyword `{keyword.arg}=` -> `{new}=` (line {keyword.lineno})", rename))
+    if isinstance(call.func, ast.Name) and call.func.id in _NO_ARGUMENT_SWAP:
+        return out
+    args = call.args
+    for i in range(len(args) - 1):
+        a, b = args[i], args[i + 1]
+        if isinstance(a, ast.Starred) or isinstance(b, ast.Starred) or ast.dump(a) == ast.dump(b):
+            continue  # the same expression twice: swapping them changes nothing
+
+        def apply(n, i=i):
+            n.args[i], n.args[i + 1] = n.args[i + 1], n.args[i]
+
+        out.append((f"swap arguments {i + 1} and {i + 2}", apply))
+    return out
+
+
+def _variants(node: ast.AST, operators=OPERATORS, defined=frozenset()) -> list[tuple[str, callable]]:
     """(description, apply) for each mutation of this node; apply changes a node in place."""
+    out = _classic_variants(node) if "classic" in operators else []
+    if "swap" in operators:
+        out += _swap_variants(node, defined)
+    return out
+
+
+def _classic_variants(node: ast.AST) -> list[tuple[str, callable]]:
     out = []
     if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
         new = _ARITH[type(node.op)]
@@ -192,10 +301,11 @@ def _variants(node: ast.AST) -> list[tuple[str, callable]]:
     return out
 
 
-def _points(tree: ast.Module):
+def _points(tree: ast.Module, operators=OPERATORS):
     index = 0
+    defined = _defined_names(tree)
     for node, skip in _walk(tree):
-        variants = _variants(node)
+        variants = _variants(node, operators, defined)
         if not variants:
             continue
         if not skip:
@@ -203,14 +313,27 @@ def _points(tree: ast.Module):
         index += 1
 
 
-def mutants_of(source: str) -> list[Mutant]:
+def _statement_lines(tree: ast.AST) -> dict[int, int]:
+    """id(node) -> the first line of the innermost statement holding it."""
+    first = {}
+    for statement in ast.walk(tree):  # breadth first: inner statements come later and win
+        if isinstance(statement, ast.stmt):
+            for node in ast.walk(statement):
+                first[id(node)] = statement.lineno
+    return first
+
+
+def mutants_of(source: str, operators=OPERATORS) -> list[Mutant]:
     tree = ast.parse(source)
     lines = source.splitlines()
+    statement_of = _statement_lines(tree)
     out = []
-    for index, node, variants in _points(tree):
+    for index, node, variants in _points(tree, operators):
         snippet = _snippet(lines[node.lineno - 1].strip())
         for variant, (description, _) in enumerate(variants):
             kind = type(node).__name__.lower()
+            if description.startswith("swap "):
+                kind = "swap"
             out.append(
                 Mutant(
                     index,
@@ -219,14 +342,15 @@ def mutants_of(source: str) -> list[Mutant]:
                     node.lineno,
                     getattr(node, "end_lineno", None) or node.lineno,
                     f"{description} in `{snippet}`",
+                    min(statement_of.get(id(node), node.lineno), node.lineno),
                 )
             )
     return out
 
 
-def mutated_source(source: str, mutant: Mutant) -> str:
+def mutated_source(source: str, mutant: Mutant, operators=OPERATORS) -> str:
     tree = ast.parse(source)
-    for index, node, variants in _points(tree):
+    for index, node, variants in _points(tree, operators):
         if index == mutant.index:
             variants[mutant.variant][1](node)
             return ast.unparse(ast.fix_missing_locations(tree))
@@ -386,9 +510,10 @@ def mutate_module(
     select_tests: bool,
     log_dir: Path,
     lines: set[int] | None = None,
+    operators=OPERATORS,
 ) -> list[Result] | None:
     original = (works[0] / module).read_text()
-    mutants = [m for m in mutants_of(original) if lines is None or m.line in lines]
+    mutants = [m for m in mutants_of(original, operators) if lines is None or m.line in lines]
     cov_out = log_dir / "coverage.json"
     target = str((works[0] / module).resolve())
     rc, baseline_s = runner.run(
@@ -425,7 +550,10 @@ def mutate_module(
     pending = []
     for mutant in mutants:
         covering = set().union(
-            *(contexts.get(line, set()) for line in range(mutant.line, mutant.end_line + 1))
+            *(
+                contexts.get(line, set())
+                for line in range(mutant.statement_line or mutant.line, mutant.end_line + 1)
+            )
         )
         if not covering:
             results.append(Result(mutant, "not covered"))
@@ -441,7 +569,7 @@ def mutate_module(
             while pending and free:
                 mutant, selected = pending.pop(0)
                 work = free.pop()
-                (work / module).write_text(mutated_source(original, mutant))
+                (work / module).write_text(mutated_source(original, mutant, operators))
                 log_path = log_dir / f"mutant-{mutant.index}-{mutant.variant}.log"
                 handle = runner.start(work, [*PYTEST_ARGS, *selected], log_path)
                 running[handle if not isinstance(handle, subprocess.Popen) else handle.pid] = (
@@ -522,6 +650,14 @@ def report(module: str, results: list[Result], out) -> dict:
     }
 
 
+def _operator_list(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in OPERATORS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"operators are {', '.join(OPERATORS)}, comma-separated")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
@@ -545,6 +681,14 @@ def main(argv: list[str] | None = None) -> int:
         "--lines", type=int, nargs="+", help="only the mutants on these lines (re-checking a run's survivors)"
     )
     parser.add_argument("--json", type=Path, help="write the results here too")
+    parser.add_argument(
+        "--operators",
+        type=_operator_list,
+        default=OPERATORS,
+        help="classic: operators, comparisons, constants, returns; swap: allocated/reserved, "
+        "min/max, median/mean in names and strings, two positional arguments; comma-separated "
+        "(default: classic,swap)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     # Stopped with SIGTERM, still end the running tests and remove the temporary copy.
@@ -553,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.list:
         for module in args.modules:
-            for m in mutants_of((root / module).read_text()):
+            for m in mutants_of((root / module).read_text(), args.operators):
                 if args.lines and m.line not in args.lines:
                     continue
                 sys.stdout.write(f"{module}:{m.line}: [{m.kind}] {m.description}\n")
@@ -589,6 +733,7 @@ def main(argv: list[str] | None = None) -> int:
                 not args.all_tests,
                 log_dir,
                 set(args.lines) if args.lines else None,
+                args.operators,
             )
             if results is None:
                 failed = True

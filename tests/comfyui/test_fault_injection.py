@@ -252,6 +252,8 @@ def test_report_file_write_failing(comfy, setup, monkeypatch, caplog):
 
 def test_report_store_write_raising(comfy, setup, monkeypatch, caplog):
     executor, runtime = setup
+    # Kept patch of a private name: the fault is the disk write itself raising after the store took
+    # the report; the store has no public seam for that write.
     monkeypatch.setattr(runtime.store, "_write", raiser)
     caplog.set_level(logging.WARNING)
     report = run_prompt(executor, runtime)  # the report is still kept in memory

@@ -210,6 +210,23 @@ def test_aggregate_without_durations_or_top_level_stages():
     assert result["ranks"][0]["slowest_stage"] == "inner"
 
 
+def test_the_slowest_stage_is_the_one_with_the_slowest_rank_not_the_highest_minimum():
+    # load: 3.0 s on rank 0 but 0.5 s on rank 1; step: 2.0 s on both (the higher minimum)
+    r0 = run("a", 4.0, rank=0, phases=[phase("load", 3.0), phase("step", 2.0)])
+    r1 = run("b", 4.0, rank=1, phases=[phase("load", 0.5), phase("step", 2.0)])
+    result = agg.aggregate([("p0", r0), ("p1", r1)])
+    assert result["slowest_stage"] == {"stage": "load", "rank": 0, "total_s": 3.0}
+
+
+def test_a_history_without_numbers_gives_no_limit():
+    assert agg.history_limit([None, "x", True], 10, 0.0) == {
+        "limit": None,
+        "n_runs": 0,
+        "median": None,
+        "spread": None,
+    }
+
+
 def test_aggregate_of_nothing_and_of_zero_durations():
     empty = agg.aggregate([])
     assert empty["n_reports"] == 0 and empty["schema_version"] == []
@@ -227,24 +244,28 @@ def test_aggregate_of_mixed_versions_lists_them():
 # -- compare ----------------------------------------------------------------------------------------
 
 
-def test_diff_boundaries():
-    assert agg._diff(None, 1.0, 10, 0.0) == {
-        "a": None,
-        "b": 1.0,
-        "delta": None,
-        "delta_pct": None,
-        "regression": False,
-    }
-    assert agg._diff(1.0, "x", 10, 0.0)["delta"] is None
-    d = agg._diff(2.0, 3.0, 10, 0.5)
-    assert (d["delta"], d["delta_pct"], d["regression"]) == (1.0, 50.0, True)
-    assert not agg._diff(2.0, 3.0, 10, 1.0)["regression"]  # by exactly min_abs: not more
-    assert not agg._diff(2.0, 3.0, 50, 0.0)["regression"]  # by exactly the threshold: not more
-    from_zero = agg._diff(0.0, 2.0, 10, 1.0)
+def test_a_figure_missing_on_either_side_has_no_delta_and_is_no_regression():
+    for a, b, read in ((None, 1.0, (None, 1.0)), (1.0, "x", (1.0, None))):  # "x": not a number, read as None
+        row = agg.compare(run("a", a), run("b", b))["run"]["duration_s"]
+        assert (row["a"], row["b"]) == read
+        assert (row["delta"], row["delta_pct"], row["regression"]) == (None, None, False)
+
+
+def test_deltas_and_percentages_of_the_run_duration():
+    row = agg.compare(run("a", 2.0), run("b", 3.0))["run"]["duration_s"]
+    assert (row["delta"], row["delta_pct"]) == (1.0, 50.0)
+    assert agg.compare(run("a", 4.0), run("b", 2.0))["run"]["duration_s"]["delta_pct"] == -50.0
+    assert agg.compare(run("a", 0.0), run("b", 0.0))["run"]["duration_s"]["delta_pct"] == 0.0
+    assert agg.compare(run("a", 0), run("b", -1.0))["run"]["duration_s"]["delta_pct"] == 0.0
+    from_zero = agg.compare(run("a", 0.0), run("b", 2.0), min_seconds=1.0)["run"]["duration_s"]
     assert from_zero["delta_pct"] is None and from_zero["regression"]  # infinitely worse
-    assert agg._diff(0.0, 0.0, 10, 0.0)["delta_pct"] == 0.0
-    assert agg._diff(0, -1.0, 10, 0.0)["delta_pct"] == 0.0
-    assert agg._diff(4.0, 2.0, 10, 0.0)["delta_pct"] == -50.0
+
+
+def test_a_throughput_drop_by_exactly_the_threshold_is_no_regression():
+    a, b = run("a", 1.0, summary={"steps_per_s": 3.0}), run("b", 1.0, summary={"steps_per_s": 2.0})
+    assert agg.compare(a, b, threshold_pct=49)["run"]["steps_per_s"]["regression"] is True  # 3 is 50 % above 2
+    assert agg.compare(a, b, threshold_pct=50)["run"]["steps_per_s"]["regression"] is False  # not more
+    assert agg.compare(a, a, threshold_pct=0)["run"]["steps_per_s"]["regression"] is False
 
 
 def test_history_limit_takes_the_highest_of_its_three_bounds():
@@ -255,13 +276,18 @@ def test_history_limit_takes_the_highest_of_its_three_bounds():
     assert agg.history_limit([1.0, True, "x", None, 3.0], 0, 0.0)["n_runs"] == 2
 
 
-def test_judge_flags_only_above_the_limit():
-    at = agg._judge({"b": 1.1}, [1.0], 10, 0.0)
-    assert at == {"b": 1.1, "regression": False, "limit": 1.1, "n_runs": 1}  # at the limit: not above
-    assert agg._judge({"b": 1.2}, [1.0], 10, 0.0)["regression"] is True
-    assert agg._judge({"b": 1.05}, [1.0], 10, 0.0)["regression"] is False
-    assert agg._judge({"b": None}, [1.0], 10, 0.0)["regression"] is False
-    assert agg._judge({"b": 5.0}, [], 10, 0.0) == {"b": 5.0, "regression": False, "limit": None, "n_runs": 0}
+def test_a_run_is_flagged_only_above_the_history_limit():
+    def verdict(b_s, history=(1.0,)):
+        a, *rest = [run(f"h{i}", s) for i, s in enumerate(history)] or [run("h", None)]
+        return agg.compare(a, run("b", b_s), threshold_pct=10, min_seconds=0.0, history=rest)["run"]["duration_s"]
+
+    at = verdict(1.1)
+    assert (at["regression"], at["limit"], at["n_runs"]) == (False, pytest.approx(1.1), 1)  # at the limit
+    assert verdict(1.2)["regression"] is True
+    assert verdict(1.05)["regression"] is False
+    assert verdict(None)["regression"] is False
+    nothing = verdict(5.0, history=())
+    assert (nothing["regression"], nothing["limit"], nothing["n_runs"]) == (False, None, 0)
 
 
 def test_compare_run_figures_and_throughput():
@@ -366,7 +392,7 @@ def test_a_ranks_slowest_stage_among_several_top_level_ones():
 
 
 def test_any_rise_from_zero_is_infinitely_worse():
-    d = agg._diff(0.0, 0.5, 10, 0.0)
+    d = agg.compare(run("a", 0.0), run("b", 0.5), threshold_pct=10, min_seconds=0.0)["run"]["duration_s"]
     assert d["delta_pct"] is None and d["regression"] is True
 
 

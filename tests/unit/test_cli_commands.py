@@ -44,14 +44,20 @@ def write(folder, name, data):
     return str(path)
 
 
-def test_fmt_by_the_unit_in_the_name():
-    assert commands._fmt("x_bytes", None) == "-"
-    assert commands._fmt("peak_rss_bytes", 2 * 1024**2) == "2.0 MiB"
-    assert commands._fmt("steps_per_s", 12.345) == "12.3/s"
-    assert commands._fmt("duration_s", 1.23456) == "1.235 s"
-    assert commands._fmt("delta_pct", 5.04) == "+5.0 %"
-    assert commands._fmt("delta_pct", -5.06) == "-5.1 %"
-    assert commands._fmt("n", 3) == "3"
+def test_compare_prints_each_figure_by_the_unit_in_its_name(tmp_path, capsys):
+    def rows(a_s, b_s):
+        steps = [{"kind": "profiling", "node_id": None, "summary": {"steps_per_s": 12.345}, "details": {}}]
+        a = write(tmp_path, "a.json", report("a", a_s, steps=steps))
+        b = write(tmp_path, "b.json", report("b", b_s, steps=steps))
+        main(["compare", a, b])
+        return {line.split()[0]: line.split(maxsplit=1)[1].split() for line in capsys.readouterr().out.splitlines()[2:8]}
+
+    printed = rows(1.23456, 1.296288)  # 5.0 % slower
+    assert printed["duration_s"] == ["1.235", "s", "1.296", "s", "+5.0", "%"]
+    assert printed["peak_rss_bytes"] == ["2.0", "MiB", "2.0", "MiB", "+0.0", "%"]
+    assert printed["peak_gpu_allocated_bytes"] == ["-", "-", "-"]  # unknown
+    assert printed["steps_per_s"][:2] == ["12.3/s", "12.3/s"]
+    assert rows(1.0, 0.9494)["duration_s"][-2:] == ["-5.1", "%"]
 
 
 def test_reports_in_walks_sorted_without_traces_and_hidden_files(tmp_path):

@@ -1,5 +1,4 @@
-"""The conditioning step traces the negative side's prompt text when a negative is connected
-(issue 18: a survivor of the mutation run of monitors/conditioning/report.py)."""
+"""The conditioning step traces the negative side's prompt text when a negative is connected."""
 
 import pytest
 

@@ -4,7 +4,7 @@ import csv
 import io
 import json
 
-from monitors.exporters.csv_tables import main, nodes_csv, steps_csv, usage_generations_csv
+from monitors.exporters.csv_tables import NODE_GPU_COLUMNS, main, nodes_csv, steps_csv, usage_generations_csv
 from tests.unit.test_node_memory import _run_two_nodes
 
 GiB = 1024**3
@@ -16,7 +16,8 @@ def test_nodes_table_has_one_row_per_node_with_gpu_columns_per_device(tmp_path):
     rows = list(csv.DictReader(io.StringIO(nodes_csv(report))))
     assert [r["node_id"] for r in rows] == ["1", "2"]
     assert int(rows[0]["rss_change_bytes"]) == 100 * MiB
-    assert int(rows[0]["cuda:0.allocated_change_bytes"]) == 300 * MiB
+    assert int(rows[0]["cuda:0.allocated_change_bytes"]) == 800 * MiB
+    assert int(rows[0]["cuda:0.reserved_change_bytes"]) == 288 * MiB  # each column its own figure
     assert int(rows[1]["peak_rss_above_start_bytes"]) == 10 * MiB
     assert rows[0]["title"] == ""  # unknown: an empty cell, never -1
 
@@ -72,3 +73,20 @@ def test_usage_generations_one_number_per_gpu_column_and_none_on_cpu():
     assert not any(v.startswith("[") for r in rows for v in r.values())
     header = usage_generations_csv({"generations": [cpu_row]}).splitlines()[0]
     assert "cuda:" not in header and "gpu_utilization" not in header  # no GPU: no per-GPU column
+
+
+def test_every_gpu_figure_of_a_node_row_has_its_own_column_with_its_own_value(tmp_path):
+    report = _run_two_nodes(tmp_path, 1 * GiB).to_dict()  # allocated and reserved rise apart
+    reader = csv.DictReader(io.StringIO(nodes_csv(report)))
+    assert len(reader.fieldnames) == len(set(reader.fieldnames))
+    first = next(reader)
+    peak = report["nodes"][0]["gpu_peaks"][0]
+    for name in NODE_GPU_COLUMNS:
+        cell = first[f"cuda:0.{name}"]
+        assert cell == ("" if peak[name] is None else str(peak[name])), name
+
+
+def test_a_generation_row_keeps_its_gpu_peak_in_its_column():
+    generation = {"index": 0, "run_id": "r", "peak_rss_bytes": 300, "peak_gpu_allocated_bytes": 50}
+    [row] = csv.DictReader(io.StringIO(usage_generations_csv({"generations": [generation]})))
+    assert (row["peak_rss_bytes"], row["peak_gpu_allocated_bytes"]) == ("300", "50")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import types
 
+import pytest
 import torch
 
 from monitors.deep_profile import session
@@ -81,10 +82,10 @@ def test_times_from_the_clock(monkeypatch):
     monkeypatch.setattr(session, "time", types.SimpleNamespace(monotonic=clock.monotonic, time=lambda: 0.0))
     profiler = DeepProfiler("p", cuda=False, profiler_factory=lambda cuda: FakeProfiler(clock))
     profiler.start()
-    assert profiler.started_monotonic_s == 1000.0 and profiler.start_s == 0.25
+    assert profiler.started_monotonic_s == 1000.0 and profiler.start_s == pytest.approx(0.25)
     clock.now = 1002.0
     events = profiler.stop()
-    assert profiler.wall_s == 2.0
+    assert profiler.wall_s == pytest.approx(2.0)
 
     class Slow(list):
         def __iter__(self):
@@ -92,9 +93,9 @@ def test_times_from_the_clock(monkeypatch):
             return super().__iter__()
 
     step = build_step(profiler, Slow(events), {"prompt_id": "p0", "duration_s": 2.0})
-    assert step.summary["prompt_wall_s"] == clock.now - 1000.0
-    assert step.summary["overhead_ratio"] == (clock.now - 1000.0) / 2.0
-    assert step.details["analysis_s"] == clock.now - 1002.5
+    assert step.summary["prompt_wall_s"] == pytest.approx(clock.now - 1000.0)
+    assert step.summary["overhead_ratio"] == pytest.approx((clock.now - 1000.0) / 2.0)
+    assert step.details["analysis_s"] == pytest.approx(clock.now - 1002.5)
 
 
 def test_no_range_opened_before_the_profiler_runs_or_beyond_the_bound():

@@ -6,6 +6,7 @@ import struct
 
 import numpy as np
 import pytest
+import safetensors.torch
 import torch
 
 from monitors.dumps import files as dumps
@@ -249,12 +250,12 @@ def test_empty_and_zero_d_tensors_round_trip(tmp_path):
 
 
 def test_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch):
-    def boom(tensors, path, header):
+    def boom(tensors, path, metadata=None):
         with open(path, "wb") as f:
             f.write(b"partial")
         raise OSError("disk full")
 
-    monkeypatch.setattr(dumps, "_save_safetensors", boom)
+    monkeypatch.setattr(safetensors.torch, "save_file", boom)  # the backend fails half-way
     with pytest.raises(OSError, match="disk full"):
         write_dump(str(tmp_path), "broken", collect_tensors(image=torch.zeros(1)))
     assert all_files(tmp_path) == []
@@ -382,16 +383,14 @@ def test_compare_dump_with_a_live_value(tmp_path):
 
 
 def test_a_failed_rewrite_keeps_the_older_dump(tmp_path, monkeypatch):
-    from monitors.dumps import files
-
     write_dump(str(tmp_path), "kept", collect_tensors(image=torch.zeros(1, 2, 2, 3)))
 
-    def disk_full(tensors, path, header):
+    def disk_full(tensors, path, metadata=None):
         with open(path, "wb") as f:
             f.write(b"partial")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(files, "_save_safetensors", disk_full)
+    monkeypatch.setattr(safetensors.torch, "save_file", disk_full)
     with pytest.raises(OSError):
         write_dump(str(tmp_path), "kept", collect_tensors(image=torch.ones(1, 2, 2, 3)))
     monkeypatch.undo()

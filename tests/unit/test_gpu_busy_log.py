@@ -145,10 +145,10 @@ def test_resolve_gives_each_row_its_window_on_its_device():
     log = FixedLog()
     resolve_busy(rows, pending, log, probes=None, run_started_unix_s=1000.0)
     assert sorted(log.collected) == [(0, True), (1, True), (2, True)]  # the end's device, else the start's
-    assert rows[0].gpu_busy_s == (100 + 1001.0, 1003.0) and rows[0].gpu_busy_unknown_reason is None
+    assert rows[0].gpu_busy_s == pytest.approx((100 + 1001.0, 1003.0)) and rows[0].gpu_busy_unknown_reason is None
     assert rows[1] == Row(None, 1.0, None, "the node's window is unknown")
     assert rows[2] == Row(4.0, None, None, "the node's window is unknown")
-    assert rows[3].gpu_busy_s == (200 + 1000.5, 1000.75)
+    assert rows[3].gpu_busy_s == pytest.approx((200 + 1000.5, 1000.75))
 
 
 def test_resolve_without_a_log_leaves_the_rows():

@@ -33,9 +33,13 @@ def node(node_id, start, duration, **extra):
 
 
 def test_times_and_node_labels():
-    assert page_html._utc(None) == "–"
-    assert page_html._utc(0) == "1970-01-01 00:00:00 UTC"
-    assert page_html._utc(1_700_000_000.5) == "2023-11-14 22:13:20 UTC"
+    def started(unix_s):
+        page = render_html({"prompt_id": "p", "status": "success", "started_unix_s": unix_s, "nodes": []})
+        return re.search(r"started ([^<·]*?) ?(·|<)", page).group(1)
+
+    assert started(None) == "–"
+    assert started(0) == "1970-01-01 00:00:00 UTC"
+    assert started(1_700_000_000.5) == "2023-11-14 22:13:20 UTC"
     assert node_label({"node_id": "5", "title": "Mine", "class_type": "K"}) == "#5 Mine"
     assert node_label({"node_id": "5", "class_type": "K"}) == "#5 K"
     assert node_label({"node_id": "5"}) == "#5"
@@ -43,8 +47,12 @@ def test_times_and_node_labels():
 
 
 def test_labels_are_clipped_to_34_characters():
-    assert page_html._clip("x" * 34, 34) == "x" * 34
-    assert page_html._clip("x" * 35, 34) == "x" * 33 + "…"
+    def label(title):
+        svg = timeline_svg({"nodes": [node("1", 0.0, 1.0, title=title)]})
+        return re.search(r'text-anchor="end">(#1 [^<]*)</text>', svg).group(1)
+
+    assert label("x" * 31) == "#1 " + "x" * 31  # 34 characters: kept
+    assert label("x" * 32) == "#1 " + "x" * 30 + "…"
 
 
 # -- charts ------------------------------------------------------------------------------------
@@ -349,3 +357,13 @@ def test_the_node_table_shows_the_processs_device_memory_only_where_measured():
     assert f"peak device memory {format_bytes(900 * mib)}" in page
     plain = nodes_table({"nodes": [node("1", 0, 1, gpu_peaks=[{"device": "cuda:0", "peak_allocated_bytes": 1}])]})
     assert "Device" not in plain and "peak device memory" not in render_html({"prompt_id": "p", "nodes": []})
+
+
+def test_the_head_line_names_the_runs_highest_gpu_and_device_memory_peaks():
+    mib = 1024**2
+    nodes = [
+        node("1", 0.0, 1.0, gpu_peaks=[{"peak_allocated_bytes": 3 * mib, "peak_process_used_bytes": 900 * mib}]),
+        node("2", 1.0, 1.0, gpu_peaks=[{"peak_allocated_bytes": 1 * mib, "peak_process_used_bytes": 200 * mib}]),
+    ]
+    page = render_html({"prompt_id": "p", "status": "success", "nodes": nodes})
+    assert f"peak GPU {format_bytes(3 * mib)} · peak device memory {format_bytes(900 * mib)} · 2 nodes" in page

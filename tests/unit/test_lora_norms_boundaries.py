@@ -1,6 +1,5 @@
-"""monitors/lora/norms.py at its stated limits (issue 18, survivors of the second mutation run): a
-float32 result whose error bound is exactly the tolerance is kept, and LoHa row blocks hold at most
-CHUNK_ELEMENTS elements of the change."""
+"""LoRA norms at their stated limits: a float32 result whose error bound is exactly the tolerance
+is kept, and LoHa row blocks hold at most CHUNK_ELEMENTS elements of the change."""
 
 from __future__ import annotations
 
@@ -8,35 +7,30 @@ import pytest
 import torch
 
 from monitors.lora import norms
+from tests.unit.recorded_products import float64_products, record
 from tests.unit.test_lora_weights import Products  # records every matrix product's shape
 
 
 def test_a_bound_exactly_at_the_tolerance_keeps_the_float32_result(monkeypatch):
-    dtypes = []
-    original = norms._gram_trace
-
-    def recording(left, right):
-        dtypes.append(left.dtype)
-        return original(left, right)
-
-    monkeypatch.setattr(norms, "_gram_trace", recording)
-    # the bound is what it is compared with: only "exceeds" sends the Grams back to float64
+    # Kept patch of a private name: no input puts the true bound exactly at the tolerance, so the
+    # bound is set there (and at twice it) to prove that only "exceeds" forms the Grams again.
+    # Which Grams were formed is read from the products the factors made, not from the norm.
+    trace = norms._gram_trace
     monkeypatch.setattr(
         norms,
         "_gram_error_bound",
-        lambda left, right, m, n: norms.GRAM_SQUARED_TOLERANCE * original(left, right),
+        lambda left, right, m, n: norms.GRAM_SQUARED_TOLERANCE * trace(left, right),
     )
     up, down = torch.ones(4, 2), torch.ones(2, 3)  # up @ down: 2 everywhere on 12 elements
-    assert norms.lora_norm(up, down) == pytest.approx(48**0.5)
-    assert dtypes == [torch.float32]
-    dtypes.clear()
+    assert norms.lora_norm(*record(up, down)) == pytest.approx(48**0.5)
+    assert float64_products() == []
     monkeypatch.setattr(
         norms,
         "_gram_error_bound",
-        lambda left, right, m, n: 2 * norms.GRAM_SQUARED_TOLERANCE * original(left, right),
+        lambda left, right, m, n: 2 * norms.GRAM_SQUARED_TOLERANCE * trace(left, right),
     )
-    assert norms.lora_norm(up, down) == pytest.approx(48**0.5)
-    assert dtypes == [torch.float32, torch.float64]
+    assert norms.lora_norm(*record(up, down)) == pytest.approx(48**0.5)
+    assert float64_products() == [(2, 2), (2, 2)]
 
 
 def test_loha_row_blocks_hold_at_most_chunk_elements(monkeypatch):

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from monitors.lora import norms
+from tests.unit.recorded_products import float64_products, record
 
 TOLERANCE = 1e-4
 
@@ -17,32 +18,17 @@ def _reference_lora(up, down) -> float:
     return float(torch.linalg.matrix_norm(u @ d))
 
 
-@pytest.fixture
-def float64_grams(monkeypatch):
-    """Shapes of the Gram matrices formed again in float64 (the fallback)."""
-    calls = []
-    original = norms._gram_trace
-
-    def counting(left, right):
-        if left.dtype == torch.float64:
-            calls.append(tuple(left.shape))
-        return original(left, right)
-
-    monkeypatch.setattr(norms, "_gram_trace", counting)
-    return calls
-
-
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize(
     ("m", "n", "rank"), [(320, 320, 32), (1280, 768, 32), (10240, 1280, 32), (640, 2560, 128)]
 )
-def test_float32_grams_stay_within_1e4_of_float64(float64_grams, dtype, m, n, rank):
+def test_float32_grams_stay_within_1e4_of_float64(dtype, m, n, rank):
     generator = torch.Generator().manual_seed(m + n + rank)
     up = (torch.randn(m, rank, generator=generator) * 0.01).to(dtype)
     down = (torch.randn(rank, n, generator=generator) * 0.01).to(dtype)
-    got = norms.lora_norm(up, down)
+    got = norms.lora_norm(*record(up, down))
     assert got == pytest.approx(_reference_lora(up, down), rel=TOLERANCE)
-    assert float64_grams == []  # the float32 path was good enough, and was taken
+    assert float64_products() == []  # the float32 path was good enough, and was taken
 
 
 def test_trained_like_factors_with_correlated_columns_stay_within_1e4():
@@ -54,7 +40,7 @@ def test_trained_like_factors_with_correlated_columns_stay_within_1e4():
     assert norms.lora_norm(up, down) == pytest.approx(_reference_lora(up, down), rel=TOLERANCE)
 
 
-def test_cancellation_falls_back_to_float64(float64_grams):
+def test_cancellation_falls_back_to_float64():
     """up's two columns almost equal and down's rows opposite: up @ down is ~1e-3 of what the
     factors alone suggest, so its squared norm is ~1e-6 of the Gram terms: below float32 rounding."""
     generator = torch.Generator().manual_seed(2)
@@ -65,8 +51,8 @@ def test_cancellation_falls_back_to_float64(float64_grams):
     row = torch.randn(1, 1024, generator=generator, dtype=torch.float64)
     down = torch.cat([row, -row])
     up32, down32 = up.float(), down.float()
-    got = norms.lora_norm(up32, down32)
-    assert float64_grams == [(2, 2)]
+    got = norms.lora_norm(*record(up32, down32))
+    assert float64_products() == [(2, 2), (2, 2)]  # both Grams formed again in float64
     assert got == pytest.approx(_reference_lora(up32, down32), rel=TOLERANCE)
 
 

@@ -11,6 +11,7 @@ from safetensors.torch import save_file
 from monitors.lora.caches import FILE_FIGURES, clear_caches
 from monitors.lora.report import build_lora_step
 from tests.readbacks import ReadbackCounter
+from tests.unit.recorded_products import Recorded, record, shapes
 
 from .test_lora_norms import Adapter, rand
 from .test_lora_patches import Patcher
@@ -167,26 +168,21 @@ def test_base_norms_go_with_their_model(lora_files):
     assert BASE_NORMS.n_models() == 0
 
 
-def test_the_low_rank_norms_of_a_step_are_one_batched_product_per_shape(lora_files, monkeypatch):
+def test_the_low_rank_norms_of_a_step_are_one_batched_product_per_shape(lora_files):
     """On a GPU each small kernel costs a launch: 40 keys of one shape make one batched Gram pair
     (its trace taken once), not 40; a key of another shape is a batch of its own."""
-    from monitors.lora import norms
-
-    traces = []
-    original = norms._gram_trace
-
-    def counting(left, right):
-        traces.append(tuple(left.shape))
-        return original(left, right)
-
-    monkeypatch.setattr(norms, "_gram_trace", counting)
     patches = adapters(40, seed=3)
     patches["diffusion_model.40.weight"] = Adapter(
         "lora", (rand(16, 2, seed=7), rand(2, 24, seed=8), 2.0, None, None, None)
     )
+    for key, adapter in patches.items():  # factors that record the products made from them
+        up, down, *rest = adapter.weights
+        patches[key] = Adapter(adapter.name, (*record(up, down), *rest))
+    Recorded.products = []
     module = wide_module(41)
     report = step(Patcher(module), [patches], ["a.safetensors"], [0.5], lora_files)
-    assert sorted(traces) == [(1, 2, 2), (40, 4, 4)]
+    # one batched Gram pair per shape: 40 of rank 4, one of rank 2
+    assert sorted(shapes()) == [(1, 2, 2), (1, 2, 2), (40, 4, 4), (40, 4, 4)]
     rows = report.details["model"]["overall"]["weights"]
     assert len(rows) == 41 and all(row["delta_norm"] is not None for row in rows)
     up, down = patches["diffusion_model.7.weight"].weights[:2]

@@ -178,3 +178,11 @@ def test_exporters_show_the_model_events(recorder):
     assert samples[("pipeline_monitor_model_loads_total", label)] == 1
     assert samples[("pipeline_monitor_model_unloads_total", label)] == 1
     assert samples[("pipeline_monitor_weights_moved_bytes_total", label)] == 200 * MiB
+
+
+def test_the_html_section_lists_the_models_kept_at_the_end_with_their_size_and_device():
+    from monitors.exporters.html_models import model_residency_html
+
+    kept = [{"model_class": "SDXL", "loaded_bytes": 2 * 1024**3, "device": "cuda:0"}]
+    section = model_residency_html({"model_residency": {"events": [], "resident_at_end": kept}})
+    assert "SDXL (2.0 GiB on cuda:0)</p>" in section

@@ -21,6 +21,7 @@ from monitors.models.state import (  # noqa: E402
     object_patch_names,
     shared_module_memory,
 )
+from tests.unit.test_models_shared_memory import Counted  # noqa: E402
 
 
 class Tensors:
@@ -68,19 +69,17 @@ def test_a_module_without_tensors():
     assert module_memory(object())["size_bytes"] == 0
 
 
-def test_within_a_shared_block_a_module_is_walked_once_and_each_answer_is_a_copy(monkeypatch):
-    walks = []
-    real = state._module_memory
-    monkeypatch.setattr(state, "_module_memory", lambda m: walks.append(m) or real(m))
-    module = torch.nn.Linear(2, 2)
+def test_within_a_shared_block_a_module_is_walked_once_and_each_answer_is_a_copy():
+    module, other_module = Counted(2, 2), Counted(3, 3)
     with shared_module_memory():
         first = module_memory(module)
         first["bytes_by_device"]["cpu"] = -1
         second = module_memory(module)
-        other = module_memory(torch.nn.Linear(3, 3))
-    assert len(walks) == 2 and second["bytes_by_device"] == {"cpu": 24} and other["size_bytes"] == 48
+        other = module_memory(other_module)
+    assert (module.walks, other_module.walks) == (1, 1)
+    assert second["bytes_by_device"] == {"cpu": 24} and other["size_bytes"] == 48
     module_memory(module)
-    assert len(walks) == 3  # outside the block: walked again
+    assert module.walks == 2  # outside the block: walked again
 
 
 class Patcher:

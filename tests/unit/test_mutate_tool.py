@@ -166,3 +166,85 @@ def test_a_mutant_that_breaks_the_conftests_import_is_killed(tmp_path):
     )
     _, row = run_mutate(tmp_path, "toy/table.py", "tests/test_table.py")
     assert (row["total"], row["killed"], row["error"], row["survivors"]) == (1, 1, 0, [])
+
+
+SWAPPY = '''import statistics
+
+
+def needed(before, after):
+    return after["memory_allocated"] - before.memory_allocated
+
+
+def span(values, mean_s):
+    low, high = min(values), max(values)
+    return {"max_bytes": high - low, "typical": statistics.median(values), "meaning": mean_s}
+
+
+def ratio(a, b):
+    return divide(a, b) + isinstance(a, int) + divide(a, a)
+
+
+def divide(a, b):
+    return a / b
+'''
+
+
+def test_the_swap_operator_swaps_confusable_names_and_two_arguments():
+    found = {
+        (m.line, m.description.split(" in ")[0])
+        for m in mutate.mutants_of(SWAPPY, operators=("swap",))
+    }
+    assert found == {
+        (5, "swap string 'memory_allocated' -> 'memory_reserved'"),
+        (5, "swap attribute `.memory_allocated` -> `.memory_reserved`"),
+        (9, "swap name `min` -> `max`"),
+        (9, "swap name `max` -> `min`"),
+        (10, "swap string 'max_bytes' -> 'min_bytes'"),
+        (10, "swap attribute `.median` -> `.mean`"),
+        # `mean_s` -> `median_s` would be a NameError, `meaning` is another word
+        (14, "swap arguments 1 and 2"),  # not isinstance(int, a), not divide(a, a) twice
+    }
+    assert all(m.kind == "swap" for m in mutate.mutants_of(SWAPPY, operators=("swap",)))
+    [swapped] = [m for m in mutate.mutants_of(SWAPPY, operators=("swap",)) if m.line == 14]
+    assert "divide(b, a) + isinstance(a, int) + divide(a, a)" in mutate.mutated_source(
+        SWAPPY, swapped, operators=("swap",)
+    )
+    keywords = "stats.update(min=1, max=2)\nreport(minimum=1)\n"  # min= -> max= would not compile
+    assert [m.description.split(" in ")[0] for m in mutate.mutants_of(keywords, operators=("swap",))] == [
+        "swap keyword `minimum=` -> `maximum=` (line 2)"
+    ]
+    classic = {m.kind for m in mutate.mutants_of(SWAPPY, operators=("classic",))}
+    assert "swap" not in classic and "binop" in classic
+
+
+def test_the_swap_operator_kills_a_reserved_for_allocated_reading(tmp_path):
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy" / "__init__.py").write_text("")
+    (tmp_path / "toy" / "mem.py").write_text(
+        'def needed(before, after):\n    return after["allocated"] - before["allocated"]\n'
+    )
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_mem.py").write_text(
+        "from toy.mem import needed\n\n\ndef test_needed():\n"
+        '    assert needed({"allocated": 1, "reserved": 2}, {"allocated": 3, "reserved": 5}) == 2\n'
+    )
+    _, row = run_mutate(tmp_path, "toy/mem.py", "tests/test_mem.py", "--operators", "swap")
+    assert (row["total"], row["killed"], row["survivors"]) == (2, 2, [])
+
+
+def test_a_mutation_inside_a_literal_over_several_lines_is_run_with_its_statement(tmp_path):
+    """Coverage records a statement on its first line only: a constant on a later line of a tuple
+    is executed with its statement's first line, not "not covered"."""
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy" / "__init__.py").write_text("")
+    source = 'PAIRS = (\n    ("allocated_bytes", 1),\n    ("reserved_bytes", 2),\n)\n'
+    (tmp_path / "toy" / "pairs.py").write_text(source)
+    [first, *_] = mutate.mutants_of(source, operators=("swap",))
+    assert (first.line, first.statement_line) == (2, 1)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_pairs.py").write_text(
+        "from toy.pairs import PAIRS\n\n\ndef test_pairs():\n"
+        '    assert dict(PAIRS) == {"allocated_bytes": 1, "reserved_bytes": 2}\n'
+    )
+    _, row = run_mutate(tmp_path, "toy/pairs.py", "tests/test_pairs.py", "--operators", "swap")
+    assert (row["total"], row["killed"], row["not_covered"]) == (2, 2, 0)

@@ -18,15 +18,18 @@ MiB = 1024**2
 
 
 def _run_two_nodes(tmp_path, baseline_bytes):
-    """Node 1 raises RSS by 100 MiB (and keeps it), node 2 only adds a 10 MiB spike on top."""
+    """Node 1 raises RSS by 100 MiB (and keeps it) and allocates 800 MiB on the GPU, of which the
+    allocator had 512 MiB cached already (reserved rises by 288 MiB only); node 2 only adds a
+    10 MiB RSS spike on top."""
     probes = fake_probes("1 GPU")
     recorder = RunRecorder(RunStore(str(tmp_path)), probes=probes)
     probes.host.set_rss(baseline_bytes)
-    probes.torch.allocate(0, 2 * GiB)  # a model another prompt left on the GPU
+    probes.torch.allocate(0, 2 * GiB + 512 * MiB)  # a model another prompt left on the GPU
+    probes.torch.allocate(0, -512 * MiB)  # ... and a freed block the allocator keeps cached
     recorder.begin_run("p", {"1": {"class_type": "Loader"}, "2": {"class_type": "EmptyImage"}})
     recorder.node_started("1")
     probes.host.set_rss(baseline_bytes + 100 * MiB)
-    probes.torch.allocate(0, 300 * MiB)
+    probes.torch.allocate(0, 800 * MiB)
     recorder.node_finished("1")
     recorder.node_started("2")
     probes.host.set_rss(baseline_bytes + 110 * MiB)
@@ -43,14 +46,16 @@ def test_node_rows_carry_the_peak_above_their_own_start(tmp_path):
     assert rows["2"].peak_rss_above_start_bytes == 10 * MiB
     assert rows["1"].peak_rss_above_start_bytes == 100 * MiB
     gpu1, gpu2 = rows["1"].gpu_peaks[0], rows["2"].gpu_peaks[0]
-    assert gpu1.peak_allocated_bytes == 2 * GiB + 300 * MiB
-    assert gpu1.peak_allocated_above_start_bytes == 300 * MiB
+    assert gpu1.peak_allocated_bytes == 2 * GiB + 800 * MiB
+    assert gpu1.peak_allocated_above_start_bytes == 800 * MiB
+    assert gpu1.peak_reserved_above_start_bytes == 288 * MiB  # rises apart: neither read for the other
     assert gpu2.peak_allocated_above_start_bytes == 0 and gpu2.peak_reserved_above_start_bytes == 0
     on_disk = json.loads((tmp_path / "p.json").read_text())
     jsonschema.validate(on_disk, SCHEMA)
     assert on_disk["nodes"][1]["peak_rss_above_start_bytes"] == 10 * MiB
     # The node's own figure (GPU first, then RSS) is what badges and bars use.
-    assert node_memory_above_start(on_disk["nodes"][0]) == 300 * MiB
+    # What the node needed is what it allocated, not what the allocator reserved for it.
+    assert node_memory_above_start(on_disk["nodes"][0]) == 800 * MiB
 
 
 def test_unknown_baseline_gives_none_not_a_number(tmp_path):
@@ -119,10 +124,11 @@ def test_node_rows_carry_start_end_change_and_peak_times_from_their_own_readings
     assert node1.rss_change_bytes == node1.rss_end_bytes - node1.rss_start_bytes
     assert node1.peak_rss_at_s is not None and node1.peak_rss_at_s >= 0
     gpu = node1.gpu_peaks[0]
-    assert (gpu.allocated_start_bytes, gpu.allocated_end_bytes) == (2 * GiB, 2 * GiB + 300 * MiB)
-    assert gpu.allocated_change_bytes == 300 * MiB
-    assert gpu.reserved_start_bytes is not None and gpu.reserved_change_bytes is not None
+    assert (gpu.allocated_start_bytes, gpu.allocated_end_bytes) == (2 * GiB, 2 * GiB + 800 * MiB)
+    assert gpu.allocated_change_bytes == 800 * MiB
+    assert (gpu.reserved_start_bytes, gpu.reserved_end_bytes) == (2 * GiB + 512 * MiB, 2 * GiB + 800 * MiB)
+    assert gpu.reserved_change_bytes == 288 * MiB
     assert gpu.peak_allocated_at_s is not None and gpu.peak_reserved_at_s is not None
     on_disk = json.loads((tmp_path / "p.json").read_text())
     jsonschema.validate(on_disk, SCHEMA)
-    assert on_disk["nodes"][0]["gpu_peaks"][0]["allocated_change_bytes"] == 300 * MiB
+    assert on_disk["nodes"][0]["gpu_peaks"][0]["allocated_change_bytes"] == 800 * MiB

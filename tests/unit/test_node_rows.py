@@ -3,6 +3,8 @@ start offset against the run's start, whole bytes, and what a row says the node 
 
 from __future__ import annotations
 
+import pytest
+
 from monitors.engine.node_rows import node_memory_above_start, node_profile_from_span
 from monitors.engine.span import Change, Peak, SpanResult
 from monitors.node_fields import GpuPeak
@@ -49,12 +51,12 @@ def test_a_row_holds_every_figure_of_its_span():
         "success",
         False,
     )
-    assert row.start_offset_s == 2.5 and row.duration_s == 1.25
+    assert row.start_offset_s == pytest.approx(2.5) and row.duration_s == pytest.approx(1.25)
     assert row.peak_rss_bytes == 900 and row.peak_rss_method == "sampled"
     assert row.rss_change_bytes == 50.0
     assert (row.peak_rss_above_start_bytes, row.rss_start_bytes, row.rss_end_bytes) == (300, 600, 650)
     assert type(row.rss_start_bytes) is int and type(row.peak_rss_above_start_bytes) is int
-    assert row.peak_rss_at_s == 0.5
+    assert row.peak_rss_at_s == pytest.approx(0.5)
     assert row.gpu_time_unknown_reason == "why no GPU time"
     assert row.gpu_peaks == (
         GpuPeak("cuda:0", 70, None, None, None, peak_allocated_at_s=0.1, **UNREAD),

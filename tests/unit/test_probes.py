@@ -183,7 +183,7 @@ def test_nvml_absent_is_one_log_line_not_an_error(monkeypatch, caplog):
             raise ImportError("No module named 'pynvml'")
         return real_import(name, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "__import__", no_pynvml)
+    monkeypatch.setattr(builtins, "__import__", no_pynvml)  # pynvml not installed: a fake of the import
     caplog.set_level(logging.INFO)
     backend = NvmlBackend()
     assert backend.device_count() == 0 and backend.device_count() == 0

@@ -79,6 +79,8 @@ def hook(monkeypatch, tmp_path):
     recorder = recorder_mod.RunRecorder(store, probes=fake_probes())
     runtime = runtime_mod.Runtime(store, recorder, Sampler(probes=fake_probes()))
     previous = runtime_mod.set_runtime(runtime)
+    # Kept patches of private names: module state of the pack copy loaded once per session (the
+    # progress handler class made at install, the seams' start-up self-check), reset per test.
     monkeypatch.setattr(hook, "_handler_class", None)
     # the start-up self-check of every seam (nodes/seams.py) as done, with nothing missing: its own
     # tests below and in tests/unit/test_comfyui_symbols.py

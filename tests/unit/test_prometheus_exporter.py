@@ -118,7 +118,11 @@ def test_the_last_prompts_gpu_peak_is_its_highest_node_not_its_last(fleet):
         node("VAEDecode", gpu_peaks=[{"device": "cuda:0", "peak_allocated_bytes": 2 * GiB}]),
     ]
     metrics.observe(report("p", nodes=nodes))
-    assert value(scrape(metrics), "pipeline_monitor_last_prompt_peak_gpu_allocated_bytes") == 5 * GiB
+    samples = scrape(metrics)
+    assert value(samples, "pipeline_monitor_last_prompt_peak_gpu_allocated_bytes") == 5 * GiB
+    # the histogram too: one observation per prompt, its highest node
+    assert value(samples, "pipeline_monitor_prompt_peak_gpu_allocated_bytes_sum") == 5 * GiB
+    assert value(samples, "pipeline_monitor_prompt_peak_gpu_allocated_bytes_count") == 1
 
 
 def test_time_histograms_have_their_bounds(fleet):
@@ -147,12 +151,18 @@ def test_the_gauges_show_the_latest_of_several_samples(fleet):
     runtime.sampler.sample_once()
     probes.host.set_rss(900 * MiB)
     probes.nvml.devices[0]["utilization_pct"] = 95.0
-    probes.torch.allocate(0, 2 * GiB)
+    probes.torch.allocate(0, 3 * GiB)
+    probes.torch.allocate(0, -1 * GiB)  # freed, kept by the allocator: reserved stays at 3 GiB
     runtime.sampler.sample_once()
     samples = scrape(metrics)
     assert value(samples, "pipeline_monitor_process_rss_bytes") == 900 * MiB
     assert value(samples, "pipeline_monitor_gpu_utilization_pct", device="cuda:0") == 95.0
     assert value(samples, "pipeline_monitor_gpu_allocated_bytes", device="cuda:0") == 2 * GiB
+    assert value(samples, "pipeline_monitor_gpu_reserved_bytes", device="cuda:0") == 3 * GiB
+    text = generate_latest(metrics.registry).decode()
+    for figure in ("allocated", "reserved"):
+        help_line = f"# HELP pipeline_monitor_gpu_{figure}_bytes Torch allocator: bytes {figure} (latest sample)"
+        assert help_line in text
     latest = runtime.sampler.points()[-1].unix_time_s
     assert value(samples, "pipeline_monitor_sample_timestamp_seconds") == latest
 
@@ -220,7 +230,10 @@ def test_what_is_not_a_number_is_not_observed(fleet):
     assert value(samples, "pipeline_monitor_nodes_cached_total", class_type="C") == 1
     assert value(samples, "pipeline_monitor_prompt_peak_rss_bytes_count") == 0
     assert value(samples, "pipeline_monitor_last_prompt_peak_rss_bytes") == 0
-    assert prometheus._number(True) is None and prometheus._number(2) == 2.0
+    metrics.observe(report("q", duration_s=2, nodes=[node("A", duration_s=1)]))  # whole numbers count
+    samples = scrape(metrics)
+    assert value(samples, "pipeline_monitor_prompt_duration_seconds_sum", status="success") == 2.0
+    assert value(samples, "pipeline_monitor_node_duration_seconds_count", class_type="A") == 1
 
 
 def test_the_largest_gpu_peak_of_the_prompt_is_kept(fleet):

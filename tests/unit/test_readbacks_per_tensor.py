@@ -31,6 +31,8 @@ def counted(fn, *args):
 @pytest.fixture(params=["chunked", "whole"])
 def path(request, monkeypatch):
     if request.param == "whole":  # what a GPU tensor takes, on a CPU tensor
+        # Kept patches of private names: no GPU here, so the choice of the whole-tensor path that
+        # a device tensor gets is forced on a CPU tensor to count its read-backs.
         monkeypatch.setattr(tensor_stats, "_whole_tensor", lambda flat: flat.dtype in DTYPES)
         monkeypatch.setattr(compare, "_fast_chunk", lambda flat: compare.DEVICE_CHUNK_ELEMENTS)
     return request.param

@@ -145,7 +145,7 @@ def test_the_row_of_a_node_the_profile_never_saw(recorder, clock):
     recorder.node_started("1")
     recorder.node_finished("1")
     row = recorder.profile_row("1")
-    assert row["node_id"] == "1" and row["cached"] is False and row["duration_s"] == 0.0
+    assert row["node_id"] == "1" and row["cached"] is False and row["duration_s"] == pytest.approx(0.0)
     recorder.end_run("success")
     recorder.profile_enabled = False
     recorder.begin_run("q", PROMPT)
@@ -230,8 +230,8 @@ def test_the_report_carries_the_runs_times_reason_error_and_workflow(clock, tmp_
     workflow = {"name": "demo", "id": "w"}
     report = recorder.end_run("error", error=error, reason="why it ended", workflow=workflow)
     assert report.prompt_id == "7" and report.status == "error"
-    assert report.started_unix_s == 1_700_000_000.0 and report.finished_unix_s == 1_700_000_002.5
-    assert report.duration_s == 2.5
+    assert report.started_unix_s == 1_700_000_000.0
+    assert report.finished_unix_s == pytest.approx(1_700_000_002.5) and report.duration_s == pytest.approx(2.5)
     assert report.error == {"node_id": "1"} and report.error is not error
     assert report.workflow == workflow and report.workflow is not workflow
     assert report.monitor_errors == ("why it ended",) and report.missing_seams == ("a seam",)
@@ -253,7 +253,7 @@ def test_a_node_without_a_gpu_says_so_and_one_with_a_gpu_is_read_at_the_end(cloc
     gpu.node_started("1")
     probes.torch.launch(0, 0.125)
     gpu.node_finished("1")
-    assert gpu._run.gpu_pending and gpu._run.busy_log.since_unix_s == 1_700_000_000.0 - 2.0
+    assert gpu._run.gpu_pending and gpu._run.busy_log.since_unix_s == pytest.approx(1_700_000_000.0 - 2.0)
     row = gpu.end_run("success").nodes[0]
     assert row.gpu_time_s == 0.125 and row.gpu_time_unknown_reason is None
 

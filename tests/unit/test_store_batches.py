@@ -134,6 +134,8 @@ def test_the_reports_pending_at_exit_are_written(tmp_path):
 def test_many_adds_schedule_one_batch(tmp_path, monkeypatch):
     store = RunStore(str(tmp_path), background_writes=True, write_quiet_s=NEVER_S, write_latest_s=NEVER_S)
     scheduled = []
+    # Kept patch of a private name: how many batches were scheduled (not when they ran, which a
+    # loaded machine decides) is seen only where the store hands them to its writer thread.
     monkeypatch.setattr(store._writer, "submit", lambda task, delay_s=0.0: scheduled.append(delay_s))
     for i in range(10):
         store.add(report(f"p{i}"))

@@ -64,3 +64,11 @@ def test_csv_subgraph_table():
     assert rows[0]["wall_s"] == "1.25" and rows[0]["cuda:0.peak_allocated_bytes"] == "40"
     assert rows[1]["parent_id"] == "54" and rows[2]["wall_s"] == "" and rows[2]["wall_unknown_reason"]
     assert rows[0]["node_ids"] == '["54:73","54:62:174","54:62:175"]'
+
+
+def test_the_html_subgraph_row_shows_its_highest_device_peak():
+    from monitors.exporters.html_subgraphs import subgraphs_html
+
+    peaks = [{"device": "cuda:0", "peak_allocated_bytes": 3 * 1024**3}, {"device": "cuda:1", "peak_allocated_bytes": 1024**3}]
+    section = subgraphs_html({"subgraphs": [{"id": "54", "name": "n", "node_ids": ["1"], "gpu_peaks": peaks}]})
+    assert section.endswith("<td class=num>3.0 GiB</td></tr></table>")

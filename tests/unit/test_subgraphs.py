@@ -89,7 +89,7 @@ def test_membership_nesting_wall_clock_sum_and_peaks():
     assert outer.parent_id is None and inner.parent_id == "54"
     assert outer.node_ids == ("54:73", "54:62:174", "54:62:175")
     assert inner.node_ids == ("54:62:174", "54:62:175")
-    assert outer.start_offset_s == 1.0
+    assert outer.start_offset_s == pytest.approx(1.0)
     assert outer.wall_s == pytest.approx(1.25)  # 1.0 -> 2.25: wall-clock, not the 0.75 s sum
     assert outer.node_time_sum_s == pytest.approx(0.75)
     assert inner.wall_s == pytest.approx(0.25) and inner.n_cached == 1 and outer.n_cached == 1

@@ -147,6 +147,8 @@ def test_default_chunks_of_a_large_offset_tensor_stay_within_the_bound():
 
 
 def test_cpu_chunks_run_on_one_intra_op_thread_and_the_count_is_restored(monkeypatch):
+    # Kept patch of a private name: the thread count while the chunks are reduced is seen only
+    # from inside the reduction, and a failure inside it only by making it fail.
     before = torch.get_num_threads()
     seen = []
     original = tensor_stats._chunk_reductions
@@ -166,3 +168,123 @@ def test_cpu_chunks_run_on_one_intra_op_thread_and_the_count_is_restored(monkeyp
     with pytest.raises(RuntimeError):
         value_stats(torch.randn(tensor_stats.FLOAT64_MAX_ELEMENTS + 1))
     assert torch.get_num_threads() == before
+
+
+# Known values: the error bound's formula, which accumulation a size gets, the exact float64 path.
+
+
+def test_error_bound_formula_in_float32_and_float64():
+    u = 2.0**-24
+    mean_err = 256 * u * 1.5
+    variance = 258 * u * 4.0 + 2 * 0.5 * mean_err + mean_err**2
+    assert stats_error_bound(1.5, 4.0, -0.5) == {
+        "mean": mean_err,
+        "variance": variance,
+        "std": math.sqrt(variance),
+    }
+    u = 2.0**-53
+    mean_err = 256 * u * 1.5
+    variance = 258 * u * 4.0 + 2 * 0.5 * mean_err + mean_err**2
+    assert stats_error_bound(1.5, 4.0, 0.5, accumulate_float64=True)["variance"] == variance
+
+
+def test_underflow_scale_is_the_smallest_normal_over_the_unit_roundoff():
+    for name, dtype in (("float32", torch.float32), ("float64", torch.float64)):
+        info = torch.finfo(dtype)
+        assert tensor_stats.UNDERFLOW_SCALE[name] == info.tiny / (info.eps / 2)
+
+
+def test_tensors_up_to_64_ki_elements_get_float64_accuracy():
+    """Summed in float32, 64 Ki values near 100 would be off by about 1e-8 of the mean."""
+    assert tensor_stats.FLOAT64_MAX_ELEMENTS == 2**16
+    values = 100.0 + torch.rand(2**16, generator=torch.Generator().manual_seed(7))
+    ref = values.double()
+    stats = value_stats(values)
+    assert stats["mean"] == pytest.approx(float(ref.mean()), rel=1e-13)
+    assert stats["std"] == pytest.approx(float(ref.std(unbiased=False)), rel=1e-9)
+    larger = value_stats(torch.cat([values, values[:1]]))  # float32 sums: within their own bound
+    assert abs(larger["mean"] - float(torch.cat([ref, ref[:1]]).mean())) <= _bound_of(values)["mean"]
+
+
+def test_squares_that_underflow_float32_still_give_the_true_spread():
+    values = torch.tensor([1e-30, 3e-30] * 40_000, dtype=torch.float32)  # float32 squares are 0
+    stats = value_stats(values)
+    assert stats["mean"] == pytest.approx(2e-30, rel=1e-6) and stats["std"] == pytest.approx(1e-30, rel=1e-5)
+
+
+def test_integers_are_described_exactly():
+    stats = value_stats(torch.tensor([1, 2, 3]))
+    assert stats == {
+        "min": 1.0,
+        "max": 3.0,
+        "mean": 2.0,
+        "std": pytest.approx(math.sqrt(2 / 3), rel=1e-15),
+        "n_nan": 0,
+        "n_inf": 0,
+    }
+
+
+def test_nan_and_inf_are_counted_when_float32_sums_overflow():
+    values = torch.full((70_000,), 1e30, dtype=torch.float32)  # squares overflow float32
+    values[:3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    values[3] = -1e30
+    stats = value_stats(values)
+    assert (stats["n_nan"], stats["n_inf"]) == (1, 2)
+    finite = values[torch.isfinite(values)].double()  # the reference: the finite values in float64
+    assert (stats["min"], stats["max"]) == (float(finite.min()), float(finite.max()))
+    assert stats["mean"] == pytest.approx(float(finite.mean()), rel=1e-12)
+    assert stats["std"] == pytest.approx(float(finite.std(unbiased=False)), rel=1e-9)
+
+
+@pytest.mark.parametrize("n", [2, 70_000])
+def test_a_tensor_without_a_finite_value_has_counts_and_no_statistics(n):
+    values = torch.tensor([float("nan"), float("inf")] * (n // 2))
+    assert value_stats(values) == {
+        "min": None,
+        "max": None,
+        "mean": None,
+        "std": None,
+        "n_nan": n // 2,
+        "n_inf": n // 2,
+    }
+
+
+def test_one_cpu_thread_is_shared_by_nested_users_and_restores_the_count():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        for _ in range(2):  # a second round: nothing of the first one's count is left over
+            with tensor_stats.one_cpu_thread("cpu"):
+                assert torch.get_num_threads() == 1
+                with tensor_stats.one_cpu_thread("cpu"):
+                    assert torch.get_num_threads() == 1
+                assert torch.get_num_threads() == 1  # the outer user still holds it
+            assert torch.get_num_threads() == 3
+        with tensor_stats.one_cpu_thread("cuda"):  # GPU work leaves the CPU threads alone
+            assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(saved)
+
+
+class _Allocations(torch.overrides.TorchFunctionMode):
+    """Records the size of every torch.empty made while it is active (a fake of the backend)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sizes = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.empty:
+            self.sizes.append(math.prod(args[0]) if isinstance(args[0], (tuple, list)) else args[0])
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])  # converted in a reused buffer
+def test_a_tensor_below_one_chunk_gets_buffers_no_larger_than_itself(dtype):
+    n = tensor_stats.FLOAT64_MAX_ELEMENTS + 5  # chunked (float32 sums), far below one chunk
+    assert n < tensor_stats.CHUNK_ELEMENTS
+    values = torch.linspace(-1, 1, n).to(dtype)
+    with _Allocations() as allocations:
+        stats = value_stats(values)
+    assert stats["min"] == -1.0 and stats["max"] == 1.0
+    assert allocations.sizes and max(allocations.sizes) <= n

@@ -1,6 +1,6 @@
-"""Small tensors (up to FLOAT64_MAX_ELEMENTS) keep float64's precision (issue 18, a survivor of the
-mutation run): their squares are summed exactly as squares, so small integer values give exact
-statistics, as a reader comparing them by eye expects."""
+"""Small tensors (up to FLOAT64_MAX_ELEMENTS) keep float64's precision: their squares are summed
+exactly as squares, so small integer values give exact statistics, as a reader comparing them by
+eye expects."""
 
 import math
 
@@ -20,9 +20,12 @@ def test_small_integer_values_give_exact_statistics(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
-def test_the_small_path_gives_the_chunked_float64_figures_exactly(dtype):
-    from monitors.numeric import tensor_stats
-
+def test_a_small_tensor_gets_float64_figures(dtype):
     flat = (torch.randn(4099, generator=torch.Generator().manual_seed(3)) * 5 + 1).to(dtype)
-    chunked = [float(parts[0]) for parts in tensor_stats._chunk_reductions(flat, torch.float64)]
-    assert tensor_stats._small_reductions(flat) == chunked
+    values = flat.double().tolist()  # each value exact in float64
+    mean = math.fsum(values) / len(values)
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
+    stats = value_stats(flat)
+    assert (stats["min"], stats["max"]) == (min(values), max(values))
+    assert stats["mean"] == pytest.approx(mean, rel=1e-13, abs=1e-15)
+    assert stats["std"] == pytest.approx(std, rel=1e-12)

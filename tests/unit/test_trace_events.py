@@ -47,8 +47,6 @@ def profiling(details):
 
 
 def test_microseconds_rounded_to_the_nanosecond():
-    assert trace._us(1.2345678912) == 1234567.891
-    assert trace._us(0.5) == 500000.0
     t = reports_to_trace([run([row("1", 0.1234567891, 0.0000012345)], duration_s=1.0000004)])
     node = spans(t)["Class1"]
     assert node["ts"] == 123456.789 and node["dur"] == 1.234 and spans(t)["p"]["dur"] == 1000000.4
@@ -101,6 +99,17 @@ def test_node_spans_labels_and_args():
 # -- lanes and threads -------------------------------------------------------------------------
 
 
+def lanes_of(*nodes):
+    """Node ids by lane (trace thread) of one run's trace, each lane in the order of its spans."""
+    t = reports_to_trace([run([row(node_id, start, duration) for start, duration, node_id in nodes])])
+    names = thread_names(t)
+    by_lane: dict = {}
+    node_spans = [e for e in of(t, "X") if "node_id" in e["args"]]
+    for e in sorted(node_spans, key=lambda e: (e["ts"], -e["dur"])):
+        by_lane.setdefault(names[e["tid"]], []).append(e["args"]["node_id"])
+    return list(by_lane.values())
+
+
 def test_lanes_nest_or_follow_and_half_overlaps_go_to_another_lane():
     rows = [
         (0.0, 1.0, "b"),  # same start as a, shorter: inside a, whatever the order given
@@ -111,12 +120,10 @@ def test_lanes_nest_or_follow_and_half_overlaps_go_to_another_lane():
         (1.6, 0.5, "g"),  # half-overlaps c, inside d: d's lane
         (2.5, 0.5, "f"),  # starts where e ends
     ]
-    lanes = trace._lanes(rows)
-    assert [[r[2] for r in lane] for lane in lanes] == [["a", "b", "c", "e", "f"], ["d", "g"]]
-    assert trace._lanes([]) == []
+    assert lanes_of(*rows) == [["a", "b", "c", "e", "f"], ["d", "g"]]
+    assert lanes_of() == []
     # a row inside the outer interval but past the inner one's end half-overlaps the inner one
-    nested = [(0.0, 3.0, "x"), (0.0, 1.5, "y"), (1.2, 0.8, "z")]
-    assert [[r[2] for r in lane] for lane in trace._lanes(nested)] == [["x", "y"], ["z"]]
+    assert lanes_of((0.0, 3.0, "x"), (0.0, 1.5, "y"), (1.2, 0.8, "z")) == [["x", "y"], ["z"]]
 
 
 def test_overlapping_nodes_get_numbered_lanes_per_thread_main_first():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import types
 
+import pytest
 import torch
 
 from monitors.conditioning.report import build_conditioning_step
@@ -95,7 +96,7 @@ def test_sequential_spans_merge_into_one_from_the_first_start_to_the_last_end():
     first = _result(0.0, 1.0, (100 * MiB, 300 * MiB), (400 * MiB, 0.5), (6 * GiB, 0.25))
     second = _result(3.0, 2.0, (350 * MiB, 500 * MiB), (900 * MiB, 1.5), (5 * GiB, 0.75))
     merged = merge_sequential("upstream", [second, first])  # any order: sorted by start
-    assert merged.start_unix_s == 1000.0 and merged.duration_s == 5.0
+    assert merged.start_unix_s == 1000.0 and merged.duration_s == pytest.approx(5.0)
     assert merged.baseline is first.baseline and merged.end is second.end
     change = merged.changes["process_rss_bytes"]
     assert (change.before, change.after, change.delta) == (100 * MiB, 500 * MiB, 400 * MiB)
@@ -122,7 +123,7 @@ def test_merge_keeps_the_time_an_equal_extreme_was_first_reached_and_sub_second_
     merged = merge_sequential("upstream", [first, second])
     assert merged.peaks["process_rss_bytes"] == Peak(900, 0.125, METHOD_KERNEL_HWM)
     assert merged.lows["ram_available_bytes"] == Peak(4, 0.0625, METHOD_SAMPLED)
-    assert merged.duration_s == 0.75  # 0.5 s between the starts + the last one's 0.25 s
+    assert merged.duration_s == pytest.approx(0.75)  # 0.5 s between the starts + the last one's 0.25 s
 
 
 def test_upstream_memory_without_upstream_or_with_nothing_run_is_none_with_the_reason():

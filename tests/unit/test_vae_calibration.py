@@ -174,6 +174,8 @@ def test_an_out_of_memory_attempt_teaches_a_lower_bound_and_the_largest_ratio_wi
     ]
     # Ran out with 2 GiB free: the need exceeded 2 GiB, more than the 512 MiB it reached.
     assert samples[1].ratio == pytest.approx(2 * GiB / DIRECT_ESTIMATE)
+    # kept with the estimate and the free memory it was tried with (what a precedent compares)
+    assert (samples[1].estimate_bytes, samples[1].free_bytes) == (DIRECT_ESTIMATE, 2 * GiB)
     calibration = table.lookup(KEY)
     # The failed attempt is a lower bound, never a measured ratio: the measured ones stay apart.
     assert calibration.ratio == pytest.approx(0.25)  # the tiled measurement

@@ -1,6 +1,6 @@
-"""monitors/dumps/compare.py with known values: the NaN/Inf path against a reference computed on the
-finite pairs (in one chunk and across chunks), zero norms, tolerance at equality, and the exact
-summary counts and verdicts of a set (scripts/mutate.py survivors of the first tests)."""
+"""compare_pair and compare_sets on known values: NaN/Inf against a reference computed on the finite
+pairs (in one chunk and across chunks), zero norms, tolerance at equality, which sizes are summed
+in float64, and the exact summary counts and verdicts of a set."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_equal_specials_are_identical():
     assert (opposite["n_not_close"], opposite["equal"], opposite["max_abs_diff"]) == (1, False, 0.0)
 
 
-def test_zero_norms():
+def test_zero_norms_give_no_cosine_and_a_relative_error_only_against_a_nonzero_reference():
     zeros, ones = torch.zeros(4), torch.ones(4)
     both = compare_pair(zeros, zeros.clone(), 0.0, 0.0)
     assert (both["relative_error"], both["cosine_similarity"], both["equal"]) == (0.0, None, True)
@@ -59,16 +59,22 @@ def test_zero_norms():
     assert opposite["cosine_similarity"] == -1.0 and opposite["relative_error"] == 2.0
 
 
-def test_finite_float64_path_across_chunks(monkeypatch):
+def test_a_nan_on_both_sides_leaves_the_finite_figures_as_they_were_across_chunks(monkeypatch):
+    """A NaN pair sends the comparison down its float64 path (chunks of 2 here): the figures of the
+    finite pairs are unchanged, the equal NaNs count as a difference of 0."""
     monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 2)
-    monkeypatch.setattr(compare, "_fast_totals", lambda *args: None)  # the float64 path on finite values
-    a = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], dtype=torch.float64)
-    b = torch.tensor([1.0, 2.5, 3.0, 2.0, 5.0], dtype=torch.float64)
+    a = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, NAN], dtype=torch.float64)
+    b = torch.tensor([1.0, 2.5, 3.0, 2.0, 5.0, NAN], dtype=torch.float64)
     row = compare_pair(a, b, 0.0, 0.5)  # 0.5 is close (<=), 2 is not
-    assert (row["n_not_close"], row["max_abs_diff"], row["mean_abs_diff"]) == (1, 2.0, 0.5)
+    assert (row["n_not_close"], row["max_abs_diff"], row["n_nan_mismatch"]) == (1, 2.0, 0)
+    assert row["mean_abs_diff"] == pytest.approx(2.5 / 6, rel=1e-15)
     assert row["relative_error"] == pytest.approx(math.sqrt(4.25 / 55), rel=1e-15)
     dot = 1 + 5 + 9 + 8 + 25
     assert row["cosine_similarity"] == pytest.approx(dot / math.sqrt(55 * (1 + 6.25 + 9 + 4 + 25)), rel=1e-15)
+    finite = compare_pair(a[:5], b[:5], 0.0, 0.5)  # all finite: the fast path, the same figures
+    assert (finite["n_not_close"], finite["max_abs_diff"], finite["mean_abs_diff"]) == (1, 2.0, 0.5)
+    assert finite["relative_error"] == pytest.approx(row["relative_error"], rel=1e-15)
+    assert finite["cosine_similarity"] == pytest.approx(row["cosine_similarity"], rel=1e-15)
 
 
 def test_fast_path_counts_elements_outside_tolerance_exactly():
@@ -174,7 +180,7 @@ def test_a_complex_tensor_on_either_side_is_not_compared():
         assert compare_pair(a, b, 0.0, 0.0)["reason"] == "complex tensors are not compared"
 
 
-def test_verdict_details():
+def test_verdicts_say_what_has_nothing_in_common_which_shapes_differ_and_how_close():
     names = {f"p{i}": torch.zeros(1) for i in range(4)}
     nothing = compare_sets(_lazy(names), _lazy({f"q{i}": torch.zeros(1) for i in range(4)}), 0.0, 0.0)
     assert (

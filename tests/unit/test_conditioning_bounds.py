@@ -1,5 +1,5 @@
-"""monitors/conditioning/analysis.py with exact counts at each bound and known values for the side
-and comparison figures the first tests left open (scripts/mutate.py survivors)."""
+"""What analyse_conditioning says at each bound (entries, findings, extras, the statistics limit)
+and the side and comparison figures on known values: validity, counts, bytes, families, texts."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""monitors/lora/norms.py: each norm path on small shapes that take it, checked against the
-materialised change and against the other path, at the cost boundary, with tiny values (norms
-below 1) and degenerate sizes (scripts/mutate.py survivors of the first tests)."""
+"""The norms of LoRA and LoHa changes by each path, on small shapes that take it: checked against
+the materialised change and against the other path, at the cost boundary, with tiny values (norms
+below 1), degenerate sizes and float32 factors. Which path ran is read from the matrix products
+the factors made (tests/unit/recorded_products.py), never from the norm's own helpers."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from monitors.lora import norms
+from tests.unit.recorded_products import float64_products, record, shapes
 
 
 def _factors(seed, *shapes, scale=1.0):
@@ -21,20 +23,6 @@ def _loha_reference(a1, b1, a2, b2) -> float:
     return float(torch.linalg.matrix_norm((a1 @ b1) * (a2 @ b2)))
 
 
-@pytest.fixture
-def gram_calls(monkeypatch):
-    """How many times a Gram-matrix trace was taken (0: the row-block path ran)."""
-    calls = []
-    original = norms._gram_trace
-
-    def counting(left, right):
-        calls.append((tuple(left.shape), tuple(right.shape)))
-        return original(left, right)
-
-    monkeypatch.setattr(norms, "_gram_trace", counting)
-    return calls
-
-
 @pytest.mark.parametrize(
     ("m", "n", "r1", "r2", "path"),
     [
@@ -44,21 +32,20 @@ def gram_calls(monkeypatch):
         (9, 8, 3, 2, "blocks"),  # 612 > 360
     ],
 )
-def test_loha_paths_match_the_materialised_change(gram_calls, m, n, r1, r2, path):
+def test_loha_paths_match_the_materialised_change(m, n, r1, r2, path):
     for scale in (1.0, 0.01):  # 0.01: a norm well below 1
         a1, b1, a2, b2 = _factors(m * 100 + n, (m, r1), (r1, n), (m, r2), (r2, n), scale=scale)
-        gram_calls.clear()
-        got = norms.loha_norm(a1, b1, a2, b2)
+        got = norms.loha_norm(*record(a1, b1, a2, b2))
         assert got == pytest.approx(_loha_reference(a1, b1, a2, b2), rel=1e-9)
-        assert len(gram_calls) == (1 if path == "gram" else 0)
-        if path == "gram":
-            assert gram_calls == [((r1 * r2, r1 * r2), (r1 * r2, r1 * r2))]
+        # the Gram path: two (r1 r2)^2 Grams; the block path: row blocks of the change, m x n here
+        expected = [(r1 * r2, r1 * r2)] * 2 if path == "gram" else [(m, n)] * 2
+        assert shapes() == expected
 
 
-def test_loha_gram_path_agrees_with_rows_summed_one_by_one(gram_calls):
+def test_loha_gram_path_agrees_with_rows_summed_one_by_one():
     a1, b1, a2, b2 = _factors(7, (16, 2), (2, 12), (16, 2), (2, 12), scale=0.3)
-    gram = norms.loha_norm(a1, b1, a2, b2)
-    assert len(gram_calls) == 1  # (16 + 12) * 16 = 448 <= 16 * 12 * 4 = 768
+    gram = norms.loha_norm(*record(a1, b1, a2, b2))
+    assert shapes() == [(4, 4), (4, 4)]  # (16 + 12) * 16 = 448 <= 16 * 12 * 4 = 768: the Grams
     block_total = 0.0
     for row in range(16):
         block = (a1[row] @ b1) * (a2[row] @ b2)
@@ -89,17 +76,20 @@ def test_each_loha_shape_mismatch_alone_is_rejected(shapes):
         norms.loha_norm(*_factors(1, *shapes))
 
 
-def test_lora_norm_small_values_and_conv_factors(gram_calls):
+def test_lora_norm_small_values_and_conv_factors():
     up, down = _factors(5, (6, 3), (3, 7), scale=0.01)
-    assert norms.lora_norm(up, down) == pytest.approx(float(torch.linalg.matrix_norm(up @ down)), rel=1e-9)
+    assert norms.lora_norm(*record(up, down)) == pytest.approx(float(torch.linalg.matrix_norm(up @ down)), rel=1e-9)
+    assert shapes() == [(1, 3, 3), (1, 3, 3)]  # a batch of one r x r Gram pair, never m x n
     assert norms.lora_norm(up, down) < 1e-2
     conv_up, conv_down = up.reshape(6, 3, 1, 1), down.reshape(3, 7, 1, 1)
     assert norms.lora_norm(conv_up, conv_down) == pytest.approx(norms.lora_norm(up, down), rel=1e-12)
-    assert gram_calls[0] == ((1, 3, 3), (1, 3, 3))  # a batch of one r x r Gram pair, never m x n
     with pytest.raises(ValueError, match="rank mismatch"):
         norms.lora_norm(up, down.T)
 
 
+# Kept calls of private helpers, for a reason: the trace is clamped at 0 against rounding, and the
+# bound only decides whether a float32 result is formed again in float64; neither shows in a norm
+# reliably (a negative trace needs a rounding accident; a wrong bound changes the last digits).
 def test_gram_trace_is_never_negative():
     assert norms._gram_trace(torch.tensor([[1.0]]), torch.tensor([[-1e-30]])) == 0.0
     assert norms._gram_trace(torch.tensor([[0.5]]), torch.tensor([[0.25]])) == 0.125
@@ -129,7 +119,18 @@ def test_gram_error_bound_formula():
     assert norms._gram_error_bound(left, right, 16, 4) == pytest.approx(expected, rel=1e-6)
 
 
-def test_float32_factors_bound_the_error_with_the_outer_lengths(monkeypatch):
+def test_float32_factors_within_the_tolerance_keep_their_float32_grams():
+    up, down = (t.float() for t in _factors(11, (40, 3), (3, 24)))
+    reference = float(torch.linalg.matrix_norm(up.double() @ down.double()))
+    assert norms.lora_norm(*record(up, down)) == pytest.approx(reference, rel=1e-4)
+    assert float64_products() == []
+    assert norms.GRAM_SQUARED_TOLERANCE == 1e-4
+
+
+def test_the_float32_error_bound_is_taken_with_the_outer_lengths_in_order(monkeypatch):
+    # Kept patch of a private name: the bound (m for up's Gram, n for down's) decides only whether
+    # the result is formed again in float64, so m and n given the other way round change no norm
+    # that a test can stage; the call's arguments are the narrowest witness.
     seen = []
     original = norms._gram_error_bound
 
@@ -139,21 +140,18 @@ def test_float32_factors_bound_the_error_with_the_outer_lengths(monkeypatch):
 
     monkeypatch.setattr(norms, "_gram_error_bound", recording)
     up, down = (t.float() for t in _factors(11, (40, 3), (3, 24)))
-    reference = float(torch.linalg.matrix_norm(up.double() @ down.double()))
-    assert norms.lora_norm(up, down) == pytest.approx(reference, rel=1e-4)
-    assert seen == [(40, 24)]
-    assert norms.GRAM_SQUARED_TOLERANCE == 1e-4
-
-
-def test_float32_results_outside_the_tolerance_are_recomputed_in_float64(monkeypatch, gram_calls):
-    up, down = (t.float() for t in _factors(12, (30, 2), (2, 20)))
     norms.lora_norm(up, down)
-    assert len(gram_calls) == 1  # float32 Grams, well within the tolerance
-    gram_calls.clear()
+    assert seen == [(40, 24)]
+
+
+def test_float32_results_outside_the_tolerance_are_recomputed_in_float64(monkeypatch):
+    up, down = (t.float() for t in _factors(12, (30, 2), (2, 20)))
+    norms.lora_norm(*record(up, down))
+    assert float64_products() == []  # float32 Grams, well within the tolerance
     monkeypatch.setattr(norms, "GRAM_SQUARED_TOLERANCE", 0.0)
     reference = float(torch.linalg.matrix_norm(up.double() @ down.double()))
-    assert norms.lora_norm(up, down) == pytest.approx(reference, rel=1e-12)
-    assert len(gram_calls) == 2 and gram_calls[1] == ((2, 2), (2, 2))
+    assert norms.lora_norm(*record(up, down)) == pytest.approx(reference, rel=1e-12)
+    assert float64_products() == [(2, 2), (2, 2)]
 
 
 def test_a_factor_of_any_rank_is_flattened_after_its_first_dimension():
@@ -173,3 +171,15 @@ def test_frobenius_norm_of_float64_keeps_float64():
     tiny = 2.0**-40  # lost in float32
     assert norms.frobenius_norm(torch.tensor([1.0 + tiny], dtype=torch.float64)) == 1.0 + tiny
 
+
+
+def test_float32_loha_grams_outside_the_tolerance_are_formed_again_in_float64(monkeypatch):
+    factors = [t.float() for t in _factors(15, (16, 2), (2, 12), (16, 2), (2, 12))]
+    norms.loha_norm(*record(*factors))
+    assert float64_products() == []  # float32 Grams, well within the tolerance
+    monkeypatch.setattr(norms, "GRAM_SQUARED_TOLERANCE", 0.0)
+    got = norms.loha_norm(*record(*factors))
+    assert float64_products() == [(4, 4), (4, 4)]
+    assert got == pytest.approx(_loha_reference(*(t.double() for t in factors)), rel=1e-6)
+    norms.loha_norm(*record(*(t.double() for t in factors)))
+    assert shapes() == [(4, 4), (4, 4)]  # float64 factors: float64 Grams once, never again
