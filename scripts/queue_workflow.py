@@ -50,11 +50,15 @@ def queue(base_url: str, prompt: dict, workflow_file: str | None = None) -> str:
 
 
 def wait_for_report(base_url: str, prompt_id: str, timeout: float) -> dict:
-    """The report once /history has the prompt (the pack stores it before ComfyUI adds history)."""
+    """The report once /history has the prompt (the pack stores it before ComfyUI adds history),
+    complete: a step whose figures come after the prompt (a LoRA file's first analysis) is waited
+    for with `?wait_s=` for the time left."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if prompt_id in http_json(f"{base_url}/history/{prompt_id}"):
-            return http_json(f"{base_url}/pipeline_monitor/runs/{prompt_id}")
+            left = max(1.0, deadline - time.monotonic())
+            url = f"{base_url}/pipeline_monitor/runs/{prompt_id}?wait_s={left:.0f}"
+            return http_json(url, timeout=left + 10)
         time.sleep(0.2)
     sys.exit(f"prompt {prompt_id} did not finish within {timeout:.0f} s")
 
@@ -120,6 +124,8 @@ def main(argv=None) -> int:
     print(f"  (round trip {time.monotonic() - started:.2f} s; all runs: {base_url}/pipeline_monitor/runs)")
     for line in summary_lines(report):
         print("  " + line)
+    if report.get("complete") is False:
+        print("  (incomplete: a step's figures were still being computed after the prompt)")
     return 0 if report.get("status") == "success" else 1
 
 
