@@ -1,9 +1,10 @@
 """The LoRA step of a first file: returned pending in the prompt, finished after it.
 
 In the prompt: the loaders (file status, key coverage), the check that a side is first-time work
-(after_prompt.first_time_work) and the base weights taken (after_prompt.take_base_weights); the
-step comes back pending with those figures and a finding that says the rest comes after the
-prompt. After it, on the deferred-steps worker (monitors/engine/deferred_steps.py), one slice per
+(after_prompt.first_time_work), the base weights taken (after_prompt.take_base_weights) and both
+ends of each side described (side.describe_ends: where the monitor stood, not where the sampler
+left the model); the step comes back pending with those figures and a finding that says the rest
+comes after the prompt. After it, on the deferred-steps worker (monitors/engine/deferred_steps.py), one slice per
 side analyses the patches against the weights taken, then the whole step is made as the prompt
 would have made it, with `details.deferred` (its time in and after the prompt).
 """
@@ -19,6 +20,7 @@ from ..models.state import shared_module_memory
 from ..report import Finding, StepReport
 from .after_prompt import first_time_work, take_base_weights
 from .details import LORA_DETAILS
+from .side import describe_ends, patcher_of
 from .state_dicts import shared_state_dicts
 from .step import STEP_KIND, LoraParts, analyse_one_side, finish_step, loader_files, step_summary
 
@@ -38,11 +40,13 @@ def pending_step(parts: LoraParts, pairs, calculate, defer: Callable, started: f
     ):
         return None
     lookups = {kind: take_base_weights(kind, after) for kind, after, _ in pairs if after is not None}
+    # the ends as the monitor saw them: after the prompt a sampler has loaded and patched the model
+    ends = {kind: _ends_now(kind, after, before) for kind, after, before in pairs if after is not None}
     loaders = copy.deepcopy(parts.loaders)  # the pending step's own: the work fills the parts' ones
     job = {"in_prompt_s": None}
 
     def work():
-        return _finish_after_prompt(parts, pairs, calculate, lookups, job)
+        return _finish_after_prompt(parts, pairs, calculate, lookups, ends, job)
 
     job_id = defer(work)
     if job_id is None:
@@ -72,7 +76,18 @@ def pending_step(parts: LoraParts, pairs, calculate, defer: Callable, started: f
     )
 
 
-def _finish_after_prompt(parts: LoraParts, pairs, calculate, lookups: dict, job: dict):
+def _ends_now(kind: str, after, before) -> dict | None:
+    """side.describe_ends now, in the prompt; None (described after it) for a side without
+    patches or one that cannot be described: the analysis says why."""
+    if not hasattr(patcher_of(kind, after), "patches"):
+        return None
+    try:
+        return describe_ends(kind, after, before)
+    except Exception:
+        return None
+
+
+def _finish_after_prompt(parts: LoraParts, pairs, calculate, lookups: dict, ends: dict, job: dict):
     """The job: one slice per side (the worker may yield between them), then the step."""
     started_unix_s, started = time.time(), time.perf_counter()
     errors, exceptions, findings = [], [], []
@@ -80,7 +95,8 @@ def _finish_after_prompt(parts: LoraParts, pairs, calculate, lookups: dict, job:
     for kind, after, before in pairs:
         with shared_state_dicts(), shared_module_memory():
             side = analyse_one_side(
-                kind, after, before, parts.loaders, calculate, findings, errors, exceptions, lookups.get(kind)
+                kind, after, before, parts.loaders, calculate, findings, errors, exceptions,
+                lookups.get(kind), ends.get(kind),
             )
         if side is not None:
             sides[kind] = side

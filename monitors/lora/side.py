@@ -62,9 +62,21 @@ def not_patched_rule(patcher):
     return leaf_parameter_rule(getattr(patcher, "model", None))
 
 
+def describe_ends(kind: str, after, before=None) -> dict[str, Any]:
+    """The side's two ends as the step describes them, read now: the baseline (`before`, or the
+    oldest patcher of the chain) and the object after. A step analysed after the prompt takes them
+    in the prompt, where the monitor stood (a sampler later loads and patches the same model)."""
+    after_patcher = patcher_of(kind, after)
+    if before is not None:
+        baseline = _describe(kind, before, is_patcher=False)
+    else:
+        baseline = _describe(kind, parent_chain(after_patcher)[-1], is_patcher=True)
+    return {"baseline": baseline, "after": _describe(kind, after, is_patcher=False)}
+
+
 def analyse_side(
     kind: str, after, before=None, base_norms: bool = True, calculate=None, hop_files=None, reuse=None,
-    lookup=None,
+    lookup=None, described: dict | None = None,
 ) -> dict[str, Any]:
     """Everything the step reports for one side; `before` None means: walk the parent chain.
 
@@ -73,22 +85,23 @@ def analyse_side(
     on a copy of that weight, within the read budget. `hop_files`: (file identity, strength) of
     the loaders that made the patching hops, nearest first (caches.file_identity), so that the
     figures of a file already analysed are reused; `reuse`: the caches (default: the pack's own);
-    `lookup`: the base weights taken earlier (after_prompt.take_base_weights; default: read now).
+    `lookup`: the base weights taken earlier (after_prompt.take_base_weights; default: read now);
+    `described`: the ends as describe_ends took them earlier (default: described now).
     Every figure of the side is read back in two batches: the patches', then the weights'.
     """
     after_patcher = patcher_of(kind, after)
     if after_patcher is None or not hasattr(after_patcher, "patches"):
         return {"kind": kind, "analysed": False, "reason": f"{type(after).__name__} has no patches"}
+    described = described or describe_ends(kind, after, before)
+    baseline = described["baseline"]
     if before is not None:
         before_patcher = patcher_of(kind, before)
         pairs = [(after_patcher, before_patcher)]
-        baseline = _describe(kind, before, is_patcher=False)
         mode = "explicit"
     else:
         chain = parent_chain(after_patcher)
         pairs = list(zip(chain[:-1], chain[1:], strict=True))
         before_patcher = chain[-1]
-        baseline = _describe(kind, before_patcher, is_patcher=True)
         mode = "parent_chain"
     lookup = (lookup or base_weight_lookup(after_patcher)) if base_norms else None
     rule = not_patched_rule(after_patcher)
@@ -113,7 +126,7 @@ def analyse_side(
         hop["by_block"] = by_block(rows, hop_weights)
     states = state_dicts(before_patcher, after_patcher)
     add_weight_figures(overall_weights[:MAX_LISTED_KEYS], states, before_patcher, after_patcher)
-    after_info = _describe(kind, after, is_patcher=False)
+    after_info = described["after"]
     return {
         "kind": kind,
         "analysed": True,

@@ -232,17 +232,21 @@ def step_summary(
 
 
 def analyse_one_side(
-    kind, after, before, loaders, calculate, findings: list, errors: list, exceptions: list, lookup=None
+    kind, after, before, loaders, calculate, findings: list, errors: list, exceptions: list, lookup=None,
+    described=None,
 ) -> dict | None:
     """One side given, analysed with the figures of its loaders' files; None when not given or
-    failed (the failure recorded)."""
+    failed (the failure recorded). `lookup`, `described`: what a step finished after the prompt
+    took in it (side.analyse_side)."""
     if after is None:
         if before is not None:
             findings.append(Finding("warning", f"{kind}_before given without {kind}: ignored", "lora_before_only"))
         return None
     try:
         hop_files = loader_files(loaders, kind)
-        return analyse_side(kind, after, before, calculate=calculate, hop_files=hop_files, lookup=lookup)
+        return analyse_side(
+            kind, after, before, calculate=calculate, hop_files=hop_files, lookup=lookup, described=described
+        )
     except Exception as exc:
         errors.append(f"{kind}: {type(exc).__name__}: {exc}")
         exceptions.append(caught_exception(kind, exc))

@@ -107,6 +107,21 @@ def test_after_the_prompt_the_figures_equal_a_step_made_in_the_prompt(lora_files
     assert "lora_figures_after_prompt" in [f.code for f in done.findings]
 
 
+def test_the_sides_ends_are_described_where_the_monitor_stood_not_after_the_prompt(lora_files):
+    """A sampler later in the prompt loads and patches the same model: the finished step still
+    describes the model as the monitor saw it (its placement, its patch state)."""
+    patcher, _ = stacked(Patcher(wide_module(6)))
+    jobs = Jobs()
+    build(patcher, lora_files, defer=jobs)
+    seen = str(patcher.load_device)
+    patcher.load_device = "cuda:7"  # what the rest of the prompt did to the model meanwhile
+    done, _ = jobs.run()
+    assert done.details["model"]["after"]["load_device"] == seen != "cuda:7"
+    assert done.details["model"]["placement_changes"] == {}
+    clear_caches()
+    assert build(patcher, lora_files).details["model"]["after"]["load_device"] == "cuda:7"  # read now
+
+
 def test_a_repeat_stays_in_the_prompt_and_reads_back_nothing(lora_files):
     base = Patcher(wide_module(6))
     first, stack = stacked(base)
