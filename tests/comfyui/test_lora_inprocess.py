@@ -386,11 +386,12 @@ def test_non_safetensors_file_is_never_unpickled(comfy, tiny, pack_runtime, lora
 
 def test_monitor_failure_is_recorded_not_raised(comfy, tiny, pack_runtime, monkeypatch):
     lora_report = comfy.pack_module("monitors.lora.report")
+    lora_step = comfy.pack_module("monitors.lora.step")
 
     def boom(*args, **kwargs):
         raise RuntimeError("analysis exploded")
 
-    monkeypatch.setattr(lora_report, "analyse_side", boom)
+    monkeypatch.setattr(lora_step, "analyse_side", boom)
     monkeypatch.setattr(lora_report, "upstream_loaders", boom)
     output, step, _ = run_monitor(comfy, pack_runtime, {}, model=tiny.model)
     assert output.result[0] is tiny.model
