@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..models.patching import patched_on_the_fly
+from ..numeric.device_figures import known, resolve
 from ..numeric.tensor_stats import one_cpu_thread
-from .deferred import known, resolve
 from .entries import ADAPTER_INFO, WITHOUT_NORM, analyse_entry, entry_facts, set_delta  # noqa: F401 (imported from here)
 from .norms import frobenius_deferred
 from .patches import ADAPTER_TYPES, classify_patch, patch_tensors  # noqa: F401 (imported from here)
@@ -118,7 +118,7 @@ def patch_rows(added: Mapping[str, list], base_lookup=None, not_patched=None, re
 
 class RowPlan:
     """patch_rows before its read-back: the rows' figures stay on the device until the caller
-    resolves them with every other figure of the step (deferred.resolve), then finish()."""
+    resolves them with every other figure of the step (device_figures.resolve), then finish()."""
 
     def __init__(self, added: Mapping[str, list], base_lookup=None, not_patched=None, reuse=None) -> None:
         self.reuse = reuse

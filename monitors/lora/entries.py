@@ -1,5 +1,5 @@
 """One LoRA patch entry: what it is (type, rank, alpha, scales), whether ComfyUI applies it, and the
-norm of its change, left on the device (deferred.py) until the step reads every figure back.
+norm of its change, left on the device (numeric/device_figures.py) until the step reads every figure back.
 
 Duck-typed on ComfyUI's bookkeeping (analysis.py says how); `entry_facts` gives a row and its
 unit-strength norm still on the device, `set_delta` the row's change norm once that is read.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .deferred import known, product, resolve
+from ..numeric.device_figures import known, product, resolve
 from .norms import frobenius_deferred, loha_deferred, lora_deferred
 from .patches import (
     ADAPTER_TYPES,

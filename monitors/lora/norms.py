@@ -16,15 +16,15 @@ Grams are formed again in float64, so a norm stays within 1e-4 relative of float
 Plain norms sum float32 squares of cache-sized chunks with torch's cascade sum (error ~ u log k)
 into a float64 total on a CPU, one fused reduction on a GPU, float64 where squares overflow float32.
 Each norm has a `*_deferred` form that stays on the device until the step reads every figure back
-at once (deferred.py): on a GPU a read-back per key is a synchronisation per key.
+at once (numeric/device_figures.py): on a GPU a read-back per key is a synchronisation per key.
 """
 
 from __future__ import annotations
 
 import math
 
+from ..numeric.device_figures import Expr, Scalar, figure_value, root
 from ..numeric.tensor_stats import one_cpu_thread
-from .deferred import Expr, Scalar, figure_value, root
 
 # Elements per chunk of a plain norm: 1 Mi float32 (4 MiB) stays in cache, where a 4 Mi chunk's
 # float32 copy and squares run ~10x slower on a 2-core machine.

@@ -4,7 +4,7 @@ Per side (MODEL, CLIP): the patches added since the base (parent chain) or again
 object; per loader in the graph: its file, key coverage and strengths; paired hops and loaders,
 and findings. Framework objects are duck-typed; file lookup and key coverage come in as callables.
 This file gathers what the prompt reads (the loaders: LoraParts); step.py makes the step from it
-and the analysed sides, in the prompt or, for a file seen the first time, after it (deferral.py).
+and the analysed sides, in the prompt or, for a file seen the first time, after it (after_prompt.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 
 from ..engine.upstream_memory import step_memory
 from ..report import StepReport
+from .after_prompt import pending_step
 from .coverage import merge_loaders, upstream_loaders
-from .deferral import pending_step
 from .file import lora_file_status
 from .state_dicts import with_shared_state_dicts
 from .step import LoraParts, analyse_one_side, caught_exception, finish_step
@@ -108,7 +108,7 @@ def build_lora_step(
     the framework's own key mapping (none: coverage not computed); `returned`: the (MODEL, CLIP) the
     node hands on, for their ids. `defer(work)` (DEFERRED.submit for the running prompt): when a
     side's analysis is first-time work, the step comes back pending and `work` finishes it after
-    the prompt (deferral.py).
+    the prompt (after_prompt.py).
     """
     started = time.perf_counter()
     # the loaders first (the sides reuse their files' figures); their errors are listed after the sides'

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..models.state import describe_clip, describe_model
+from ..numeric.device_figures import resolve
 from ..numeric.tensor_stats import one_cpu_thread
 from .analysis import (
     MATERIALISE_ELEMENT_BUDGET,
@@ -24,7 +25,6 @@ from .analysis import (
     patches_of,
 )
 from .caches import Reuse, entry_files
-from .deferred import resolve
 from .state_dicts import LiveState, state_dict_of
 from .weights import WeightPlan, leaf_parameter_rule
 

@@ -1,6 +1,6 @@
 """The `lora` step made from its parts: what the prompt read of the loaders (LoraParts) and the
-sides analysed (in the prompt, or after it: deferral.py), with the step's findings and its summary
-record. report.py gathers the parts; this file and deferral.py make the step from them.
+sides analysed (in the prompt, or after it: after_prompt.py), with the step's findings and its summary
+record. report.py gathers the parts; this file and after_prompt.py make the step from them.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..numeric.device_figures import Expr, Scalar, figure_value, known, resolve, root
 from ..numeric.tensor_stats import one_cpu_thread
-from .deferred import Expr, Scalar, figure_value, known, resolve, root
 
 LINEAR_CHEAP = ("lora", "diff")  # types whose cross inner products need no base weight
 

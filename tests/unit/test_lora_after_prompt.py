@@ -1,6 +1,5 @@
-"""The LoRA step of a first file finished after the prompt (monitors/lora/deferral.py,
-after_prompt.py): in the prompt it reads back nothing and touches no weight's values, after it the
-figures equal a step made whole in the prompt, a repeat stays in the prompt, and the base weights
+"""The LoRA step of a first file finished after the prompt (monitors/lora/after_prompt.py): in the
+prompt it reads back nothing and touches no weight's values, after it the figures equal a step made whole in the prompt, a repeat stays in the prompt, and the base weights
 are the ones taken in the prompt whatever ComfyUI does to the model meanwhile."""
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from monitors.lora.deferred import figure_value
 from monitors.lora.entries import entry_facts, set_delta
+from monitors.numeric.device_figures import figure_value
 
 from .test_lora_norms import Adapter, rand
 

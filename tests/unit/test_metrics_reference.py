@@ -107,7 +107,7 @@ def _lora_file_step(tmp_path):
 
 
 def _lora_step_after_prompt():
-    """A first file's step finished after the prompt (monitors/lora/deferral.py): details.deferred."""
+    """A first file's step finished after the prompt (monitors/lora/after_prompt.py): details.deferred."""
     model = Patcher(tiny_module()).clone()
     model.add_patches(lora_patches(2, 3), 0.7)
     works = []

@@ -1,4 +1,4 @@
-"""Figures left on their device until a batch reads them back (monitors/lora/deferred.py): the
+"""Figures left on their device until a batch reads them back (monitors/numeric/device_figures.py): the
 values, the bounds paired with their scalars, the float64 recomputation exactly when the bound is
 not small enough, and no tensor kept after the read."""
 
@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from monitors.lora.deferred import Expr, Scalar, _read, figure_value, known, product, resolve, root
+from monitors.numeric.device_figures import Expr, Scalar, _read, figure_value, known, product, resolve, root
 
 
 def scalar(value: float, bound: float | None = None, exact: float | None = None, **kwargs) -> Scalar:
