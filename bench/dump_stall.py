@@ -31,7 +31,7 @@ import time
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.verdicts import add_quick_flag, fmt_spread, verdict_line  # noqa: E402
+from bench.verdicts import add_quick_flag, chosen_device, fmt_spread, verdict_line  # noqa: E402
 
 RATIO_TARGET = 0.5
 WRITE_TIMEOUT_S = 300  # a hang guard for one file
@@ -113,11 +113,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu")
     add_quick_flag(parser)
     args = parser.parse_args(argv)
-    device = args.device
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = chosen_device(args.device)
     if args.quick:
         args.elements, args.pairs = 3 * 64 * 64, 2
     result = measure(args.elements, args.pairs, device)

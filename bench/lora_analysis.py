@@ -41,7 +41,7 @@ import time
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.verdicts import add_quick_flag, fmt_spread, spread, verdict_line  # noqa: E402
+from bench.verdicts import add_quick_flag, chosen_device, fmt_spread, spread, verdict_line  # noqa: E402
 
 ANALYSIS_TO_NAIVE_TARGET = 0.05
 CUDA_ANALYSIS_TO_NAIVE_TARGET = 1.0  # issue 25: faster than materialising on a GPU
@@ -199,11 +199,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu")
     add_quick_flag(parser)
     args = parser.parse_args(argv)
-    device = args.device
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = chosen_device(args.device)
     if device == "cuda" and "--keys" not in " ".join(argv or sys.argv):
         args.keys = 200
     if args.quick:

@@ -31,7 +31,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.lora_step_profile import CHECKPOINT, LORA, import_comfyui, prompt  # noqa: E402
-from bench.verdicts import add_quick_flag, fmt_spread, verdict_line  # noqa: E402
+from bench.verdicts import add_quick_flag, chosen_device, fmt_spread, verdict_line  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FIRST_IN_PROMPT_TARGET_S = 0.060
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING)
     import torch
 
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    device = chosen_device(args.device)
     comfy_path = os.environ.get("COMFYUI_PATH")
     if not comfy_path:
         parser.error("set COMFYUI_PATH to a ComfyUI checkout")

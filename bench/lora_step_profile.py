@@ -37,7 +37,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.verdicts import add_quick_flag, fmt_spread, verdict_line  # noqa: E402
+from bench.verdicts import add_quick_flag, chosen_device, fmt_spread, verdict_line  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CHECKPOINT = "pm_sd15_full.safetensors"
@@ -129,9 +129,8 @@ def main(argv=None) -> int:
     if args.quick:
         args.repeats, args.top = 1, 5
     logging.basicConfig(level=logging.WARNING)
-    import torch
 
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    device = chosen_device(args.device)
     comfy_path = os.environ.get("COMFYUI_PATH")
     if not comfy_path:
         parser.error("set COMFYUI_PATH to a ComfyUI checkout")

@@ -37,6 +37,15 @@ def add_quick_flag(parser) -> None:
     )
 
 
+def chosen_device(choice: str) -> str:
+    """A bench's `--device` choice: `auto` is CUDA when torch sees a GPU, else the CPU."""
+    if choice != "auto":
+        return choice
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def trailing_verdicts(output: str) -> list[str]:
     """The verdict lines a bench's output ends with (every line from the first verdict line on
     must be one); [] when it does not end with verdicts."""
