@@ -132,6 +132,8 @@ class DeferredSteps:
         the jobs it armed (to start once it is stored)."""
         steps, start = [], []
         with self._lock:
+            if not self._jobs and not any(step.pending for step in report.steps):
+                return report, []  # the usual run: nothing pending, nothing to settle
             for step in report.steps:
                 steps.append(self._settle_step(step, report, store, start))
             for job_id, job in list(self._jobs.items()):  # a job whose step the run never held
