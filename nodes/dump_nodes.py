@@ -9,14 +9,15 @@ name is a node error and nothing runs) and again before writing.
 from __future__ import annotations
 
 import logging
+import threading
 
 from comfy_api.latest import io
 
 from ..monitors.dumps import TENSOR_COMPARE_STAGE, TENSOR_DUMP_STAGE
+from ..monitors.dumps.compare_step import finish_compare_step, start_compare_step
 from ..monitors.dumps.report import (
     LIVE_VALUE,
     NO_DUMPS,
-    build_compare_step,
     compare_inputs_problem,
     dump_name_problem,
     dump_names,
@@ -25,8 +26,10 @@ from ..monitors.dumps.report import (
     written_file_name,
 )
 from ..monitors.dumps.write_step import finish_dump_step
-from ..monitors.dumps.writer import DUMP_WRITER, finish_pending_writes
+from ..monitors.dumps.writer import DUMP_WRITER
+from ..monitors.vocabulary.headline import step_text
 from . import dump_paths
+from .deferred_work import send_step_text, step_text_context
 from .node_support import hidden_inputs, run_monitor
 from .runtime import get_runtime
 
@@ -186,12 +189,48 @@ class PipelineMonitorTensorCompare(io.ComfyNode):
     ) -> io.NodeOutput:
         node_id, _ = hidden_inputs(cls)
         values = {"conditioning": conditioning, "latent": latent, "image": image}
-        finish_pending_writes()  # a dump written earlier in this prompt is complete before it is read
-        _, ui = run_monitor(
-            TENSOR_COMPARE_STAGE.kind,
-            node_id,
-            lambda: build_compare_step(
-                node_id, dump_a, dump_b, float(rtol), float(atol), values, directory=dump_paths.dumps_dir()
-            ),
-        )
+        tickets = []
+
+        def build():
+            step, ticket = start_compare_step(
+                node_id,
+                dump_a,
+                dump_b,
+                float(rtol),
+                float(atol),
+                values,
+                directory=dump_paths.dumps_dir(),
+                writer=DUMP_WRITER,
+            )
+            tickets.append(ticket)
+            return step
+
+        step, ui = run_monitor(TENSOR_COMPARE_STAGE.kind, node_id, build, pending_note=COMPARE_PENDING_NOTE)
+        if tickets and tickets[0] is not None:  # compared on the writer thread: the step follows
+            finished = follow_compare(tickets[0], step, step_text_context(get_runtime().recorder))
+            if finished is not None:  # already compared: the node returns the verdict itself
+                ui = {"text": [step_text(finished)]}
         return io.NodeOutput(ui=ui)
+
+
+COMPARE_PENDING_NOTE = "comparing on the dump writer's thread: this text updates with the verdict"
+
+
+def follow_compare(ticket, pending, context: dict):
+    """Put the finished comparison in place of the pending step when the writer has made it, and
+    send its text to the client that queued the prompt; the finished step when that happened
+    already, before the node returned (its text then goes back with the node)."""
+    node_thread = threading.get_ident()
+    done_now = []
+
+    def finish(outcome) -> None:
+        step = finish_compare_step(pending, outcome)
+        if not get_runtime().recorder.replace_step(pending, step):
+            log.info("pipeline monitor: comparison of node %s finished after its run ended", step.node_id)
+        if threading.get_ident() == node_thread:
+            done_now.append(step)
+        else:
+            send_step_text(context, step)
+
+    ticket.on_done(finish)
+    return done_now[0] if done_now else None

@@ -35,8 +35,14 @@ def record_step(step: StepReport) -> bool:
     return attached
 
 
-def run_monitor(kind: str, node_id: str | None, build: Callable[[], StepReport]) -> tuple[StepReport, dict]:
-    """Build the step, record it, and return it with the node's UI output."""
+PENDING_NOTE = "figures come after the prompt, in the panel's report"
+
+
+def run_monitor(
+    kind: str, node_id: str | None, build: Callable[[], StepReport], pending_note: str = PENDING_NOTE
+) -> tuple[StepReport, dict]:
+    """Build the step, record it, and return it with the node's UI output; `pending_note`: the
+    text's last line while the step is pending (its figures come later)."""
     try:
         step = build()
     except Exception as exc:  # monitoring never fails the prompt
@@ -52,7 +58,7 @@ def run_monitor(kind: str, node_id: str | None, build: Callable[[], StepReport])
             step, monitor_errors=(*step.monitor_errors, f"ui text: {type(exc).__name__}: {exc}")
         )
         text = f"{kind}: see the report"
-    if step.pending:  # ComfyUI shows a node's text as returned: it cannot change later
-        text = f"{text}\n{kind}: figures come after the prompt, in the panel's report"
+    if step.pending:  # the pack's frontend shows the finished text (deferred_work.send_step_text)
+        text = f"{text}\n{kind}: {pending_note}"
     record_step(step)
     return step, {"text": [text]}

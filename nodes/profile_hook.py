@@ -31,6 +31,7 @@ from ..monitors.engine.prompt_info import cached_node_ids, run_outcome, workflow
 from ..monitors.report import run_summary
 from ..monitors.vocabulary.stages import upstream_walks
 from . import headless, model_residency, seams
+from .deferred_work import send_cached_step_texts, step_text_context
 from .runtime import get_runtime
 
 log = logging.getLogger(__name__)
@@ -136,9 +137,11 @@ def on_prompt_end(executor, extra_data=None) -> None:
     deep_profile_call("prompt_finished", runtime.recorder, (workflow or {}).get("name"))
     headless.remember_client(runtime.recorder.active_prompt_id, extra_data)
     finish_pending_writes()  # the dumps' steps say written (or why not) in the report
-    runtime.recorder.end_run(
+    context = step_text_context(runtime.recorder)
+    report = runtime.recorder.end_run(
         status, error, cached_node_ids=cached_node_ids(messages), workflow=workflow, workflow_graph=ui_workflow(extra_data)
     )
+    send_cached_step_texts(report, context)
 
 
 def ui_workflow(extra_data) -> Mapping | None:

@@ -43,6 +43,34 @@ TENSOR_DUMP_DETAILS = details_of(
     "what the tensor dump collected and wrote",
 )
 
+# Where the comparison ran: on the writer thread after the node returned, or in the prompt
+# (monitors/dumps/compare_step.py)
+WORK = DetailGroup(
+    "work",
+    "comparison run",
+    "where and when the comparison ran",
+    (
+        F(
+            "state",
+            "comparison state",
+            None,
+            "pending (being compared) or done",
+            "string",
+            choices=("pending", "done"),
+        ),
+        F(
+            "background",
+            "compared in the background",
+            None,
+            "compared on the dump writer's thread after the node returned",
+            "boolean",
+        ),
+        F("in_prompt_s", "time in the prompt", "s", "the node's own time on the comparison (the copies of the live values, or all of it)", "number"),
+        F("finished_unix_s", "finished at", "s", "when the comparison was done (Unix time)", "number"),
+        F("reason", "reason", None, "why the comparison ran in the prompt", "string"),
+    ),
+)
+
 TENSOR_COMPARE_DETAILS = details_of(
     "tensor_compare",
     (
@@ -51,6 +79,7 @@ TENSOR_COMPARE_DETAILS = details_of(
         F("only_in_b", "only in b", None, "tensors only in the other dump", "array"),
         F("a", "dump a", None, "the reference dump's metadata", "object"),
         F("b", "dump b", None, "the other dump's metadata, or the live value's", "object"),
+        WORK,
     ),
     "the comparison per tensor and the two dumps compared",
 )

@@ -14,7 +14,7 @@ from ..engine.prompt_info import upstream_node_ids
 from ..numeric.deferred_stats import finish_stats
 from ..numeric.describe import describe_deferred, describe_tensor_bounded
 from ..report import Finding, StepReport
-from .collect import collect_tensors, guess_encoder_family
+from .collect import CollectedTensors, collect_tensors, guess_encoder_family
 from .compare import compare_dump_with, compare_dumps
 from .details import TENSOR_COMPARE_DETAILS, TENSOR_DUMP_DETAILS
 from .files import list_dumps
@@ -137,10 +137,13 @@ def start_dump_step(
     collected = collect_tensors(**values)
     sources = upstream_sources(node_id, prompt)
     encoder_family = guess_encoder_family(values["conditioning"]) if values.get("conditioning") else None
-    # A device tensor the writer copies: its statistics are enqueued, read back by the writer
-    # (describe_deferred), so the node never waits for the device; others are described now.
+    # A tensor the writer copies (a GPU's or the CPU's): its statistics are enqueued on the device,
+    # or left to the writer's host copy on the CPU (describe_deferred), so the node never waits for
+    # them; others are described now.
     deferred = {
-        t: describe_deferred(v) if writer.background and writer.copier.handles(v) else (describe_tensor_bounded(v), None)
+        t: describe_deferred(v, host_copy_kept=True)
+        if _writer_copies(writer, v)
+        else (describe_tensor_bounded(v), None)
         for t, v in collected.tensors.items()
     }
     tensors = {t: description for t, (description, _) in deferred.items()}
@@ -160,7 +163,9 @@ def start_dump_step(
             "value_kinds": ",".join(connected),
             "encoder_family": encoder_family,
         }
-        plan, ticket, write_findings = start_write(writer, directory, name, collected, metadata, npy, pending_stats)
+        plan, ticket, write_findings = start_write(
+            writer, directory, name, collected, metadata, npy, pending_stats
+        )
         findings.extend(write_findings)
     if ticket is None and pending_stats:  # nothing handed to the writer: read them back now
         for t, pending in pending_stats.items():
@@ -183,6 +188,11 @@ def start_dump_step(
     if outcome is not None:
         return finish_dump_step(step, outcome), None
     return pending_step(step, plan), ticket
+
+
+def _writer_copies(writer: DumpWriter, tensor) -> bool:
+    """Whether the writer takes its own host copy of the tensor (host_copies.py)."""
+    return writer.background and (writer.copier.handles(tensor) or tensor.device.type == "cpu")
 
 
 def _content_findings(skipped: dict, tensors: dict) -> list[Finding]:
@@ -219,12 +229,22 @@ def written_file_name(step: StepReport) -> str | None:
 
 
 def build_compare_step(
-    node_id, dump_a: str, dump_b: str, rtol: float, atol: float, values: Mapping, *, directory: str
+    node_id,
+    dump_a: str,
+    dump_b: str,
+    rtol: float,
+    atol: float,
+    values: Mapping,
+    *,
+    directory: str,
+    live_tensors: Mapping | None = None,
 ) -> StepReport:
-    """Compare dump `dump_a` with dump `dump_b`, or with the live `values` when dump_b is LIVE_VALUE."""
+    """Compare dump `dump_a` with dump `dump_b`, or with the live `values` when dump_b is LIVE_VALUE.
+    `live_tensors`: the values' tensors collected already, in place of `values` (compare_step.py:
+    their host copies, off the prompt)."""
     started = time.time()
     findings, result = [], None
-    live = collect_tensors(**values)
+    live = collect_tensors(**values) if live_tensors is None else CollectedTensors(tensors=dict(live_tensors))
     try:
         if dump_a == NO_DUMPS:
             raise DumpError(
@@ -265,7 +285,9 @@ def build_compare_step(
         details = {k: result[k] for k in ("tensors", "only_in_a", "only_in_b", "a", "b")}
     else:
         message = findings[-1].message if findings else "comparison failed"
-        summary = TensorCompareSummary(status="error", verdict=f"error: {message}", dump_a=dump_a, dump_b=dump_b)
+        summary = TensorCompareSummary(
+            status="error", verdict=f"error: {message}", dump_a=dump_a, dump_b=dump_b
+        )
         details = {}
     return StepReport(
         kind="tensor_compare",

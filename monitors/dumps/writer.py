@@ -1,7 +1,8 @@
 """Dumps written off the prompt's path: the node takes host copies of the tensors (host_copies.py:
 on a GPU a non-blocking copy into pinned memory on the current stream) and returns; a writer
 thread waits for the copies (an event, on a GPU) and writes the file. A DumpTicket says when it
-was written, or why not.
+was written, or why not. The same thread runs other work on host copies after the dumps handed
+over before it (`run_after_writes`: a comparison that reads a dump written earlier in the prompt).
 
 Bounded: the host copies not yet written (pinned memory on a GPU) hold at most
 PIPELINE_MONITOR_DUMP_MAX_IN_FLIGHT_BYTES (default 1 GiB). A dump that would go above it is
@@ -60,7 +61,7 @@ class WriteOutcome:
 
 
 class DumpTicket:
-    """One dump being written: `outcome` once done; `on_done(callback)` runs the callback with it
+    """One dump being written (or one job run after the writes): `outcome` once done; `on_done(callback)` runs the callback with it
     (at once when already done, else on the writer thread); `wait(timeout_s)`."""
 
     def __init__(self) -> None:
@@ -136,12 +137,50 @@ class DumpWriter:
         in_prompt_s = time.perf_counter() - started
         # The writer keeps the host copies, never the node's tensors (nothing kept alive on the device)
         names = CollectedTensors(extras=dict(collected.extras), skipped=dict(collected.skipped))
+        self._worker.submit(lambda: self._finish(ticket, plan, copies, names, metadata, in_prompt_s, pending_stats))
+        self._drop_buffers_later()
+        return ticket
+
+    def run_after_writes(self, work: Callable[[Mapping[str, Any]], Any], tensors: Mapping[str, Any]):
+        """(ticket, None): `work(host copies of tensors)` runs on the writer thread after every dump
+        handed over before it, and the ticket's outcome is what it returns (None when it raised:
+        logged). (None, why not) where the caller must do the work itself: the writer is off, the
+        copies would go above the cap on bytes in flight, or they failed. The copies are the
+        tensors as they were at this call (a later in-place change cannot reach them)."""
+        if not self.background:
+            return None, "the writer thread is off"
+        nbytes = sum(int(t.numel()) * int(t.element_size()) for t in tensors.values())
+        reason = self._reserve(nbytes)
+        if reason is not None:
+            return None, reason
+        try:
+            copies = take_host_copies(tensors, self.copier, self.host_buffers)
+        except Exception as exc:
+            self._release(nbytes)
+            return None, f"host copies failed ({type(exc).__name__}: {exc})"
+        ticket = DumpTicket()
+        self._worker.submit(lambda: self._run_job(ticket, work, copies, nbytes))
+        self._drop_buffers_later()
+        return ticket, None
+
+    def _run_job(self, ticket: DumpTicket, work, copies, nbytes: int) -> None:
+        outcome = None
+        try:
+            copies.wait()
+            outcome = work(copies.tensors)
+        except Exception:
+            log.exception("pipeline monitor: work on the dump writer's thread failed")
+        finally:
+            self.host_buffers.give_back(copies.buffers, self._cap())
+            self._release(nbytes)
+        ticket.finish(outcome)
+
+    def _drop_buffers_later(self) -> None:
+        """The host buffers are dropped once no dump or job came for buffers_idle_s."""
         with self._lock:
             self._last_write += 1
             number = self._last_write
-        self._worker.submit(lambda: self._finish(ticket, plan, copies, names, metadata, in_prompt_s, pending_stats))
         self._worker.submit(lambda: self._drop_buffers_if_idle(number), delay_s=self.buffers_idle_s)
-        return ticket
 
     def join(self, timeout_s: float) -> bool:
         """Wait until every dump handed to the writer so far is written; False on timeout."""

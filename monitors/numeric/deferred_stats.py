@@ -6,7 +6,8 @@ passed them) and finishes as value_stats does. The same figures and error bound 
 Only value_stats' common GPU case is split: a floating tensor above FLOAT64_MAX_ELEMENTS. Where the
 figures call for another path (NaN or Inf, sums that underflow or overflow), finish_stats runs
 value_stats on the fallback tensor it is given: a host copy of the tensor as it was when enqueued
-(the device tensor may have changed in place since).
+(the device tensor may have changed in place since). A CPU tensor's statistics are not enqueued
+(`from_copy`): finish_stats computes them from that host copy, off the caller's thread.
 """
 
 from __future__ import annotations
@@ -20,9 +21,15 @@ from .tensor_stats import FLOAT64_MAX_ELEMENTS, _device_reductions, final_stats,
 
 @dataclass(frozen=True)
 class PendingStats:
-    figures: Any  # float64 device tensor [min, max, sum, sum of squares]
+    figures: Any  # float64 device tensor [min, max, sum, sum of squares]; None: from the copy
     n: int
     acc: Any  # the accumulation dtype
+
+
+def from_copy(tensor) -> PendingStats:
+    """Nothing enqueued: finish_stats computes the statistics from the copy it is given later (a
+    CPU tensor whose caller keeps a host copy: the work moves off the caller's thread)."""
+    return PendingStats(None, int(tensor.numel()), None)
 
 
 def enqueue_stats(tensor) -> PendingStats | None:
@@ -42,6 +49,8 @@ def enqueue_stats(tensor) -> PendingStats | None:
 
 def finish_stats(pending: PendingStats, fallback) -> dict[str, Any]:
     """value_stats' dict from the enqueued figures (one read-back), or value_stats(fallback)."""
+    if pending.figures is None:  # from_copy: nothing was enqueued
+        return value_stats(fallback)
     stats: dict[str, Any] = {"min": None, "max": None, "mean": None, "std": None, "n_nan": 0, "n_inf": 0}
     lo, hi, total, squares = pending.figures.tolist()
     if not (math.isfinite(lo) and math.isfinite(hi)):  # NaN or Inf: the masked path

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .deferred_stats import PendingStats, enqueue_stats
+from .deferred_stats import PendingStats, enqueue_stats, from_copy
 from .tensor_stats import describe_tensor
 
 # Above this many elements only metadata is reported: statistics of a 128 Mi-element tensor
@@ -26,11 +26,16 @@ def describe_tensor_bounded(tensor) -> dict[str, Any]:
     return _metadata(tensor, skipped=True)
 
 
-def describe_deferred(tensor) -> tuple[dict[str, Any], PendingStats | None]:
+def describe_deferred(tensor, host_copy_kept: bool = False) -> tuple[dict[str, Any], PendingStats | None]:
     """describe_tensor_bounded without waiting for the device: (metadata with the statistics None,
     their reductions enqueued: deferred_stats.finish_stats fills them in later), or (the whole
-    description, None) where they cannot be deferred (small, integer or skipped tensors)."""
-    pending = enqueue_stats(tensor) if int(tensor.numel()) <= STATS_MAX_ELEMENTS else None
+    description, None) where they cannot be deferred (small, integer or skipped tensors).
+    `host_copy_kept`: the caller hands finish_stats a host copy of the tensor later, so a CPU
+    tensor's statistics are computed from it then (deferred_stats.from_copy), not now."""
+    n = int(tensor.numel())
+    pending = enqueue_stats(tensor) if n <= STATS_MAX_ELEMENTS else None
+    if pending is None and host_copy_kept and n <= STATS_MAX_ELEMENTS and tensor.device.type == "cpu":
+        pending = from_copy(tensor)
     if pending is None:
         return describe_tensor_bounded(tensor), None
     return _metadata(tensor, skipped=False), pending

@@ -114,10 +114,16 @@ def test_compare_prompt_gives_verdicts(runs):
     assert {s["kind"] for s in steps.values()} == {"tensor_compare"}
     expected = {"11": "incompatible", "12": "different", "14": "identical"}
     for node_id, status in expected.items():
-        assert steps[node_id]["summary"]["status"] == status, steps[node_id]["summary"]
-        text = history["outputs"][node_id]["text"]
-        lines = text[0].splitlines()
-        assert lines[0] == f"status: {status}" and lines[1].startswith("verdict: ")
+        step = steps[node_id]
+        assert step["summary"]["status"] == status and step["pending"] is False, step["summary"]
+        # compared on the writer thread: the report (the prompt's end waits for it) has the verdict;
+        # the node returned it only when the comparison was done before the node returned
+        assert step["details"]["work"]["state"] == "done" and step["details"]["work"]["background"] is True
+        lines = history["outputs"][node_id]["text"][0].splitlines()
+        assert lines[0] == f"status: {status}" and lines[1].startswith("verdict: ") or lines[-1].startswith(
+            "tensor_compare: comparing on the dump writer's thread"
+        ), lines
+    assert report["complete"] is True
     assert "[1, 4, 8, 8] vs [1, 4, 16, 16]" in steps["11"]["summary"]["verdict"]
     assert steps["12"]["summary"]["min_cosine_similarity"] < 0.1  # two unrelated seeds
     assert steps["14"]["details"]["b"]["live"] is True
@@ -219,8 +225,7 @@ def test_dump_and_compare_workflow_runs_and_matches_its_ui_copy(server):
     assert summary["status"] in ("close", "different"), summary
     assert summary["n_compared"] == 1 and 0 < summary["max_abs_diff"] < 1
     assert 0.5 < summary["min_cosine_similarity"] < 1
-    lines = history["outputs"]["7"]["text"][0].splitlines()
-    assert lines[0] == f"status: {summary['status']}" and "tensors compared: 1" in lines
+    assert compared["details"]["work"]["state"] == "done"
 
 
 def test_image_to_video_workflow_reports_the_latent_and_dumps_it(server):
@@ -245,3 +250,41 @@ def test_image_to_video_workflow_reports_the_latent_and_dumps_it(server):
     assert steps["tensor_dump"]["summary"]["file_name"] == "pm_i2v_latent.safetensors"
     tensors = load(server.get("/pipeline_monitor/dumps/pm_i2v_latent.safetensors").content)
     assert tensors["latent.samples"].shape == (1, 16, 3, 32, 32)
+
+
+def test_the_verdict_reaches_the_client_that_queued_the_compare(server, runs):
+    """The node returns at once; the client that queued the prompt gets each comparison's text
+    (`pipeline_monitor.step_text`) unless the node returned the verdict itself."""
+    import asyncio
+    import json
+
+    import aiohttp
+
+    async def queue_and_listen():
+        seen = []
+        async with aiohttp.ClientSession() as session:
+            ws = await session.ws_connect(f"{server.url}/ws?clientId={server.client_id}")
+            prompt_id = await asyncio.to_thread(server.queue, {**COMPARES, "13": wan_cond(uuid.uuid4().int % 1000 + 7)})
+            # the texts come after execution_success (the prompt's end waits for the writer), the
+            # run's announcement after they were sent
+            while not any(k == "pipeline_monitor.run" and d.get("prompt_id") == prompt_id for k, d in seen):
+                message = await ws.receive(timeout=120)
+                if message.type == aiohttp.WSMsgType.TEXT:
+                    event = json.loads(message.data)
+                    seen.append((event["type"], event.get("data") or {}))
+            await ws.close()
+        return prompt_id, seen
+
+    prompt_id, seen = asyncio.run(asyncio.wait_for(queue_and_listen(), timeout=300))
+    returned = {d["node"]: d["output"]["text"][0] for k, d in seen if k == "executed" and d.get("prompt_id") == prompt_id}
+    pushed = {d["node_id"]: d["text"][0] for k, d in seen if k == "pipeline_monitor.step_text"}
+    # "11" and "12" compare dumps that did not change: cached, ComfyUI sends the text they returned
+    # before, and the client gets their verdicts again at the run's end
+    for node_id, status in (("11", "incompatible"), ("12", "different")):
+        assert pushed.get(node_id, returned.get(node_id, "")).splitlines()[0] == f"status: {status}"
+    text = pushed.get("14", returned["14"])
+    assert text.splitlines()[0] == "status: different", text  # a new seed: a different live value
+    if "14" in pushed:  # the pending text came first
+        assert "comparing on the dump writer's thread" in returned["14"]
+    (step,) = [s for s in server.get_json(f"/pipeline_monitor/runs/{prompt_id}")["steps"] if s["node_id"] == "14"]
+    assert step["summary"]["status"] == "different" and step["pending"] is False

@@ -221,6 +221,37 @@ def test_the_node_text_goes_to_the_client_that_queued_the_prompt():
     assert data["text"][0].splitlines()[0] == "applied: yes"
 
 
+def test_cached_steps_finished_after_their_node_returned_get_their_text_again():
+    """ComfyUI shows a cached node's text as it was returned (figures to follow): the run's end
+    sends the finished text for those steps only."""
+    import dataclasses
+    import importlib
+
+    from tests.unit.test_routes import PACK, import_pack
+
+    import_pack()
+    deferred_work = importlib.import_module(f"{PACK}.nodes.deferred_work")
+    report_mod = importlib.import_module(f"{PACK}.monitors.report")
+    step = report_mod.StepReport
+    compared = {"status": "identical", "verdict": "identical"}
+    steps = [
+        step("tensor_compare", "11", compared, {"work": {"state": "done", "background": True}}, cached=True),
+        step("tensor_compare", "12", compared, {"work": {"state": "done", "background": False}}, cached=True),
+        step("tensor_compare", "13", compared, {"work": {"state": "done", "background": True}}),  # ran now
+        step("lora", "3", {"success": True}, {"deferred": {"job_id": "deferred-1-1"}}, cached=True),
+        step("lora", "4", {"success": True}, {"deferred": {"job_id": "deferred-2-1"}}, cached=True, pending=True),
+        step("latent", "5", {}, {}, cached=True),
+    ]
+    report = types.SimpleNamespace(steps=steps)
+    sent = []
+    send = lambda event, data, sid: sent.append(data["node_id"])  # noqa: E731
+    assert deferred_work.send_cached_step_texts(report, {"prompt_id": "p1", "client_id": "page-1"}, send) == 2
+    assert sent == ["11", "3"]
+    assert deferred_work.send_cached_step_texts(None, {"client_id": "page-1"}, send) == 0
+    broken = dataclasses.replace(steps[0], details=None, kind="lora")  # nothing to read: not sent, no raise
+    assert deferred_work.send_cached_step_texts(types.SimpleNamespace(steps=[broken]), {"client_id": "x"}, send) == 0
+
+
 def test_a_report_read_back_with_pending_steps_says_they_never_finished(tmp_path):
     import json
 

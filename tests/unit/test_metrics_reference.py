@@ -14,7 +14,8 @@ from safetensors.torch import save_file
 from monitors import pipeline_profiler as pm
 from monitors.conditioning.report import build_conditioning_step
 from monitors.conditioning.upstream import upstream_node_ids as conditioning_upstream
-from monitors.dumps.report import LIVE_VALUE, build_compare_step, build_dump_step
+from monitors.dumps.compare_step import start_compare_step
+from monitors.dumps.report import INLINE_WRITER, LIVE_VALUE, build_dump_step
 from monitors.engine.model_residency import ModelEvent
 from monitors.engine.recorder import RunRecorder
 from monitors.engine.store import RunStore
@@ -182,9 +183,11 @@ def run_report(tmp_path):
         build_dump_step(
             "9", PROMPT, {"latent": latent}, "pm_ref", False, directory=str(tmp_path), prompt_id="p1"
         ),
-        build_compare_step(
-            "10", "pm_ref.safetensors", LIVE_VALUE, 1e-5, 1e-8, {"latent": latent}, directory=str(tmp_path)
-        ),
+        # compared in the prompt (the writer off): every key of details.work
+        start_compare_step(
+            "10", "pm_ref.safetensors", LIVE_VALUE, 1e-5, 1e-8, {"latent": latent},
+            directory=str(tmp_path), writer=INLINE_WRITER,
+        )[0],
         build_vae_step("5", run_chain(FakeVAE(video=True), pixels(9, 64, 64), options(probes=probes))),
         _lora_file_step(tmp_path),
         _lora_step_after_prompt(),

@@ -4167,6 +4167,37 @@ export const DETAILS = {
     "unit": null,
     "description": "the other dump's metadata, or the live value's"
    },
+   "work": {
+    "label": "comparison run",
+    "description": "where and when the comparison ran",
+    "fields": {
+     "state": {
+      "label": "comparison state",
+      "unit": null,
+      "description": "pending (being compared) or done"
+     },
+     "background": {
+      "label": "compared in the background",
+      "unit": null,
+      "description": "compared on the dump writer's thread after the node returned"
+     },
+     "in_prompt_s": {
+      "label": "time in the prompt",
+      "unit": "s",
+      "description": "the node's own time on the comparison (the copies of the live values, or all of it)"
+     },
+     "finished_unix_s": {
+      "label": "finished at",
+      "unit": "s",
+      "description": "when the comparison was done (Unix time)"
+     },
+     "reason": {
+      "label": "reason",
+      "unit": null,
+      "description": "why the comparison ran in the prompt"
+     }
+    }
+   },
    "traceback": {
     "label": "traceback",
     "unit": null,
