@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping
 
 from ..models.state import describe_clip
+from ..numeric.batch_stats import stats_read_back_once
 from ..numeric.describe import STATS_MAX_ELEMENTS
 from ..report import Finding, StepReport
 from .details import CONDITIONING_DETAILS
@@ -22,6 +23,7 @@ from .entry import (  # noqa: F401 (MAX_EXTRAS is imported from here)
     describe_extras,
     describe_pooled,
     is_tensor,
+    stats_tensors,
 )
 from .family import families_from_encoder_class, family_from_shape, identify_family, remember_family
 from .prompt_text import attach_texts
@@ -254,16 +256,18 @@ def analyse_conditioning(
 def describe_sides(
     positive, negative, traces: Mapping | None, clip_info: dict | None, families: tuple[str, ...], findings
 ) -> dict:
-    """where -> the side described with its texts; a negative left unconnected is {"connected": False}."""
+    """where -> the side described with its texts; a negative left unconnected is {"connected": False}.
+    The statistics of both sides' tensors are read back at once (numeric/batch_stats.py)."""
     sides: dict = {}
-    for where, conditioning in (("positive", positive), ("negative", negative)):
-        if where == "negative" and conditioning is None:
-            sides[where] = {"connected": False}
-            continue
-        side = describe_side(conditioning, where, families, findings)
-        attach_texts(side, (traces or {}).get(where), where, findings.add)
-        sides[where] = side
-        _family_findings(where, side.get("family") or {}, clip_info, families, findings)
+    with stats_read_back_once(stats_tensors((positive, negative), MAX_ENTRIES), STATS_MAX_ELEMENTS):
+        for where, conditioning in (("positive", positive), ("negative", negative)):
+            if where == "negative" and conditioning is None:
+                sides[where] = {"connected": False}
+                continue
+            side = describe_side(conditioning, where, families, findings)
+            attach_texts(side, (traces or {}).get(where), where, findings.add)
+            sides[where] = side
+            _family_findings(where, side.get("family") or {}, clip_info, families, findings)
     return sides
 
 

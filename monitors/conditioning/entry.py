@@ -27,6 +27,25 @@ def _tensor_brief(tensor) -> dict:
     }
 
 
+def stats_tensors(sides, max_entries: int) -> list:
+    """The tensors a step takes statistics of, in the order it describes them: per entry of each
+    side (the first max_entries) its cond tensor, pooled output and `conditioning_` extras."""
+    found = []
+    for conditioning in sides:
+        entries = conditioning[:max_entries] if isinstance(conditioning, (list, tuple)) else ()
+        for entry in entries:
+            if not isinstance(entry, (list, tuple)) or len(entry) != 2:
+                continue
+            cond, extras = entry
+            found.extend([cond] if is_tensor(cond) else [])
+            if not isinstance(extras, Mapping):
+                continue
+            named = sorted(((str(k), v) for k, v in extras.items() if k != "pooled_output"), key=lambda kv: kv[0])
+            found.extend([extras["pooled_output"]] if is_tensor(extras.get("pooled_output")) else [])
+            found.extend(v for k, v in named[:MAX_EXTRAS] if k.startswith(STATS_EXTRA_PREFIX) and is_tensor(v))
+    return found
+
+
 def _describe_extra(key: str, value) -> dict:
     if is_tensor(value):
         return describe_tensor_bounded(value) if key.startswith(STATS_EXTRA_PREFIX) else _tensor_brief(value)

@@ -51,10 +51,16 @@ def finish_stats(pending: PendingStats, fallback) -> dict[str, Any]:
     """value_stats' dict from the enqueued figures (one read-back), or value_stats(fallback)."""
     if pending.figures is None:  # from_copy: nothing was enqueued
         return value_stats(fallback)
+    return finish_figures(pending.figures.tolist(), pending.n, pending.acc, fallback)
+
+
+def finish_figures(figures, n: int, acc, fallback) -> dict[str, Any]:
+    """value_stats' dict from the four figures read back ([min, max, sum, sum of squares] of `n`
+    values accumulated in `acc`), or value_stats(fallback) where they call for another path."""
     stats: dict[str, Any] = {"min": None, "max": None, "mean": None, "std": None, "n_nan": 0, "n_inf": 0}
-    lo, hi, total, squares = pending.figures.tolist()
+    lo, hi, total, squares = figures
     if not (math.isfinite(lo) and math.isfinite(hi)):  # NaN or Inf: the masked path
         return value_stats(fallback)
-    if not final_stats(stats, [lo], [hi], [total], [squares], pending.n, pending.acc):
+    if not final_stats(stats, [lo], [hi], [total], [squares], n, acc):
         return value_stats(fallback)  # underflow or overflow: value_stats takes the exact path
     return stats

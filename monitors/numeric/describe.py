@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .batch_stats import read_together
 from .deferred_stats import PendingStats, enqueue_stats, from_copy
 from .tensor_stats import describe_tensor
 
@@ -20,7 +21,7 @@ def describe_tensor_bounded(tensor) -> dict[str, Any]:
     """describe_tensor, or metadata only (statistics None) for tensors above STATS_MAX_ELEMENTS."""
     n = int(tensor.numel())
     if n <= STATS_MAX_ELEMENTS:
-        info = describe_tensor(tensor)
+        info = describe_tensor(tensor, read_together(tensor))  # batch_stats.py: read back with its step's
         info["stats_skipped"] = False
         return info
     return _metadata(tensor, skipped=True)

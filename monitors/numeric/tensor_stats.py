@@ -96,8 +96,9 @@ def one_cpu_thread(device_type: str):
                 torch.set_num_threads(_threads_saved)
 
 
-def describe_tensor(tensor) -> dict[str, Any]:
-    """Shape, dtype, device, sizes and value statistics of a torch tensor."""
+def describe_tensor(tensor, stats: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Shape, dtype, device, sizes and value statistics of a torch tensor (`stats`: its
+    value_stats computed already, batch_stats.py)."""
     info = {
         "shape": list(tensor.shape),
         "dtype": str(tensor.dtype).replace("torch.", ""),
@@ -105,7 +106,7 @@ def describe_tensor(tensor) -> dict[str, Any]:
         "n_elements": int(tensor.numel()),
         "bytes": int(tensor.numel() * tensor.element_size()),
     }
-    info.update(value_stats(tensor))
+    info.update(value_stats(tensor) if stats is None else stats)
     return info
 
 
@@ -227,11 +228,16 @@ def _device_reductions(flat, acc, row_elements: int = DEVICE_ROW_ELEMENTS) -> tu
 def _small_reductions(flat) -> list[float]:
     """min, max, sum and sum of squares of a tensor of at most FLOAT64_MAX_ELEMENTS (one chunk: the
     kernels of _chunk_reductions' float64 path, the same figures), with one read-back."""
+    return small_figures(flat).tolist()
+
+
+def small_figures(flat):
+    """_small_reductions' four figures as a float64 tensor on the tensor's device, not read back."""
     import torch
 
     values = flat.to(torch.float64)
     lo, hi = torch.aminmax(values)
-    return torch.stack([lo, hi, values.sum(), (values * values).sum()]).tolist()
+    return torch.stack([lo, hi, values.sum(), (values * values).sum()])
 
 
 def _chunk_reductions(flat, acc):
