@@ -7,8 +7,9 @@ text (`pipeline_monitor.step_text`: ComfyUI shows a node's text as the node retu
 pack's own frontend script puts the new one on the node); a comparison made on the dump writer's
 thread sends its text the same way, and a cached node whose step finished after it returned gets
 its finished text at each run's end (send_cached_step_texts). `executor_busy` is what a job
-waits on: a prompt recorded as running, or prompts queued or running in ComfyUI's queue (`PromptServer.instance.prompt_queue.get_tasks_remaining()`), so that a
-queue of prompts runs before any deferred work.
+waits on: a prompt recorded as running, or prompts queued or running in ComfyUI's queue
+(`PromptServer.instance.prompt_queue.get_tasks_remaining()`), so that a queue of prompts runs
+before any deferred work.
 """
 
 from __future__ import annotations

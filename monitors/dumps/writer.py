@@ -61,8 +61,9 @@ class WriteOutcome:
 
 
 class DumpTicket:
-    """One dump being written (or one job run after the writes): `outcome` once done; `on_done(callback)` runs the callback with it
-    (at once when already done, else on the writer thread); `wait(timeout_s)`."""
+    """One dump being written (or one job run after the writes): `outcome` once done;
+    `on_done(callback)` runs the callback with it (at once when already done, else on the writer
+    thread); `wait(timeout_s)`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
