@@ -15,7 +15,7 @@ import monitors.numeric.batch_stats as batch_stats
 from monitors.conditioning.report import build_conditioning_step
 from monitors.numeric.batch_stats import batch_value_stats, stats_read_back_once
 from monitors.numeric.describe import STATS_MAX_ELEMENTS, describe_tensor_bounded
-from monitors.numeric.tensor_stats import value_stats
+from monitors.numeric.tensor_stats import FLOAT64_MAX_ELEMENTS, value_stats
 from tests.readbacks import ReadbackCounter
 
 
@@ -39,6 +39,15 @@ def test_tensors_value_stats_reduces_another_way_are_left_to_it():
     huge = tensor((64,))
     read = batch_value_stats([integer, empty, large, huge, "not a tensor"], max_elements=32)
     assert read == {}
+    at_the_bound = tensor((32,))
+    assert set(batch_value_stats([at_the_bound], max_elements=32)) == {id(at_the_bound)}
+    largest_small = tensor((FLOAT64_MAX_ELEMENTS,))  # still one float64 chunk, on the CPU too
+    assert batch_value_stats([largest_small], STATS_MAX_ELEMENTS)[id(largest_small)][1] == value_stats(largest_small)
+
+
+def test_only_a_devices_tensor_takes_the_whole_tensor_path():
+    assert batch_stats._whole_tensor(torch.zeros(2)) is False
+    assert batch_stats._whole_tensor(torch.zeros(2, device="meta")) is True
 
 
 def test_a_tensor_with_nan_or_inf_falls_back_to_value_stats_alone():

@@ -5,6 +5,7 @@ dumps handed to it before; where it cannot, the comparison runs in the prompt an
 from __future__ import annotations
 
 import threading
+import time
 
 import torch
 
@@ -81,13 +82,37 @@ def test_a_dump_handed_to_the_writer_before_is_written_when_the_comparison_reads
     assert dump_ticket.outcome.result is not None and finished.summary["status"] == "identical"
 
 
-def test_above_the_cap_or_without_the_writer_it_compares_in_the_prompt_and_says_why(tmp_path):
+class Clock:
+    """compare_step's clock: each perf_counter reading half a second after the last."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def perf_counter(self):
+        self.now += 0.5
+        return self.now
+
+    time = staticmethod(time.time)
+
+
+def test_above_the_cap_or_without_the_writer_it_compares_in_the_prompt_and_says_why(tmp_path, monkeypatch):
     dump(tmp_path, "a", latent={"samples": torch.ones(4)})
+    monkeypatch.setattr(compare_step, "time", Clock())
     for writer, says in ((DumpWriter(max_bytes=0), "every dump is written in the prompt"), (INLINE_WRITER, "off")):
         step, ticket = start(tmp_path, writer, latent={"samples": torch.ones(4)})
         assert ticket is None and not step.pending and step.summary["status"] == "identical"
+        assert (step.summary["rtol"], step.summary["atol"]) == (1e-5, 1e-8)
         work = step.details["work"]
         assert (work["state"], work["background"]) == ("done", False) and says in work["reason"]
+        assert work["in_prompt_s"] == 0.5  # from the node's start to the comparison's end
+
+
+def test_the_pending_steps_time_in_the_prompt_is_the_nodes_own(tmp_path, monkeypatch):
+    dump(tmp_path, "a", latent={"samples": torch.ones(4)})
+    monkeypatch.setattr(compare_step, "time", Clock())
+    pending, ticket = start(tmp_path, DumpWriter(max_bytes=1 << 20), latent={"samples": torch.ones(4)})
+    assert pending.details["work"]["in_prompt_s"] == 0.5
+    assert finish_compare_step(pending, ticket.wait(WATCHDOG_S)).details["work"]["in_prompt_s"] == 0.5
 
 
 def test_dump_b_naming_a_dump_copies_nothing_and_still_says_the_live_input_is_ignored(tmp_path):
@@ -111,6 +136,7 @@ def test_a_comparison_that_fails_on_the_writer_is_a_failed_step_and_a_lost_one_u
     monkeypatch.setattr(compare_step, "build_compare_step", broken)
     pending, ticket = start(tmp_path, DumpWriter(max_bytes=1 << 20), latent={"samples": torch.ones(4)})
     failed = finish_compare_step(pending, ticket.wait(WATCHDOG_S))
+    assert (failed.kind, failed.node_id) == ("tensor_compare", "10")
     assert failed.monitor_errors == ("RuntimeError: compare broke",) and "traceback" in failed.details
     assert failed.details["work"]["state"] == "done" and not failed.pending
     lost = finish_compare_step(pending, None)
