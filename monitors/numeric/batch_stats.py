@@ -80,12 +80,5 @@ def _queue(tensor, max_elements: int):
         return None
     if n <= FLOAT64_MAX_ELEMENTS:
         return small_figures(tensor.detach().reshape(-1)), n, torch.float64
-    if not _whole_tensor(tensor):  # value_stats reduces it in chunks on the CPU, reading back once
-        return None
-    pending = enqueue_stats(tensor)
+    pending = enqueue_stats(tensor)  # None on the CPU: value_stats reduces it in chunks
     return None if pending is None else (pending.figures, n, pending.acc)
-
-
-def _whole_tensor(tensor) -> bool:
-    """Whether value_stats reduces the tensor whole (a GPU's path, which enqueue_stats queues)."""
-    return tensor.device.type != "cpu"

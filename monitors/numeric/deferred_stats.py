@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from . import tensor_stats
 from .tensor_stats import FLOAT64_MAX_ELEMENTS, _device_reductions, final_stats, value_stats
 
 
@@ -32,14 +33,17 @@ def from_copy(tensor) -> PendingStats:
     return PendingStats(None, int(tensor.numel()), None)
 
 
-def enqueue_stats(tensor) -> PendingStats | None:
+def enqueue_stats(tensor, whole_tensor: bool | None = None) -> PendingStats | None:
     """The reductions queued on the tensor's device, nothing read back; None where value_stats
-    would take a path other than the whole-tensor one (call value_stats then)."""
+    would take a path other than the whole-tensor one (call value_stats then). `whole_tensor`:
+    as value_stats' (None: by the tensor's device and type; True forces the GPU's path, tests)."""
     import torch
 
     n = int(tensor.numel())
     if n <= FLOAT64_MAX_ELEMENTS or not tensor.is_floating_point() or tensor.device.type == "meta":
         return None
+    if not (tensor_stats._whole_tensor(tensor) if whole_tensor is None else whole_tensor):
+        return None  # a CPU tensor: value_stats reduces it in chunks of ROW_ELEMENTS rows
     flat = tensor.detach().reshape(-1)
     acc = torch.float64 if flat.dtype == torch.float64 else torch.float32
     with torch.no_grad():

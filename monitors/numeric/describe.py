@@ -33,9 +33,10 @@ def describe_deferred(tensor, host_copy_kept: bool = False) -> tuple[dict[str, A
     description, None) where they cannot be deferred (small, integer or skipped tensors).
     `host_copy_kept`: the caller hands finish_stats a host copy of the tensor later, so a CPU
     tensor's statistics are computed from it then (deferred_stats.from_copy), not now."""
-    n = int(tensor.numel())
-    pending = enqueue_stats(tensor) if n <= STATS_MAX_ELEMENTS else None
-    if pending is None and host_copy_kept and n <= STATS_MAX_ELEMENTS and tensor.device.type == "cpu":
+    if int(tensor.numel()) > STATS_MAX_ELEMENTS:
+        return describe_tensor_bounded(tensor), None
+    pending = enqueue_stats(tensor)  # None but on a GPU's whole-tensor path
+    if pending is None and host_copy_kept and tensor.device.type == "cpu":
         pending = from_copy(tensor)
     if pending is None:
         return describe_tensor_bounded(tensor), None

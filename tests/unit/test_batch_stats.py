@@ -12,9 +12,11 @@ import torch
 
 import monitors.conditioning.analysis as conditioning_analysis
 import monitors.numeric.batch_stats as batch_stats
+import monitors.numeric.tensor_stats as tensor_stats
 from monitors.conditioning.report import build_conditioning_step
 from monitors.numeric.batch_stats import batch_value_stats, stats_read_back_once
-from monitors.numeric.describe import STATS_MAX_ELEMENTS, describe_tensor_bounded
+from monitors.numeric.deferred_stats import enqueue_stats
+from monitors.numeric.describe import STATS_MAX_ELEMENTS, describe_deferred, describe_tensor_bounded
 from monitors.numeric.tensor_stats import FLOAT64_MAX_ELEMENTS, value_stats
 from tests.readbacks import ReadbackCounter
 
@@ -46,8 +48,9 @@ def test_tensors_value_stats_reduces_another_way_are_left_to_it():
 
 
 def test_only_a_devices_tensor_takes_the_whole_tensor_path():
-    assert batch_stats._whole_tensor(torch.zeros(2)) is False
-    assert batch_stats._whole_tensor(torch.zeros(2, device="meta")) is True
+    large = tensor((1 << 17,))  # a CPU tensor: value_stats reduces it in chunks, not batched
+    assert batch_value_stats([large], STATS_MAX_ELEMENTS) == {}
+    assert enqueue_stats(large) is None and enqueue_stats(large, whole_tensor=True) is not None
 
 
 def test_a_tensor_with_nan_or_inf_falls_back_to_value_stats_alone():
@@ -63,7 +66,7 @@ def test_a_tensor_with_nan_or_inf_falls_back_to_value_stats_alone():
 def test_a_gpus_whole_tensor_path_is_batched_too(monkeypatch):
     # Kept patch of a private name: no GPU here, so the whole-tensor path a device tensor takes is
     # forced on CPU tensors (the same kernels) to count its read-backs.
-    monkeypatch.setattr(batch_stats, "_whole_tensor", lambda t: True)
+    monkeypatch.setattr(tensor_stats, "_whole_tensor", lambda flat: True)
     tensors = [tensor((1 << 17,), torch.float32), tensor((3 * (1 << 16) + 5,), torch.float16, 1), tensor((40,))]
     with ReadbackCounter() as counter:
         read = batch_value_stats(tensors, STATS_MAX_ELEMENTS)
@@ -92,8 +95,7 @@ def conditioning(seed, hidden=768):
 @pytest.mark.parametrize("hidden", [768, 2048])
 def test_the_conditioning_step_reads_back_once_for_both_sides_with_the_same_figures(monkeypatch, hidden):
     if hidden == 2048:  # 77 x 2048 values: the whole-tensor path of a GPU, forced (see above)
-        monkeypatch.setattr(batch_stats, "_whole_tensor", lambda t: True)
-        monkeypatch.setattr("monitors.numeric.tensor_stats._whole_tensor", lambda flat: True)
+        monkeypatch.setattr(tensor_stats, "_whole_tensor", lambda flat: True)
     positive, negative = conditioning(0, hidden), conditioning(10, hidden)
     with ReadbackCounter() as counter:
         batched = build_conditioning_step("7", None, positive, negative)
@@ -114,3 +116,15 @@ def test_one_conditioning_on_both_sides_is_reduced_once(same):
     with ReadbackCounter() as counter:
         step = build_conditioning_step("7", None, positive, negative)
     assert counter.n_readbacks == 1 and step.summary["positive_n_nan"] == 0
+
+
+def test_a_large_cpu_tensor_whose_copy_is_kept_is_described_later_never_on_a_gpus_rows():
+    """A dump's CPU tensor above FLOAT64_MAX_ELEMENTS: nothing is reduced in the node (the writer
+    describes its host copy); without a kept copy it is described now, on the CPU's own path."""
+    large = tensor((1 << 18,))
+    with ReadbackCounter() as counter:
+        metadata, pending = describe_deferred(large, host_copy_kept=True)
+    assert counter.n_readbacks == 0
+    assert pending is not None and pending.figures is None and metadata["min"] is None  # nothing reduced here
+    described, none = describe_deferred(large)
+    assert none is None and described == describe_tensor_bounded(large)

@@ -263,8 +263,13 @@ def test_host_buffers_are_reused_bounded_and_dropped_when_the_writer_is_idle(tmp
     assert writer.host_buffers.kept_bytes == 0
 
 
-def test_statistics_of_a_device_tensor_are_read_back_by_the_writer_not_the_node(tmp_path):
+def test_statistics_of_a_device_tensor_are_read_back_by_the_writer_not_the_node(tmp_path, monkeypatch):
+    from monitors.numeric import tensor_stats
     from monitors.numeric.tensor_stats import value_stats
+
+    # Kept patch of a private name: no GPU here, so the whole-tensor path a device tensor takes
+    # is forced on these CPU tensors (the same kernels).
+    monkeypatch.setattr(tensor_stats, "_whole_tensor", lambda flat: True)
 
     device = FakeDevice()
     writer = DumpWriter(copier=device, max_bytes=1 << 30)

@@ -90,7 +90,7 @@ def test_deferred_statistics_equal_value_stats_whole_tensor_path(dtype):
 
     x = values(5 * ROW + 11, dtype, seed=9)
     with ReadbackCounter() as counter:
-        pending = enqueue_stats(x)
+        pending = enqueue_stats(x, whole_tensor=True)  # a GPU's path, on a CPU tensor
     assert counter.n_readbacks == 0 and pending is not None
     assert finish_stats(pending, x.clone()) == value_stats(x, whole_tensor=True)
 
@@ -100,11 +100,11 @@ def test_deferred_statistics_fall_back_to_the_copy_they_are_given():
 
     tiny = torch.full((1 << 17,), 1e-30)  # squares underflow float32: the exact path
     tiny[3] = 2e-30
-    assert finish_stats(enqueue_stats(tiny), tiny) == value_stats(tiny)
+    assert finish_stats(enqueue_stats(tiny, whole_tensor=True), tiny) == value_stats(tiny)
     with_nan = values(1 << 17, torch.float32)
     copy = with_nan.clone()
     with_nan[0] = float("nan")
-    pending = enqueue_stats(with_nan)
+    pending = enqueue_stats(with_nan, whole_tensor=True)
     copy[0] = float("nan")
     assert finish_stats(pending, copy)["n_nan"] == 1
     assert enqueue_stats(torch.ones(10)) is None and enqueue_stats(torch.ones(1 << 17, dtype=torch.int32)) is None
