@@ -11,7 +11,6 @@ import time
 from collections.abc import Mapping
 
 from ..engine.prompt_info import upstream_node_ids
-from ..numeric.deferred_stats import finish_stats
 from ..numeric.describe import describe_deferred, describe_tensor_bounded
 from ..report import Finding, StepReport
 from .collect import CollectedTensors, collect_tensors, guess_encoder_family
@@ -20,8 +19,8 @@ from .details import TENSOR_COMPARE_DETAILS, TENSOR_DUMP_DETAILS
 from .files import list_dumps
 from .names import DUMP_SUFFIX, DumpError, dump_file_name
 from .summary import TensorCompareSummary, TensorDumpSummary
-from .write_step import finish_dump_step, non_finite_findings, pending_step, start_write
-from .writer import DumpTicket, DumpWriter
+from .write_step import finish_dump_step, non_finite_findings, pending_step, start_write, with_described
+from .writer import DumpTicket, DumpWriter, read_stats
 
 VALUE_INPUTS = ("conditioning", "latent", "image")
 LIVE_VALUE = "(live value)"
@@ -137,13 +136,11 @@ def start_dump_step(
     collected = collect_tensors(**values)
     sources = upstream_sources(node_id, prompt)
     encoder_family = guess_encoder_family(values["conditioning"]) if values.get("conditioning") else None
-    # A tensor the writer copies (a GPU's or the CPU's): its statistics are enqueued on the device,
-    # or left to the writer's host copy on the CPU (describe_deferred), so the node never waits for
-    # them; others are described now.
+    # The writer takes a host copy of every tensor: a GPU tensor's statistics are enqueued on the
+    # device, a CPU tensor's left to that copy (describe_deferred), so the node never waits for
+    # them; the rest are described now.
     deferred = {
-        t: describe_deferred(v, host_copy_kept=True)
-        if _writer_copies(writer, v)
-        else (describe_tensor_bounded(v), None)
+        t: describe_deferred(v, host_copy_kept=True) if writer.background else (describe_tensor_bounded(v), None)
         for t, v in collected.tensors.items()
     }
     tensors = {t: description for t, (description, _) in deferred.items()}
@@ -168,9 +165,8 @@ def start_dump_step(
         )
         findings.extend(write_findings)
     if ticket is None and pending_stats:  # nothing handed to the writer: read them back now
-        for t, pending in pending_stats.items():
-            tensors[t] = {**tensors[t], **finish_stats(pending, collected.tensors[t])}
-        findings.extend(non_finite_findings({t: tensors[t] for t in pending_stats}))
+        tensors, stats_findings = with_described(tensors, read_stats(pending_stats, collected.tensors))
+        findings.extend(stats_findings)
     step = StepReport(
         kind="tensor_dump",
         node_id=node_id,
@@ -188,11 +184,6 @@ def start_dump_step(
     if outcome is not None:
         return finish_dump_step(step, outcome), None
     return pending_step(step, plan), ticket
-
-
-def _writer_copies(writer: DumpWriter, tensor) -> bool:
-    """Whether the writer takes its own host copy of the tensor (host_copies.py)."""
-    return writer.background and (writer.copier.handles(tensor) or tensor.device.type == "cpu")
 
 
 def _content_findings(skipped: dict, tensors: dict) -> list[Finding]:

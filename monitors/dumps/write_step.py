@@ -65,11 +65,8 @@ def finish_dump_step(step: StepReport, outcome: WriteOutcome) -> StepReport:
     summary = {**step.summary, "written": result is not None}
     details = {**step.details, "write": write}
     if outcome.described:  # statistics read back after the node returned
-        tensors = dict(details.get("tensors") or {})
-        for name, stats in outcome.described.items():
-            tensors[name] = {**tensors.get(name, {}), **stats}
-        details["tensors"] = tensors
-        findings.extend(non_finite_findings({name: tensors[name] for name in outcome.described}))
+        details["tensors"], stats_findings = with_described(details.get("tensors") or {}, outcome.described)
+        findings.extend(stats_findings)
     monitor_errors = step.monitor_errors
     if result is None:
         finding = _error_finding(outcome.error)
@@ -98,6 +95,15 @@ def finish_dump_step(step: StepReport, outcome: WriteOutcome) -> StepReport:
         findings=tuple(findings),
         monitor_errors=monitor_errors,
     )
+
+
+def with_described(tensors: Mapping, described: Mapping) -> tuple[dict, list[Finding]]:
+    """The tensors' descriptions with their statistics read back (`described`, by tensor), and the
+    findings of those that hold NaN or Inf."""
+    merged = dict(tensors)
+    for name, stats in described.items():
+        merged[name] = {**merged.get(name, {}), **stats}
+    return merged, non_finite_findings({name: merged[name] for name in described})
 
 
 def non_finite_findings(tensors: Mapping) -> list[Finding]:

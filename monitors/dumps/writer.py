@@ -218,7 +218,7 @@ class DumpWriter:
 
     def _write_now(self, plan, collected, metadata, started: float, reason: str | None, pending_stats) -> WriteOutcome:
         # the tensors are as the node got them: the statistics read back from them, in the prompt
-        described = {name: finish_stats(p, collected.tensors[name]) for name, p in pending_stats.items()}
+        described = read_stats(pending_stats, collected.tensors)
         try:
             result, error = write_planned(plan, cpu_tensors(collected.tensors), collected, metadata, started), None
         except Exception as exc:  # OSError, a full disk: the step says why
@@ -235,7 +235,7 @@ class DumpWriter:
             copies.wait()
             waited = time.perf_counter() - wait_started
             result = write_planned(plan, copies.tensors, collected, metadata)
-            described = _described(pending_stats, copies.tensors)
+            described = read_stats(pending_stats, copies.tensors)
         except Exception as exc:
             error = exc
         finally:
@@ -245,14 +245,15 @@ class DumpWriter:
         ticket.finish(outcome)
 
 
-def _described(pending_stats: Mapping, host_tensors: Mapping) -> dict:
+def read_stats(pending_stats: Mapping, tensors: Mapping) -> dict:
     """The deferred statistics read back: the stream has passed their reductions (queued before
-    the copies); a fallback (NaN, Inf) reads the host copy, the tensor as it was. None for a
-    tensor whose statistics failed (logged): the file is written all the same."""
+    the copies); a fallback (NaN, Inf) or a CPU tensor's (from_copy) reads `tensors` (the host
+    copies, the tensors as they were; or the node's own where nothing was handed over). A tensor
+    whose statistics failed is left out (logged): the file is written all the same."""
     described = {}
     for name, pending in pending_stats.items():
         try:
-            described[name] = finish_stats(pending, host_tensors[name])
+            described[name] = finish_stats(pending, tensors[name])
         except Exception:
             log.exception("pipeline monitor: statistics of dumped tensor %s not read", name)
     return described

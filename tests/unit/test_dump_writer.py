@@ -299,3 +299,16 @@ def test_statistics_enqueued_for_a_dump_written_in_the_prompt_are_read_there(tmp
     step, ticket = start(tmp_path, writer, image=x)
     assert ticket is None and step.summary["written"] is True
     assert step.details["tensors"]["image"]["mean"] == pytest.approx(float(x.double().mean()), abs=1e-5)
+
+
+def test_statistics_that_fail_in_the_prompt_cost_the_file_nothing(tmp_path, monkeypatch):
+    import monitors.dumps.writer as writer_module
+
+    def broken(pending, fallback):
+        raise RuntimeError("statistics broke")
+
+    monkeypatch.setattr(writer_module, "finish_stats", broken)
+    writer = DumpWriter(max_bytes=0)  # every dump in the prompt, as the background writer would
+    step, ticket = start(tmp_path, writer, image=torch.rand(1, 8, 8, 3))
+    assert ticket is None and step.summary["written"] is True
+    assert step.details["tensors"]["image"]["mean"] is None  # left unknown, logged
