@@ -40,15 +40,24 @@ def stats_tensors(sides, max_entries: int) -> list:
             found.extend([cond] if is_tensor(cond) else [])
             if not isinstance(extras, Mapping):
                 continue
-            named = sorted(((str(k), v) for k, v in extras.items() if k != "pooled_output"), key=lambda kv: kv[0])
             found.extend([extras["pooled_output"]] if is_tensor(extras.get("pooled_output")) else [])
-            found.extend(v for k, v in named[:MAX_EXTRAS] if k.startswith(STATS_EXTRA_PREFIX) and is_tensor(v))
+            found.extend(v for k, v in _named_extras(extras)[:MAX_EXTRAS] if _takes_stats(k, v))
     return found
+
+
+def _named_extras(extras: Mapping) -> list[tuple[str, object]]:
+    """The extras but pooled_output, by key, in the order they are described."""
+    return sorted(((str(k), v) for k, v in extras.items() if k != "pooled_output"), key=lambda kv: kv[0])
+
+
+def _takes_stats(key: str, value) -> bool:
+    """Whether an extra is described with statistics (an extra embedding), not only its shape."""
+    return is_tensor(value) and key.startswith(STATS_EXTRA_PREFIX)
 
 
 def _describe_extra(key: str, value) -> dict:
     if is_tensor(value):
-        return describe_tensor_bounded(value) if key.startswith(STATS_EXTRA_PREFIX) else _tensor_brief(value)
+        return describe_tensor_bounded(value) if _takes_stats(key, value) else _tensor_brief(value)
     info = {"type": type(value).__name__}
     if value is None or isinstance(value, (bool, int, float)):
         info["value"] = value
@@ -115,9 +124,7 @@ def describe_pooled(pooled, info: dict, label: str, findings) -> None:
 
 def describe_extras(extras: Mapping, info: dict, label: str, findings) -> list[str]:
     """The extras but pooled_output into `info` (the first MAX_EXTRAS); returns all their keys."""
-    named_extras = sorted(
-        ((str(k), v) for k, v in extras.items() if k != "pooled_output"), key=lambda kv: kv[0]
-    )
+    named_extras = _named_extras(extras)
     extra_keys = [key for key, _ in named_extras]
     info["extra_keys"] = extra_keys[:MAX_EXTRAS]
     info["n_extra_keys"] = len(extra_keys)
