@@ -18,6 +18,7 @@ import logging
 import os
 from collections.abc import Callable
 
+from ..monitors.dumps.compare_step import compared_after_return
 from ..monitors.engine.deferred_steps import DEFERRED, job_id_of
 from ..monitors.vocabulary.headline import step_text
 from .runtime import get_runtime
@@ -89,8 +90,7 @@ def send_step_text(context: dict, step, send=None) -> bool:
 def finished_after_return(step) -> bool:
     """Whether the step's figures came after its node returned (the node's text then said they
     would): a comparison made on the dump writer's thread, or a step finished after the prompt."""
-    work = (step.details or {}).get("work") if step.kind == "tensor_compare" else None
-    return bool(isinstance(work, dict) and work.get("background")) or job_id_of(step) is not None
+    return compared_after_return(step) or job_id_of(step) is not None
 
 
 def send_cached_step_texts(report, context: dict, send=None) -> int:

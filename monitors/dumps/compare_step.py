@@ -105,3 +105,10 @@ def finish_compare_step(pending: StepReport, outcome: StepReport | None) -> Step
 def _with_work(step: StepReport, **work) -> StepReport:
     details = TENSOR_COMPARE_DETAILS.build(**{**(step.details or {}), "work": WORK.build(**work)})
     return dataclasses.replace(step, details=details)
+
+
+def compared_after_return(step) -> bool:
+    """Whether a `tensor_compare` step was compared on the writer's thread, after its node
+    returned (the node's text then said the verdict would follow)."""
+    work = (step.details or {}).get("work") if step.kind == STEP_KIND else None
+    return isinstance(work, Mapping) and bool(work.get("background"))
