@@ -7,8 +7,6 @@ from dataclasses import dataclass
 
 from ..summary_fields import StepRecord, figure, side
 
-SIDES = ("positive", "negative")
-
 
 @dataclass(frozen=True, kw_only=True)
 class ConditioningSide(StepRecord):

@@ -23,8 +23,6 @@ from .step import LoraParts, analyse_one_side, caught_exception, finish_step
 
 log = logging.getLogger(__name__)
 
-STEP_KIND = "lora"
-MAX_EXCEPTIONS = 5  # with their tracebacks, so that one broken LoRA stack cannot bloat the report
 
 
 def _returned(returned: tuple | None) -> dict:

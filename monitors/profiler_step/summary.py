@@ -1,4 +1,4 @@
-"""The `profiling` step's summary: the record monitors/profiling/report.py constructs, and its
+"""The `profiling` step's summary: the record monitors/pipeline_profiler/report.py constructs, and its
 vocabulary (see monitors/vocabulary/registry.py)."""
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def summary_figures() -> list[Figure]:
     rows = []
     for stage in stages.STAGES:
         kind = stage.kind
-        for f in registry()[kind].fields:
+        for f in stage.summary.fields:
             rows.append(
                 Figure(
                     f.label,
