@@ -9,8 +9,9 @@ float32 IMAGE-shaped tensor written to a temporary folder: "before" with a write
 the caller's thread (DumpWriter(background=False), the old path), "after" with the pack's writer
 (a plain host copy, the file written on the writer thread). Pairs are interleaved, in alternating
 order; after each "after" the bench waits, untimed, for its file, so a write never overlaps the
-next timing. Both include the statistics the step computes (the same on both sides); the write's
-own in-prompt share (details.write.in_prompt_s) is reported too.
+next timing. "before" also computes the tensor's statistics in the node; "after" leaves them to
+the writer too (from its host copy on the CPU, read back by it on a GPU), so the ratio covers both
+moves. The write's own in-prompt share (details.write.in_prompt_s) is reported beside it.
 `--device cuda` (scripts/gpu_check.sh): the tensor on the GPU; "before" copies it to the host
 blocking, "after" enqueues a copy into pinned memory and returns.
 Target: the node's in-prompt time with the writer thread at most 0.5x the in-prompt write's,
@@ -31,14 +32,14 @@ import time
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.verdicts import add_quick_flag, chosen_device, fmt_spread, verdict_line  # noqa: E402
+from bench.verdicts import add_quick_flag, chosen_device, fmt_spread, spread, verdict_line  # noqa: E402
 
 RATIO_TARGET = 0.5
 WRITE_TIMEOUT_S = 300  # a hang guard for one file
 
 
-def one_dump(image, directory: str, name: str, writer) -> tuple[float, float, object]:
-    """(the node's seconds in the prompt, the write's share of them, the ticket or None)."""
+def one_dump(image, directory: str, name: str, writer) -> tuple[float, float]:
+    """(the node's seconds in the prompt, the write's share of them)."""
     from monitors.dumps.report import start_dump_step
 
     started = time.perf_counter()
@@ -48,9 +49,10 @@ def one_dump(image, directory: str, name: str, writer) -> tuple[float, float, ob
     in_prompt = write.get("in_prompt_s")
     if ticket is not None:  # pending: the write's in-prompt share is the copies' time
         outcome = ticket.wait(WRITE_TIMEOUT_S)
-        in_prompt = outcome.in_prompt_s
+        assert outcome is not None, f"the dump was not written within {WRITE_TIMEOUT_S} s"
         assert outcome.result is not None, outcome.error
-    return node_s, in_prompt, ticket
+        in_prompt = outcome.in_prompt_s
+    return node_s, in_prompt
 
 
 def measure(elements: int, pairs: int, device: str = "cpu") -> dict:
@@ -71,7 +73,7 @@ def measure(elements: int, pairs: int, device: str = "cpu") -> dict:
         for index in range(pairs):
             order = list(writers) if index % 2 == 0 else list(reversed(writers))
             for name in order:
-                node_s, write_s, _ = one_dump(image, directory, f"{name}_{index % 2}", writers[name])
+                node_s, write_s = one_dump(image, directory, f"{name}_{index % 2}", writers[name])
                 seconds[name].append(node_s)
                 writes[name].append(write_s)
     finally:
@@ -88,8 +90,6 @@ def measure(elements: int, pairs: int, device: str = "cpu") -> dict:
 
 
 def verdicts(result: dict) -> list[str]:
-    from bench.verdicts import spread
-
     before = spread(result["node_s"]["before"])["median"] * 1e3
     after = spread(result["node_s"]["after"])["median"] * 1e3
     write_before = spread(result["write_in_prompt_s"]["before"])["median"] * 1e3

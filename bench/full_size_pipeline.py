@@ -37,7 +37,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.verdicts import add_quick_flag, fmt_spread, verdict_line
+from bench.verdicts import add_quick_flag, chosen_device, fmt_spread, verdict_line
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW = REPO / "example_workflows" / "api" / "text_to_image_lora_monitor_full_size.json"
@@ -111,17 +111,6 @@ def comfyui_duration_s(history: dict) -> float | None:
     return None if start is None or end is None else (end - start) / 1000.0
 
 
-def resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
-    try:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except Exception:
-        return "cpu"
-
-
 def node_rows(server, prompt_id) -> dict:
     report = server.get_json(f"/pipeline_monitor/runs/{prompt_id}")
     assert report["status"] == "success", report.get("error")
@@ -151,6 +140,11 @@ class Figures:
         self.ratios, self.lora_load_s, self.lora_monitor_s, self.lora_analysis_s = [], [], [], []
         self.plain_s, self.monitors_s, self.n_keys = [], [], None
         self.executed = dict.fromkeys(monitor_ids, 0)
+
+    @property
+    def own_shares(self) -> list[float]:
+        """The monitor nodes' own time over the pair's plain prompt, per pair."""
+        return [m / p for m, p in zip(self.monitors_s, self.plain_s, strict=True)]
 
 
 def run_pair(server, i, prompts, ids, steps, size, device, figures) -> None:
@@ -192,7 +186,7 @@ def main(argv=None) -> int:
         return 0
     from tests.comfyui.conftest import ComfyServer, free_port, load_script
 
-    device = resolve_device(args.device)
+    device = chosen_device(args.device)
     size = GPU_SIZE if device == "cuda" else None
     default_steps = GPU_STEPS if device == "cuda" else None
     # at least 2 pairs: the first monitored run is the LoRA monitor's first analysis
@@ -259,8 +253,7 @@ def report(figures: Figures, monitored: dict, pairs: int, steps, size, device: s
     print(f"  as a share of the plain prompt: {fmt_spread(shares, fmt='.4f')}")
     # The prompt ratio carries the whole prompt's noise (the sampler's time varies by tens of
     # percent on a shared CPU); the monitor nodes' own time over the pair's plain prompt does not.
-    own = [m / p for m, p in zip(figures.monitors_s, figures.plain_s, strict=True)]
-    print(f"monitor nodes' own time / the pair's plain prompt: {fmt_spread(own, fmt='.4f')}")
+    print(f"monitor nodes' own time / the pair's plain prompt: {fmt_spread(figures.own_shares, fmt='.4f')}")
     print(
         "monitor nodes executed (not cached), of the monitored runs: "
         + ", ".join(f"{monitored[n]['class_type']} {figures.executed[n]}/{pairs}" for n in figures.executed)
@@ -272,7 +265,7 @@ def report(figures: Figures, monitored: dict, pairs: int, steps, size, device: s
 def verdicts(figures: Figures, device: str) -> list[str]:
     median = statistics.median(figures.ratios)
     first, repeated = figures.lora_monitor_s[0], statistics.median(figures.lora_monitor_s[1:])
-    own = statistics.median(m / p for m, p in zip(figures.monitors_s, figures.plain_s, strict=True))
+    own = statistics.median(figures.own_shares)
     lines = [
         verdict_line(
             median <= TARGET_RATIO,

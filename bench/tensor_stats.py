@@ -44,7 +44,7 @@ import time
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.verdicts import add_quick_flag, fmt_spread, spread, verdict_line  # noqa: E402
+from bench.verdicts import add_quick_flag, chosen_device, fmt_spread, spread, verdict_line  # noqa: E402
 
 THROUGHPUT_TARGET_BPS = 1e9
 RATIO_TARGET = 1.3
@@ -76,14 +76,6 @@ def _time(fn) -> float:
     fn()
     SYNC[0]()
     return time.perf_counter() - started
-
-
-def resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def paired(variant, yardsticks: dict, pairs: int) -> tuple[list[float], dict[str, list[float]]]:
@@ -272,7 +264,7 @@ def main(argv=None) -> int:
     add_quick_flag(parser)
     args = parser.parse_args(argv)
     os.environ["PIPELINE_MONITOR_FUSED_KERNELS"] = args.fused  # read when monitors is first imported
-    device = resolve_device(args.device)
+    device = chosen_device(args.device)
     if args.quick:
         args.elements, args.pairs = 1 << 16, 1
     if device == "cuda":

@@ -38,11 +38,14 @@ def add_quick_flag(parser) -> None:
 
 
 def chosen_device(choice: str) -> str:
-    """A bench's `--device` choice: `auto` is CUDA when torch sees a GPU, else the CPU."""
+    """A bench's `--device` choice: `auto` is CUDA when torch sees a GPU, else the CPU (also where
+    torch cannot be imported: a bench that only drives a ComfyUI server needs none)."""
     if choice != "auto":
         return choice
-    import torch
-
+    try:
+        import torch
+    except ImportError:
+        return "cpu"
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
