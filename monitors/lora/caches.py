@@ -26,7 +26,7 @@ import weakref
 from collections import OrderedDict
 from typing import Any
 
-from .patches import entry_patch_tensors, patch_signature
+from .patches import entry_tensors, patch_signature
 from .templates import TEMPLATES
 from .weights import RULES
 
@@ -195,14 +195,12 @@ class Reuse:
         file = self.file_of(entry)
         if file is None:
             return None
-        found = self.files.unit_norm(file, patch_signature(key, entry), entry_patch_tensors(entry))
+        found = self.files.unit_norm(file, *_signed(key, entry))
         self.count("n_delta_norms_reused" if found is not None else "n_delta_norms_computed")
         return found
 
     def put_unit_norm(self, key: str, entry, norm: float) -> None:
-        self.files.put_unit_norm(
-            self.file_of(entry), patch_signature(key, entry), entry_patch_tensors(entry), norm
-        )
+        self.files.put_unit_norm(self.file_of(entry), *_signed(key, entry), norm)
 
     def inner(self, key: str, a, b) -> tuple:
         """(cached unit inner product of two entries or None, how to store it once computed or None)."""
@@ -210,10 +208,7 @@ class Reuse:
         if None in files_of:
             return None, None
         # The product is symmetric: both orders of the pair store and find it, tensors included.
-        sides = [
-            (files_of[0], patch_signature(key, a), entry_patch_tensors(a)),
-            (files_of[1], patch_signature(key, b), entry_patch_tensors(b)),
-        ]
+        sides = [(files_of[0], *_signed(key, a)), (files_of[1], *_signed(key, b))]
         (file_1, signature_1, tensors_1), (file_2, signature_2, tensors_2) = sorted(
             sides, key=lambda side: repr(side[:2])
         )
@@ -358,3 +353,9 @@ def clear_caches() -> None:
     COVERAGE.clear()
     RULES.clear()
     FILE_STATUSES.clear()
+
+
+def _signed(key: str, entry) -> tuple[tuple, list]:
+    """(the entry's patch_signature, its tensors), the tensors found once."""
+    tensors = entry_tensors(entry)
+    return patch_signature(key, entry, tensors), tensors

@@ -65,24 +65,18 @@ def patch_tensors(value) -> list:
 
 
 def entry_tensors(entry) -> list:
-    """The entry's patch tensors (entries.patch_tensors; a weight adapter's read directly)."""
-    value = entry[1] if len(entry) > 1 else None
-    weights = getattr(value, "weights", None)
-    if isinstance(weights, tuple) and isinstance(getattr(value, "name", None), str):
-        return [t for t in weights if is_tensor(t)]
-    return patch_tensors(value) if value is not None else []
+    """The tensors of a patch entry's value (patch_tensors)."""
+    return patch_tensors(entry[1]) if len(entry) > 1 else []
 
 
-def patch_signature(key: str, entry) -> tuple:
-    """What a cached figure must match: weight key, patch type name, offset and tensor shapes/dtypes."""
+def patch_signature(key: str, entry, tensors: list | None = None) -> tuple:
+    """What a cached figure must match: weight key, patch type name, offset and tensor shapes/dtypes
+    (`tensors`: the entry's, found already)."""
     value = entry[1] if len(entry) > 1 else None
     offset = entry[3] if len(entry) > 3 else None
-    tensors = tuple((tuple(t.shape), str(t.dtype)) for t in patch_tensors(value))
-    return (key, classify_patch(value), tuple(offset) if offset else None, tensors)
-
-
-def entry_patch_tensors(entry) -> list:
-    return patch_tensors(entry[1]) if len(entry) > 1 else []
+    tensors = entry_tensors(entry) if tensors is None else tensors
+    shapes = tuple((tuple(t.shape), str(t.dtype)) for t in tensors)
+    return (key, classify_patch(value), tuple(offset) if offset else None, shapes)
 
 
 def _numel(shape) -> int:

@@ -22,7 +22,7 @@ from monitors.lora.caches import (
     entry_files,
     file_identity,
 )
-from monitors.lora.patches import entry_patch_tensors, patch_signature
+from monitors.lora.patches import entry_tensors, patch_signature
 from monitors.lora.weights import ModuleAnswers
 
 from .test_lora_norms import Adapter, rand
@@ -284,7 +284,7 @@ def test_an_inner_product_stored_in_one_order_is_found_in_the_other_while_its_te
     assert reuse.inner("w", a, b) == (9.0, None) and reuse.inner("w", b, a) == (9.0, None)
     # Stored under each file's own signature, with each side's tensors.
     signature_a, signature_b = patch_signature("w", a), patch_signature("w", b)
-    tensors = entry_patch_tensors(a) + entry_patch_tensors(b)
+    tensors = entry_tensors(a) + entry_tensors(b)
     assert reuse.files.inner((FILE_A, FILE_B), (signature_a, signature_b), tensors) == 9.0
     for side in (a, b):  # a side's file and signature, other tensors while the first ones live
         other = lora_entry(seed=5, offset=side[3])
