@@ -23,8 +23,12 @@ from collections.abc import Iterator
 MEASURED_KEY = re.compile(
     r"(_s|_unix_s|_ns|_ms|_pct|_per_s)$|^(span|memory|system_ram|system_available_memory|identity|"
     r"changes|lows|peaks|pid|hostname|prompt_id|run_id)$|rss|ram_|cpu|uuid|object_id|memory_above|"
-    r"peak|allocated|reserved|free|available|used_bytes|utilization|created|started|ended|finished"
+    r"peak|allocated|reserved|^free$|free.*(_bytes|_pct)$|available|used_bytes|utilization|created|"
+    r"started|ended|finished"
 )
+# Keys the pattern above would take for measurements, which are not: a LoRA file's share of keys
+# matched, a setting.
+NOT_MEASURED_KEYS = frozenset(("matched_pct", "threshold_pct"))
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
@@ -64,7 +68,7 @@ def measured(place: str, value=None) -> bool:
         for part in place.split("/")
         if part and not part.isdigit() and not part.startswith("node ")
     ]
-    return any(MEASURED_KEY.search(key) for key in keys) or (
+    return any(key not in NOT_MEASURED_KEYS and MEASURED_KEY.search(key) for key in keys) or (
         isinstance(value, str) and bool(UUID.search(value))
     )
 

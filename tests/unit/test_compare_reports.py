@@ -71,3 +71,19 @@ def test_the_command_line_exits_1_on_a_difference_and_0_on_measurements_only(tmp
     after.write_text(json.dumps(report(steps=[])))
     changed = subprocess.run([sys.executable, str(SCRIPT), str(before), str(after)], capture_output=True, text=True)
     assert changed.returncode == 1 and "structure" in changed.stdout
+
+
+def test_labels_and_shares_that_do_not_vary_between_runs_are_not_taken_for_measurements():
+    measured = _module().measured
+    for place in (
+        "/steps/node 5 lora/summary/matched_pct",  # the share of a file's keys matched
+        "/steps/node 9 vae_encode/details/predictions/direct/free_memory_source",  # a label
+        "/steps/node 9 vae_encode/details/predictions/direct/free_bytes_unknown_reason",
+    ):
+        assert not measured(place), place
+    for place in (
+        "/steps/node 9 vae_encode/details/predictions/direct/free_bytes",
+        "/steps/node 9 vae_encode/summary/free_memory_change_pct",
+        "/nodes/node 3/gpu_busy_pct",
+    ):
+        assert measured(place), place
