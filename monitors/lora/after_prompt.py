@@ -151,9 +151,12 @@ def pending_step(parts: LoraParts, pairs, calculate, defer: Callable, started: f
         for kind, after, before in pairs
     ):
         return None
-    lookups = {kind: take_base_weights(kind, after) for kind, after, _ in pairs if after is not None}
     # the ends as the monitor saw them: after the prompt a sampler has loaded and patched the model
-    ends = {kind: _ends_now(kind, after, before) for kind, after, before in pairs if after is not None}
+    try:
+        ends = {kind: _ends_now(kind, after, before) for kind, after, before in pairs if after is not None}
+    except Exception:  # not describable now: the whole step in the prompt, which says why
+        return None
+    lookups = {kind: take_base_weights(kind, after) for kind, after, _ in pairs if after is not None}
     loaders = copy.deepcopy(parts.loaders)  # the pending step's own: the work fills the parts' ones
     job = {"in_prompt_s": None}
 
@@ -189,14 +192,12 @@ def pending_step(parts: LoraParts, pairs, calculate, defer: Callable, started: f
 
 
 def _ends_now(kind: str, after, before) -> dict | None:
-    """side.describe_ends now, in the prompt; None (described after it) for a side without
-    patches or one that cannot be described: the analysis says why."""
+    """side.describe_ends now, in the prompt; None for a side without patches (the analysis says
+    so). Raises where a side cannot be described: describing it after the prompt would describe
+    the model as the sampler left it."""
     if not hasattr(patcher_of(kind, after), "patches"):
         return None
-    try:
-        return describe_ends(kind, after, before)
-    except Exception:
-        return None
+    return describe_ends(kind, after, before)
 
 
 def _finish_after_prompt(parts: LoraParts, pairs, calculate, lookups: dict, ends: dict, job: dict):

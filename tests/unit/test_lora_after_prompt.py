@@ -121,6 +121,21 @@ def test_the_sides_ends_are_described_where_the_monitor_stood_not_after_the_prom
     assert build(patcher, lora_files).details["model"]["after"]["load_device"] == "cuda:7"  # read now
 
 
+def test_ends_that_cannot_be_described_in_the_prompt_keep_the_whole_step_there(lora_files, monkeypatch):
+    """Described after the prompt they would describe the model as the sampler left it: the step
+    is made in the prompt instead (where a failure is recorded as every monitor's is)."""
+    import monitors.lora.after_prompt as after_prompt
+
+    def broken(kind, after, before):
+        raise RuntimeError("ends broke")
+
+    monkeypatch.setattr(after_prompt, "describe_ends", broken)
+    patcher, _ = stacked(Patcher(wide_module(6)))
+    jobs = Jobs()
+    step = build(patcher, lora_files, defer=jobs)
+    assert jobs.works == [] and not step.pending
+
+
 def test_a_repeat_stays_in_the_prompt_and_reads_back_nothing(lora_files):
     base = Patcher(wide_module(6))
     first, stack = stacked(base)
