@@ -63,9 +63,9 @@ FLOAT64_MAX_ELEMENTS = 1 << 16
 UNDERFLOW_SCALE = {"float32": 2.0**-126 / 2.0**-24, "float64": 2.0**-1022 / 2.0**-53}
 
 
-_threads_lock = threading.Lock()
-_threads_users = 0
-_threads_saved: int | None = None
+# Torch's intra-op thread count belongs to the calling thread (an OpenMP setting of that thread):
+# each thread limits and puts back its own.
+_threads_held = threading.local()
 
 
 @contextlib.contextmanager
@@ -74,26 +74,27 @@ def one_cpu_thread(device_type: str):
     chunk ends in a thread-pool barrier; on a shared, loaded CPU that barrier waits for a
     descheduled worker, and the few kernels per chunk ran 15-50x slower than the same work on one
     thread (bench/tensor_stats.py on 2 busy cores), while one thread streams several GB/s.
-    Process-wide while held (torch has no per-call setting); nested and concurrent users share it."""
-    global _threads_users, _threads_saved
+    The count is the calling thread's own, so the limit is too: nested users on one thread share
+    it, and the outermost puts back the count it found. (A shared count over threads left a thread
+    that entered first and left first on one thread for good.)"""
     if device_type != "cpu":
         yield
         return
     import torch
 
-    with _threads_lock:
-        if _threads_users == 0:
-            _threads_saved = torch.get_num_threads()
-            if _threads_saved != 1:
-                torch.set_num_threads(1)
-        _threads_users += 1
+    users = getattr(_threads_held, "users", 0)
+    # A thread already on one leaves torch alone: setting also sets the count new threads start on.
+    if users == 0:
+        _threads_held.saved = torch.get_num_threads()
+        if _threads_held.saved != 1:
+            torch.set_num_threads(1)
+    _threads_held.users = users + 1
     try:
         yield
     finally:
-        with _threads_lock:
-            _threads_users -= 1
-            if _threads_users == 0 and _threads_saved not in (None, 1):
-                torch.set_num_threads(_threads_saved)
+        _threads_held.users -= 1
+        if _threads_held.users == 0 and _threads_held.saved != 1:
+            torch.set_num_threads(_threads_held.saved)
 
 
 def describe_tensor(tensor, stats: dict[str, Any] | None = None) -> dict[str, Any]:

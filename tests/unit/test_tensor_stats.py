@@ -1,4 +1,5 @@
 import math
+import threading
 
 import pytest
 
@@ -264,6 +265,82 @@ def test_one_cpu_thread_is_shared_by_nested_users_and_restores_the_count():
             assert torch.get_num_threads() == 3
     finally:
         torch.set_num_threads(saved)
+
+
+def test_one_cpu_thread_on_two_threads_puts_back_each_threads_own_count():
+    """The writer thread and the prompt overlap: the thread that entered first and left first gets
+    its count back (a count shared over threads left it on one thread for good)."""
+    steps = {name: threading.Event() for name in ("b_ready", "a_in", "b_in", "a_out")}
+    seen = {}
+
+    def second_user():
+        # A thread takes torch's last count on its first use, then keeps its own.
+        torch.set_num_threads(3)
+        seen["b_before"] = torch.get_num_threads()
+        steps["b_ready"].set()
+        steps["a_in"].wait()
+        with tensor_stats.one_cpu_thread("cpu"):
+            seen["b_inside"] = torch.get_num_threads()
+            steps["b_in"].set()
+            steps["a_out"].wait()
+        seen["b_after"] = torch.get_num_threads()
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    other = threading.Thread(target=second_user)
+    other.start()
+    try:
+        steps["b_ready"].wait()
+        with tensor_stats.one_cpu_thread("cpu"):
+            seen["a_inside"] = torch.get_num_threads()
+            steps["a_in"].set()
+            steps["b_in"].wait()
+        seen["a_after"] = torch.get_num_threads()
+        steps["a_out"].set()
+        other.join()
+    finally:
+        steps["a_out"].set()
+        torch.set_num_threads(saved)
+    assert seen == {"b_before": 3, "a_inside": 1, "b_inside": 1, "a_after": 2, "b_after": 3}
+
+
+def test_one_cpu_thread_on_a_thread_already_on_one_leaves_torch_alone():
+    """Setting torch's count also sets the count new threads start on: a thread already on one
+    (the dump writer, started while the prompt held one) must not set it to one, on entry or exit."""
+    steps = {name: threading.Event() for name in ("on_one", "raised", "held", "done")}
+    started_on = []
+
+    def on_one():
+        torch.get_num_threads()  # its first use: from now on the count is its own
+        torch.set_num_threads(1)
+        steps["on_one"].set()
+        steps["raised"].wait()
+        with tensor_stats.one_cpu_thread("cpu"):
+            steps["held"].set()
+            steps["done"].wait()
+
+    def start_a_thread():
+        new_thread = threading.Thread(target=lambda: started_on.append(torch.get_num_threads()))
+        new_thread.start()
+        new_thread.join()
+
+    saved = torch.get_num_threads()
+    worker = threading.Thread(target=on_one)
+    worker.start()
+    try:
+        steps["on_one"].wait()
+        torch.set_num_threads(2)  # the prompt thread puts its own count back
+        steps["raised"].set()
+        steps["held"].wait()
+        start_a_thread()
+        steps["done"].set()
+        worker.join()
+        start_a_thread()
+    finally:
+        steps["raised"].set()
+        steps["done"].set()
+        torch.set_num_threads(saved)
+    assert started_on == [2, 2]
 
 
 class _Allocations(torch.overrides.TorchFunctionMode):
