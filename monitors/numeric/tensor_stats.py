@@ -64,7 +64,7 @@ UNDERFLOW_SCALE = {"float32": 2.0**-126 / 2.0**-24, "float64": 2.0**-1022 / 2.0*
 
 
 # Torch's intra-op thread count belongs to the calling thread (an OpenMP setting of that thread):
-# each thread limits and puts back its own.
+# each thread keeps its own users and the count it found.
 _threads_held = threading.local()
 
 
@@ -75,8 +75,7 @@ def one_cpu_thread(device_type: str):
     descheduled worker, and the few kernels per chunk ran 15-50x slower than the same work on one
     thread (bench/tensor_stats.py on 2 busy cores), while one thread streams several GB/s.
     The count is the calling thread's own, so the limit is too: nested users on one thread share
-    it, and the outermost puts back the count it found. (A shared count over threads left a thread
-    that entered first and left first on one thread for good.)"""
+    it, and the outermost puts back the count it found; other threads keep theirs."""
     if device_type != "cpu":
         yield
         return
